@@ -1,0 +1,152 @@
+--- The main-thread half of the runtime bridge. The core signals one file
+--- descriptor when its event queue goes non-empty; a libuv poll watcher sees
+--- it, and `drain` (scheduled on the main loop) takes every pending event in
+--- one call. Drains are capped at one per frame (~16 ms); the first event
+--- after a quiet spell is delivered at once.
+
+local M = {}
+
+local uv = vim.uv or vim.loop
+
+local FRAME_NS = 16 * 1000 * 1000
+
+--- @class mia.StreamCallbacks
+--- @field on_delta? fun(delta: table)
+--- @field on_done? fun(done: table)
+--- @field on_error? fun(err: table)
+
+--- @type table<integer, mia.StreamCallbacks>
+local callbacks = {}
+local core = nil
+local poll = nil
+local timer = nil
+local scheduled = false
+local last_drain = 0
+
+local function report(what, err)
+  local msg = string.format("mia: %s failed: %s", what, tostring(err))
+  vim.schedule(function()
+    vim.notify(msg, vim.log.levels.ERROR)
+  end)
+end
+
+--- Calls one callback in isolation: its error is reported, and the other
+--- callbacks and streams go on.
+local function call(fn, what, arg)
+  if fn then
+    local ok, err = pcall(fn, arg)
+    if not ok then
+      report(what, err)
+    end
+  end
+end
+
+local function dispatch(events)
+  for i = 1, #events do
+    local ev = events[i]
+    local cb = callbacks[ev.stream]
+    if cb then
+      if ev.kind == "delta" then
+        call(cb.on_delta, "on_delta", ev.data)
+      elseif ev.kind == "done" then
+        callbacks[ev.stream] = nil
+        call(cb.on_done, "on_done", ev.data)
+      else
+        callbacks[ev.stream] = nil
+        call(cb.on_error, "on_error", ev.data)
+      end
+    end
+  end
+end
+
+local function drain()
+  scheduled = false
+  last_drain = uv.hrtime()
+  local ok, events = pcall(core.drain)
+  if not ok then
+    report("drain", events)
+    return
+  end
+  dispatch(events)
+  local flushed, err = pcall(require("mia.writer").flush)
+  if not flushed then
+    report("buffer write", err)
+  end
+end
+
+--- Runs in a fast event (libuv callback): no buffer API here, only schedule.
+local function on_readable(err)
+  if err then
+    report("the wake watcher", err)
+    return
+  end
+  core.ack()
+  if scheduled then
+    return
+  end
+  scheduled = true
+  local wait_ns = last_drain + FRAME_NS - uv.hrtime()
+  if wait_ns <= 0 then
+    vim.schedule(drain)
+  else
+    timer:start(math.ceil(wait_ns / 1e6), 0, function()
+      vim.schedule(drain)
+    end)
+  end
+end
+
+--- Starts the bridge over a loaded core. Idempotent.
+--- @param c table the mia_core module
+--- @param opts { log_file: string, log_level: string }
+function M.start(c, opts)
+  if core then
+    return
+  end
+  core = c
+  local fd = core.init({ log_file = opts.log_file, log_level = opts.log_level })
+  poll = assert(uv.new_poll(fd))
+  timer = assert(uv.new_timer())
+  poll:start("r", on_readable)
+  vim.api.nvim_create_autocmd("VimLeavePre", {
+    group = vim.api.nvim_create_augroup("mia_bridge", { clear = true }),
+    callback = M.shutdown,
+    desc = "mia: stop the native runtime (bounded at 100 ms)",
+  })
+end
+
+--- Registers the callbacks of stream `id`.
+--- @param id integer
+--- @param cbs mia.StreamCallbacks
+function M.watch(id, cbs)
+  callbacks[id] = cbs
+end
+
+--- Number of streams still waiting for their done or error event.
+function M.active()
+  local n = 0
+  for _ in pairs(callbacks) do
+    n = n + 1
+  end
+  return n
+end
+
+--- Stops the runtime (bounded at 100 ms) and the watchers.
+function M.shutdown()
+  if not core then
+    return
+  end
+  if poll then
+    poll:stop()
+    poll:close()
+    poll = nil
+  end
+  if timer then
+    timer:stop()
+    timer:close()
+    timer = nil
+  end
+  pcall(core.shutdown, 100)
+  core = nil
+end
+
+return M

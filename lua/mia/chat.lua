@@ -1,0 +1,159 @@
+--- The chat: a markdown buffer in a split that shows the conversation and
+--- streams answers into it, through the one buffer writer.
+
+local M = {}
+
+local api = vim.api
+local writer = require("mia.writer")
+
+local buf = nil
+--- @type table[] the conversation so far (internal message format)
+local history = {}
+--- @type { handle: mia.StreamHandle, model: string, text: string[] }?
+local current = nil
+--- "idle" | "streaming" | "done" | "cancelled" | "error"
+local last_state = "idle"
+
+local CANCELLED = "\n\n*[cancelled]*"
+
+local function valid(b)
+  return b and api.nvim_buf_is_valid(b)
+end
+
+local function create_buffer()
+  local b = api.nvim_create_buf(false, true)
+  pcall(api.nvim_buf_set_name, b, "mia://chat")
+  vim.bo[b].buftype = "nofile"
+  vim.bo[b].bufhidden = "hide"
+  vim.bo[b].swapfile = false
+  -- A streamed answer is not an edit to undo, and undo history grows with every change.
+  vim.bo[b].undolevels = -1
+  vim.bo[b].filetype = "markdown"
+  vim.keymap.set("n", "<C-c>", M.stop, { buffer = b, desc = "mia: stop the answer" })
+  return b
+end
+
+--- The chat buffer (created on first use).
+function M.buffer()
+  if not valid(buf) then
+    buf = create_buffer()
+  end
+  return buf
+end
+
+--- Opens the chat in a split, or focuses the window that shows it.
+--- @return integer buf, integer win
+function M.open()
+  local b = M.buffer()
+  local wins = vim.fn.win_findbuf(b)
+  if #wins > 0 then
+    return b, wins[1]
+  end
+  local chat = require("mia.config").get().chat
+  local cmd = ({ right = "botright vsplit", left = "topleft vsplit", bottom = "botright split", top = "topleft split" })[chat.position]
+  local size = (chat.size and chat.size > 0) and tostring(chat.size) or ""
+  vim.cmd(size .. " " .. (cmd or "botright vsplit"))
+  local win = api.nvim_get_current_win()
+  api.nvim_win_set_buf(win, b)
+  vim.wo[win].wrap = true
+  vim.wo[win].linebreak = true
+  vim.wo[win].number = false
+  vim.wo[win].relativenumber = false
+  return b, win
+end
+
+local function is_empty(b)
+  return api.nvim_buf_line_count(b) == 1 and api.nvim_buf_get_lines(b, 0, 1, true)[1] == ""
+end
+
+local function finish(state, suffix)
+  if current and suffix then
+    writer.append(buf, suffix)
+  end
+  current = nil
+  last_state = state
+  vim.api.nvim_exec_autocmds("User", { pattern = "MiaAnswerEnd", data = { state = state } })
+end
+
+--- Sends `text` as the next user turn and streams the answer.
+--- @param text string
+--- @param opts? { model?: string, context?: string }
+function M.prompt(text, opts)
+  opts = opts or {}
+  if text == nil or vim.trim(text) == "" then
+    error("mia: nothing to send. Usage: :Mia prompt {text}", 0)
+  end
+  if current then
+    error("mia: an answer is still streaming. Stop it with :Mia stop (or <C-c> in the chat) first.", 0)
+  end
+  local mia = require("mia")
+  mia._core() -- fails early, with the loader's message, before anything changes
+  local cfg = require("mia.config").get()
+  local model = opts.model or cfg.model
+  local content = text
+  if opts.context and opts.context ~= "" then
+    content = text .. "\n\n" .. opts.context
+  end
+  local b = M.open()
+  local header = string.format("## You\n\n%s\n\n## mia · %s\n\n", content, model)
+  writer.append(b, is_empty(b) and header or ("\n\n" .. header))
+  writer.flush()
+  table.insert(history, { role = "user", content = content })
+  local answer = {}
+  local entry = { model = model, text = answer }
+  current = entry
+  last_state = "streaming"
+  entry.handle = mia.stream({ model = model, system = cfg.system, messages = vim.deepcopy(history) }, {
+    on_delta = function(d)
+      if d.type == "text" and current == entry then
+        answer[#answer + 1] = d.text
+        writer.append(buf, d.text)
+      end
+    end,
+    on_done = function(done)
+      table.insert(history, { role = "assistant", content = done.text })
+      entry.done = done
+      finish("done", nil)
+    end,
+    on_error = function(err)
+      local partial = table.concat(answer)
+      if partial ~= "" then
+        table.insert(history, { role = "assistant", content = partial })
+      end
+      entry.error = err
+      if err.class == "cancelled" then
+        finish("cancelled", CANCELLED)
+      else
+        finish("error", string.format("\n\n> **Error** (%s): %s", err.class, err.message))
+      end
+    end,
+  })
+end
+
+--- Cancels the answer in flight.
+function M.stop()
+  if not current then
+    vim.notify("mia: no answer is streaming", vim.log.levels.INFO)
+    return
+  end
+  current.handle:cancel()
+end
+
+--- State of the chat: "idle", "streaming", "done", "cancelled" or "error".
+function M.state()
+  return last_state
+end
+
+--- Forgets the conversation (the buffer is cleared).
+function M.clear()
+  if current then
+    current.handle:cancel()
+  end
+  history = {}
+  if valid(buf) then
+    api.nvim_buf_set_lines(buf, 0, -1, false, {})
+  end
+  last_state = "idle"
+end
+
+return M

@@ -1,0 +1,69 @@
+--- `:Mia {subcommand}`: parsing, dispatch and completion. Errors reach the
+--- user as one notification, never as a Lua traceback.
+
+local M = {}
+
+--- @type table<string, { desc: string, run: fun(args: string, opts: table) }>
+M.subcommands = {
+  prompt = {
+    desc = "send {text} to the model (with a range: include the selected lines)",
+    run = function(args, opts)
+      local context
+      if opts.range and opts.range > 0 then
+        local lines = vim.api.nvim_buf_get_lines(0, opts.line1 - 1, opts.line2, false)
+        local ft = vim.bo.filetype
+        context = string.format("```%s\n%s\n```", ft, table.concat(lines, "\n"))
+      end
+      require("mia.chat").prompt(args, { context = context })
+    end,
+  },
+  stop = {
+    desc = "cancel the answer in flight",
+    run = function()
+      require("mia.chat").stop()
+    end,
+  },
+  open = {
+    desc = "open the chat window",
+    run = function()
+      local _, win = require("mia.chat").open()
+      vim.api.nvim_set_current_win(win)
+    end,
+  },
+  clear = {
+    desc = "clear the chat and forget the conversation",
+    run = function()
+      require("mia.chat").clear()
+    end,
+  },
+  health = {
+    desc = "run :checkhealth mia",
+    run = function()
+      vim.cmd("checkhealth mia")
+    end,
+  },
+}
+
+--- Runs `:Mia` with the command's `opts` (from nvim_create_user_command).
+function M.run(opts)
+  local name, rest = (opts.args or ""):match("^%s*(%S*)%s*(.-)%s*$")
+  if name == "" then
+    name = "open"
+  end
+  local sub = M.subcommands[name]
+  if not sub then
+    local names = vim.tbl_keys(M.subcommands)
+    table.sort(names)
+    vim.notify(
+      string.format("mia: unknown subcommand `%s`. Available: %s", name, table.concat(names, ", ")),
+      vim.log.levels.ERROR
+    )
+    return
+  end
+  local ok, err = pcall(sub.run, rest, opts)
+  if not ok then
+    vim.notify(tostring(err), vim.log.levels.ERROR)
+  end
+end
+
+return M

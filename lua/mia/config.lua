@@ -1,0 +1,156 @@
+--- mia's configuration: defaults, validation and the part handed to the core.
+--- `setup()` only stores and validates; nothing here loads the native library.
+
+--- @class mia.ProviderConfig
+--- @field kind "anthropic"|"openai"|"gemini"|"openai_compatible" Which wire format the provider speaks.
+--- @field base_url? string API root, e.g. "http://127.0.0.1:11434/v1" for Ollama.
+--- @field api_key_env? string Environment variable holding the key (preferred: keys stay out of your config).
+--- @field api_key? string The key itself, for setups that cannot use the environment.
+--- @field headers? table<string,string> Extra HTTP headers sent with every request.
+--- @field models? string[] Models this provider serves (shown in errors and completion).
+
+--- @class mia.Timeouts
+--- @field connect_ms? integer Establishing a connection (default 10000).
+--- @field request_ms? integer From request sent to response headers (default 120000).
+--- @field stream_idle_ms? integer Longest silence inside a streamed answer (default 90000).
+
+--- @class mia.ChatConfig
+--- @field position? "right"|"left"|"bottom"|"top" Where the chat split opens (default "right").
+--- @field size? integer Width (or height) of the split; 0 lets Neovim halve the window (default 0).
+
+--- @class mia.Config
+--- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
+--- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
+--- @field timeouts? mia.Timeouts Network time limits.
+--- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
+--- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
+--- @field log_level? "error"|"warn"|"info"|"debug"|"trace" How much goes to the log (default "info").
+--- @field system? string System prompt for :Mia prompt.
+--- @field chat? mia.ChatConfig The chat window.
+--- @field mode? string Starting mode (default "ask").
+
+local M = {}
+
+--- @return mia.Config
+local function defaults()
+  return {
+    model = "anthropic/claude-sonnet-4-5",
+    providers = {},
+    timeouts = { connect_ms = 10000, request_ms = 120000, stream_idle_ms = 90000 },
+    data_dir = vim.fn.stdpath("data") .. "/mia",
+    log_file = vim.fn.stdpath("log") .. "/mia.log",
+    log_level = "info",
+    system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
+    chat = { position = "right", size = 0 },
+    mode = "ask",
+  }
+end
+
+local KINDS = { anthropic = true, openai = true, gemini = true, openai_compatible = true }
+local LEVELS = { error = true, warn = true, info = true, debug = true, trace = true }
+local POSITIONS = { right = true, left = true, bottom = true, top = true }
+
+--- @type mia.Config?
+local current = nil
+
+local function fail(path, what, got)
+  error(string.format("mia.setup: `%s` %s (got %s)", path, what, vim.inspect(got)), 0)
+end
+
+local function check_type(path, value, ty, optional)
+  if value == nil and optional then
+    return
+  end
+  if type(value) ~= ty then
+    fail(path, "must be a " .. ty, value)
+  end
+end
+
+--- Validates `opts`; raises one clear error naming the option at fault.
+--- @param opts table
+local function validate(opts)
+  check_type("opts", opts, "table")
+  check_type("model", opts.model, "string", true)
+  if opts.model and not opts.model:match("^[^/]+/.+") then
+    fail("model", 'must be "provider/model", e.g. "openai/gpt-4.1"', opts.model)
+  end
+  check_type("providers", opts.providers, "table", true)
+  for name, p in pairs(opts.providers or {}) do
+    local path = "providers." .. tostring(name)
+    check_type(path, p, "table")
+    if not KINDS[p.kind] then
+      fail(path .. ".kind", "must be one of anthropic, openai, gemini, openai_compatible", p.kind)
+    end
+    check_type(path .. ".base_url", p.base_url, "string", true)
+    if p.kind == "openai_compatible" and not p.base_url then
+      fail(path .. ".base_url", "is required for an openai_compatible provider", p.base_url)
+    end
+    check_type(path .. ".api_key_env", p.api_key_env, "string", true)
+    check_type(path .. ".api_key", p.api_key, "string", true)
+    check_type(path .. ".headers", p.headers, "table", true)
+    check_type(path .. ".models", p.models, "table", true)
+  end
+  check_type("timeouts", opts.timeouts, "table", true)
+  for key, v in pairs(opts.timeouts or {}) do
+    if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) then
+      fail("timeouts." .. tostring(key), "must be a positive whole number of milliseconds", v)
+    end
+  end
+  check_type("data_dir", opts.data_dir, "string", true)
+  check_type("log_file", opts.log_file, "string", true)
+  if opts.log_level ~= nil and not LEVELS[opts.log_level] then
+    fail("log_level", "must be one of error, warn, info, debug, trace", opts.log_level)
+  end
+  check_type("system", opts.system, "string", true)
+  check_type("chat", opts.chat, "table", true)
+  if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
+    fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)
+  end
+end
+
+--- Stores `opts` merged over the defaults.
+--- @param opts? mia.Config
+function M.set(opts)
+  opts = opts or {}
+  validate(opts)
+  current = vim.tbl_deep_extend("force", defaults(), opts)
+end
+
+--- The configuration in force (defaults when setup() was not called).
+--- @return mia.Config
+function M.get()
+  if not current then
+    current = defaults()
+  end
+  return current
+end
+
+--- The part of the configuration the native core needs.
+function M.core()
+  local c = M.get()
+  local providers = {}
+  for name, p in pairs(c.providers) do
+    local entry = { kind = p.kind, base_url = p.base_url, api_key_env = p.api_key_env, api_key = p.api_key }
+    if p.headers and next(p.headers) then
+      entry.headers = p.headers
+    end
+    if p.models and #p.models > 0 then
+      entry.models = p.models
+    end
+    providers[name] = entry
+  end
+  return { providers = next(providers) and providers or nil, timeouts = c.timeouts }
+end
+
+--- Built-in providers, as the core knows them (for :checkhealth).
+M.builtin_providers = {
+  anthropic = { kind = "anthropic", base_url = "https://api.anthropic.com", api_key_env = "ANTHROPIC_API_KEY" },
+  openai = { kind = "openai", base_url = "https://api.openai.com/v1", api_key_env = "OPENAI_API_KEY" },
+  gemini = {
+    kind = "gemini",
+    base_url = "https://generativelanguage.googleapis.com/v1beta",
+    api_key_env = "GEMINI_API_KEY",
+  },
+}
+
+return M

@@ -1,0 +1,331 @@
+//! The one road from the runtime to Neovim's main thread: an event queue and
+//! a wake file descriptor that is signalled only when the queue goes from
+//! empty to non-empty, so at most one wake is ever outstanding.
+//!
+//! Producers (runtime tasks) call [`EventQueue::push`]; the main thread's
+//! poll watcher calls [`EventQueue::ack`] and later [`EventQueue::drain`].
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+
+use crate::llm::delta::{Delta, StreamDone};
+use crate::llm::error::LlmError;
+
+/// Identifies one stream (one `mia.stream` call) across the boundary.
+pub type StreamId = u64;
+
+/// What the runtime tells the main thread.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    Delta {
+        stream: StreamId,
+        delta: Delta,
+    },
+    Done {
+        stream: StreamId,
+        done: Box<StreamDone>,
+    },
+    Error {
+        stream: StreamId,
+        error: LlmError,
+    },
+}
+
+impl Event {
+    pub fn stream(&self) -> StreamId {
+        match self {
+            Event::Delta { stream, .. }
+            | Event::Done { stream, .. }
+            | Event::Error { stream, .. } => *stream,
+        }
+    }
+}
+
+/// Merges the text deltas of each stream that follow each other within one
+/// drain (other streams' events in between do not matter; any other event of
+/// the same stream does), so the main thread handles one text piece per
+/// stream per frame instead of one per network chunk. Order within a stream
+/// is kept.
+pub fn coalesce(events: Vec<Event>) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::with_capacity(events.len().min(64));
+    // stream -> index in `out` of its last event, if that event is text.
+    let mut open_text: HashMap<StreamId, usize> = HashMap::new();
+    for event in events {
+        let stream = event.stream();
+        match event {
+            Event::Delta {
+                delta: Delta::Text { text },
+                ..
+            } => {
+                if let Some(&i) = open_text.get(&stream) {
+                    if let Event::Delta {
+                        delta: Delta::Text { text: acc },
+                        ..
+                    } = &mut out[i]
+                    {
+                        acc.push_str(&text);
+                        continue;
+                    }
+                }
+                open_text.insert(stream, out.len());
+                out.push(Event::Delta {
+                    stream,
+                    delta: Delta::Text { text },
+                });
+            }
+            other => {
+                open_text.remove(&stream);
+                out.push(other);
+            }
+        }
+    }
+    out
+}
+
+/// A file descriptor the main loop can poll: readable while a wake is pending.
+#[derive(Debug)]
+pub struct WakeFd {
+    read_fd: libc::c_int,
+    write_fd: libc::c_int,
+}
+
+impl WakeFd {
+    /// An eventfd on Linux; elsewhere a pipe whose both ends Rust keeps
+    /// (a pipe whose read end only libuv holds can raise SIGPIPE at exit).
+    pub fn new() -> io::Result<Self> {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: plain syscall, result checked.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(WakeFd {
+                read_fd: fd,
+                write_fd: fd,
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let mut fds = [0 as libc::c_int; 2];
+            // SAFETY: fds has room for two descriptors; result checked.
+            if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            for fd in fds {
+                // SAFETY: fd was just created by pipe().
+                unsafe {
+                    libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK);
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+                }
+            }
+            Ok(WakeFd {
+                read_fd: fds[0],
+                write_fd: fds[1],
+            })
+        }
+    }
+
+    /// The descriptor to watch for readability.
+    pub fn fd(&self) -> libc::c_int {
+        self.read_fd
+    }
+
+    fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our own descriptor. A full
+        // pipe/eventfd (EAGAIN) already means "readable", which is all we need.
+        unsafe {
+            libc::write(self.write_fd, (&one as *const u64).cast(), 8);
+        }
+    }
+
+    fn clear(&self) {
+        let mut buf = [0u8; 64];
+        // SAFETY: reads into a live buffer from our own non-blocking
+        // descriptor. One read resets an eventfd; a pipe is read until empty.
+        let mut read = || unsafe { libc::read(self.read_fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if cfg!(target_os = "linux") {
+            read();
+        } else {
+            while read() > 0 {}
+        }
+    }
+}
+
+impl Drop for WakeFd {
+    fn drop(&mut self) {
+        // SAFETY: closing descriptors this struct owns.
+        unsafe {
+            libc::close(self.read_fd);
+            if self.write_fd != self.read_fd {
+                libc::close(self.write_fd);
+            }
+        }
+    }
+}
+
+/// Multi-producer queue with one consumer (the main thread).
+#[derive(Debug)]
+pub struct EventQueue {
+    tx: Sender<Event>,
+    rx: Mutex<Receiver<Event>>,
+    /// True from the wake signal until the consumer starts a drain.
+    wake_pending: AtomicBool,
+    wake: WakeFd,
+}
+
+impl EventQueue {
+    pub fn new() -> io::Result<Self> {
+        let (tx, rx) = channel();
+        Ok(EventQueue {
+            tx,
+            rx: Mutex::new(rx),
+            wake_pending: AtomicBool::new(false),
+            wake: WakeFd::new()?,
+        })
+    }
+
+    /// The descriptor the main loop polls.
+    pub fn fd(&self) -> libc::c_int {
+        self.wake.fd()
+    }
+
+    /// Queues `event`; signals the wake fd only if no wake is outstanding.
+    pub fn push(&self, event: Event) {
+        if self.tx.send(event).is_err() {
+            return; // the receiver lives as long as the queue: cannot happen
+        }
+        if !self.wake_pending.swap(true, Ordering::SeqCst) {
+            self.wake.signal();
+        }
+    }
+
+    /// Resets the wake fd so a level-triggered poll stops firing. Does not
+    /// touch the queue: events stay until `drain`.
+    pub fn ack(&self) {
+        self.wake.clear();
+    }
+
+    /// Takes every pending event, coalesced. Re-arms the wake before taking,
+    /// so an event pushed during the drain either is taken now or wakes again.
+    pub fn drain(&self) -> Vec<Event> {
+        self.wake_pending.store(false, Ordering::SeqCst);
+        let rx = self
+            .rx
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let raw: Vec<Event> = rx.try_iter().collect();
+        coalesce(raw)
+    }
+
+    /// True while a wake is outstanding (for tests).
+    pub fn wake_pending(&self) -> bool {
+        self.wake_pending.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(stream: StreamId, t: &str) -> Event {
+        Event::Delta {
+            stream,
+            delta: Delta::Text { text: t.into() },
+        }
+    }
+
+    fn readable(fd: libc::c_int) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd, zero timeout.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn text_of_one_stream_is_merged_in_order_across_other_streams() {
+        let usage = Event::Delta {
+            stream: 1,
+            delta: Delta::Usage {
+                usage: Default::default(),
+            },
+        };
+        let out = coalesce(vec![
+            text(1, "a"),
+            text(2, "x"),
+            text(1, "b"),
+            usage.clone(),
+            text(1, "c"),
+            text(2, "y"),
+        ]);
+        assert_eq!(out, vec![text(1, "ab"), text(2, "xy"), usage, text(1, "c")]);
+    }
+
+    #[test]
+    fn only_the_first_push_signals_until_drained() {
+        let q = EventQueue::new().unwrap();
+        assert!(!readable(q.fd()));
+        q.push(text(1, "a"));
+        assert!(readable(q.fd()));
+        q.ack();
+        assert!(!readable(q.fd()), "ack clears the fd");
+        q.push(text(1, "b"));
+        assert!(
+            !readable(q.fd()),
+            "a second push while a wake is pending does not signal"
+        );
+        assert_eq!(q.drain(), vec![text(1, "ab")]);
+        assert!(!q.wake_pending());
+        q.push(text(1, "c"));
+        assert!(readable(q.fd()), "after a drain the next push wakes again");
+    }
+
+    #[test]
+    fn concurrent_producers_lose_nothing() {
+        let q = std::sync::Arc::new(EventQueue::new().unwrap());
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    for i in 0..1000 {
+                        q.push(text(t, &format!("{i},")));
+                    }
+                })
+            })
+            .collect();
+        let mut got: HashMap<StreamId, String> = HashMap::new();
+        let mut finished = false;
+        while !finished {
+            finished = threads.iter().all(|t| t.is_finished());
+            for e in q.drain() {
+                if let Event::Delta {
+                    stream,
+                    delta: Delta::Text { text },
+                } = e
+                {
+                    got.entry(stream).or_default().push_str(&text);
+                }
+            }
+        }
+        for e in q.drain() {
+            if let Event::Delta {
+                stream,
+                delta: Delta::Text { text },
+            } = e
+            {
+                got.entry(stream).or_default().push_str(&text);
+            }
+        }
+        let expected: String = (0..1000).map(|i| format!("{i},")).collect();
+        for t in 0..4 {
+            assert_eq!(got[&t], expected, "stream {t}");
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! HTTP: client construction, sending a request, and turning transport
+//! failures into the error model. Nothing here knows a wire format.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::error::{classify_http, redact, ErrorClass, HttpFailure, LlmError};
+use super::providers::{ResolvedProvider, Timeouts};
+
+/// A request a wire format wants sent: where, with which headers, what body.
+/// Credentials are only ever in `headers`, never in `url`.
+pub struct WireRequest {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: serde_json::Value,
+}
+
+/// One pooled client with mia's connect timeout. Installs the ring crypto
+/// provider for rustls once per process (it builds faster than aws-lc-rs).
+pub fn build_client(timeouts: &Timeouts) -> reqwest::Result<reqwest::Client> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(timeouts.connect_ms))
+        .tcp_nodelay(true)
+        .user_agent(concat!("mia/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// Sends `wire` and waits for the response headers (bounded by `request_ms`).
+/// A non-success status becomes a classified error carrying the provider's own words.
+pub async fn send(
+    client: &reqwest::Client,
+    provider: &ResolvedProvider,
+    model: &str,
+    wire: WireRequest,
+    timeouts: &Timeouts,
+) -> Result<reqwest::Response, LlmError> {
+    let mut headers = HeaderMap::new();
+    for (k, v) in provider
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(wire.headers.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    {
+        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|_| bad_header(provider, k))?;
+        let mut value = HeaderValue::from_str(v).map_err(|_| bad_header(provider, k))?;
+        if is_secret_header(k) {
+            value.set_sensitive(true);
+        }
+        headers.insert(name, value);
+    }
+    let request = client
+        .post(&wire.url)
+        .headers(headers)
+        .json(&wire.body)
+        .send();
+    let response = match tokio::time::timeout(Duration::from_millis(timeouts.request_ms), request).await {
+        Err(_) => {
+            return Err(LlmError::new(
+                ErrorClass::Timeout,
+                Some(&provider.name),
+                format!(
+                    "{}: no response within {} ms (timeouts.request_ms). The server may be overloaded; try again.",
+                    provider.name, timeouts.request_ms
+                ),
+            ))
+        }
+        Ok(Err(e)) => return Err(transport_error(provider, &e)),
+        Ok(Ok(r)) => r,
+    };
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let retry_after_ms = retry_after_ms(response.headers());
+    let body = match tokio::time::timeout(
+        Duration::from_millis(timeouts.stream_idle_ms),
+        response.text(),
+    )
+    .await
+    {
+        Ok(Ok(text)) => text,
+        _ => String::new(),
+    };
+    let body = redact(&body, provider.api_key.as_deref());
+    Err(classify_http(&HttpFailure {
+        provider: &provider.name,
+        model,
+        status: status.as_u16(),
+        body: &body,
+        api_key_env: provider.api_key_env.as_deref(),
+        retry_after_ms,
+    }))
+}
+
+fn is_secret_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n == "authorization" || n.contains("api-key") || n.contains("token")
+}
+
+fn bad_header(provider: &ResolvedProvider, name: &str) -> LlmError {
+    LlmError::new(
+        ErrorClass::InvalidRequest,
+        Some(&provider.name),
+        format!(
+            "{}: header `{name}` has an invalid name or value: check providers.{}.headers and the API key",
+            provider.name, provider.name
+        ),
+    )
+}
+
+/// `retry-after-ms`, then `retry-after` in seconds.
+fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(ms.max(0.0) as u64);
+    }
+    get("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|s| (s.max(0.0) * 1000.0) as u64)
+}
+
+/// A failure below HTTP (refused, reset, TLS, timeout) as one clear error.
+/// The URL is left out of the cause: reqwest would print it, and URLs end up in logs.
+pub fn transport_error(provider: &ResolvedProvider, e: &reqwest::Error) -> LlmError {
+    let cause = root_cause(e);
+    let p = &provider.name;
+    if e.is_timeout() {
+        return LlmError::new(
+            ErrorClass::Timeout,
+            Some(p),
+            format!("{p}: the connection timed out ({cause})."),
+        );
+    }
+    if e.is_connect() {
+        return LlmError::new(
+            ErrorClass::NetworkError,
+            Some(p),
+            format!(
+                "{p}: cannot connect to {} ({cause}). Check that the server is running and providers.{p}.base_url is right.",
+                provider.base_url
+            ),
+        );
+    }
+    LlmError::new(
+        ErrorClass::NetworkError,
+        Some(p),
+        format!("{p}: the connection failed ({cause})."),
+    )
+}
+
+/// A transport failure after the answer started: the partial text is kept by the caller.
+pub fn interrupted_error(provider: &str, e: &reqwest::Error) -> LlmError {
+    let cause = root_cause(e);
+    LlmError::new(
+        ErrorClass::NetworkError,
+        Some(provider),
+        format!("{provider}: the connection broke during the answer ({cause}); the partial answer is kept."),
+    )
+}
+
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    last.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_prefers_milliseconds() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(retry_after_ms(&h), Some(2000));
+        h.insert("retry-after-ms", HeaderValue::from_static("150"));
+        assert_eq!(retry_after_ms(&h), Some(150));
+    }
+}

@@ -1,0 +1,296 @@
+//! Configured providers and `"provider/model"` resolution. The built-in
+//! providers work out of the box when their usual environment variable is
+//! set; `setup({ providers = ... })` adds OpenAI-compatible servers or
+//! overrides the built-ins.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use super::error::{ErrorClass, LlmError};
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    Anthropic,
+    Openai,
+    Gemini,
+    OpenaiCompatible,
+}
+
+/// One entry of `setup({ providers = { NAME = {...} } })`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ProviderConfig {
+    pub kind: ProviderKind,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Name of the environment variable holding the key (preferred over `api_key`).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub api_key: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub models: Vec<String>,
+}
+
+/// Network time limits, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Timeouts {
+    /// Establishing the TCP/TLS connection.
+    pub connect_ms: u64,
+    /// From sending the request to receiving the response headers.
+    pub request_ms: u64,
+    /// Longest silence allowed between two pieces of a streamed answer.
+    pub stream_idle_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_ms: 10_000,
+            request_ms: 120_000,
+            stream_idle_ms: 90_000,
+        }
+    }
+}
+
+/// The part of the Lua config the core needs.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct CoreConfig {
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub timeouts: Timeouts,
+}
+
+/// A provider ready to be called: its URL, credentials and headers.
+#[derive(Debug, Clone)]
+pub struct ResolvedProvider {
+    pub name: String,
+    pub kind: ProviderKind,
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub api_key_env: Option<String>,
+    pub headers: BTreeMap<String, String>,
+}
+
+fn builtin(kind: ProviderKind, base_url: &str, env: &str) -> ProviderConfig {
+    ProviderConfig {
+        kind,
+        base_url: Some(base_url.to_string()),
+        api_key_env: Some(env.to_string()),
+        api_key: None,
+        headers: BTreeMap::new(),
+        models: Vec::new(),
+    }
+}
+
+/// The providers mia knows without any configuration.
+pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
+    BTreeMap::from([
+        (
+            "anthropic".to_string(),
+            builtin(
+                ProviderKind::Anthropic,
+                "https://api.anthropic.com",
+                "ANTHROPIC_API_KEY",
+            ),
+        ),
+        (
+            "openai".to_string(),
+            builtin(
+                ProviderKind::Openai,
+                "https://api.openai.com/v1",
+                "OPENAI_API_KEY",
+            ),
+        ),
+        (
+            "gemini".to_string(),
+            builtin(
+                ProviderKind::Gemini,
+                "https://generativelanguage.googleapis.com/v1beta",
+                "GEMINI_API_KEY",
+            ),
+        ),
+    ])
+}
+
+/// Every configured provider plus one lazily built HTTP client each.
+#[derive(Debug)]
+pub struct Providers {
+    pub config: CoreConfig,
+    clients: Mutex<HashMap<String, reqwest::Client>>,
+}
+
+impl Providers {
+    /// Merges the user's providers over the built-ins. No client is built yet:
+    /// an unused provider costs nothing.
+    pub fn new(mut config: CoreConfig) -> Self {
+        let mut all = builtin_providers();
+        all.append(&mut config.providers);
+        config.providers = all;
+        Providers {
+            config,
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Splits `"provider/model"` at the first `/` (so `openrouter/anthropic/x`
+    /// is model `anthropic/x` of `openrouter`) and finds the provider.
+    pub fn resolve(&self, model: &str) -> Result<(ResolvedProvider, String), LlmError> {
+        let Some((name, model_id)) = model
+            .split_once('/')
+            .filter(|(p, m)| !p.is_empty() && !m.is_empty())
+        else {
+            return Err(LlmError::new(
+                ErrorClass::InvalidRequest,
+                None,
+                format!(
+                    "model `{model}` must be written \"provider/model\", e.g. \"openai/gpt-4.1\""
+                ),
+            ));
+        };
+        let Some(cfg) = self.config.providers.get(name) else {
+            let known: Vec<&str> = self.config.providers.keys().map(String::as_str).collect();
+            return Err(LlmError::new(
+                ErrorClass::InvalidRequest,
+                Some(name),
+                format!(
+                    "unknown provider `{name}` in model `{model}`. Configured providers: {}. Add it under `providers` in setup().",
+                    known.join(", ")
+                ),
+            ));
+        };
+        let Some(base_url) = cfg.base_url.clone() else {
+            return Err(LlmError::new(
+                ErrorClass::InvalidRequest,
+                Some(name),
+                format!(
+                    "provider `{name}` has no base_url: set providers.{name}.base_url in setup()"
+                ),
+            ));
+        };
+        let api_key = match (&cfg.api_key, &cfg.api_key_env) {
+            (Some(key), _) => Some(key.clone()),
+            (None, Some(var)) => std::env::var(var).ok().filter(|v| !v.is_empty()),
+            (None, None) => None,
+        };
+        let needs_key = cfg.kind != ProviderKind::OpenaiCompatible || cfg.api_key_env.is_some();
+        if needs_key && api_key.is_none() {
+            let fix = match &cfg.api_key_env {
+                Some(var) => format!("Set {var} in the environment Neovim starts from"),
+                None => format!("Set providers.{name}.api_key_env in setup()"),
+            };
+            return Err(LlmError::new(
+                ErrorClass::AuthFailure,
+                Some(name),
+                format!("{name}: no API key. {fix}."),
+            ));
+        }
+        Ok((
+            ResolvedProvider {
+                name: name.to_string(),
+                kind: cfg.kind,
+                base_url: base_url.trim_end_matches('/').to_string(),
+                api_key,
+                api_key_env: cfg.api_key_env.clone(),
+                headers: cfg.headers.clone(),
+            },
+            model_id.to_string(),
+        ))
+    }
+
+    /// The pooled client of `provider`, built on first use (on the runtime,
+    /// never on Neovim's main thread: building one loads the TLS roots).
+    pub fn client(&self, provider: &str) -> Result<reqwest::Client, LlmError> {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(c) = clients.get(provider) {
+            return Ok(c.clone());
+        }
+        let client = super::http::build_client(&self.config.timeouts).map_err(|e| {
+            LlmError::new(
+                ErrorClass::Internal,
+                Some(provider),
+                format!("{provider}: cannot create an HTTP client: {e}"),
+            )
+        })?;
+        clients.insert(provider.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// How many HTTP clients exist (one per provider actually used).
+    pub fn clients_built(&self) -> usize {
+        self.clients.lock().map(|c| c.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn providers_with(extra: &[(&str, ProviderConfig)]) -> Providers {
+        let mut config = CoreConfig::default();
+        for (name, cfg) in extra {
+            config.providers.insert(name.to_string(), cfg.clone());
+        }
+        Providers::new(config)
+    }
+
+    #[test]
+    fn model_splits_at_the_first_slash() {
+        let local = ProviderConfig {
+            kind: ProviderKind::OpenaiCompatible,
+            base_url: Some("http://127.0.0.1:1/v1/".into()),
+            api_key_env: None,
+            api_key: None,
+            headers: BTreeMap::new(),
+            models: vec![],
+        };
+        let p = providers_with(&[("openrouter", local)]);
+        let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();
+        assert_eq!(resolved.name, "openrouter");
+        assert_eq!(model, "anthropic/claude");
+        assert_eq!(resolved.base_url, "http://127.0.0.1:1/v1");
+        assert_eq!(resolved.api_key, None);
+    }
+
+    #[test]
+    fn unknown_provider_lists_the_configured_ones() {
+        let err = providers_with(&[]).resolve("nope/x").unwrap_err();
+        assert_eq!(err.class, ErrorClass::InvalidRequest);
+        assert!(
+            err.message
+                .contains("Configured providers: anthropic, gemini, openai"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[test]
+    fn missing_key_names_the_env_var() {
+        let mut cfg = builtin(
+            ProviderKind::Openai,
+            "http://x",
+            "MIA_TEST_SURELY_UNSET_KEY",
+        );
+        cfg.api_key_env = Some("MIA_TEST_SURELY_UNSET_KEY".into());
+        let err = providers_with(&[("openai", cfg)])
+            .resolve("openai/gpt")
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::AuthFailure);
+        assert_eq!(err.message, "openai: no API key. Set MIA_TEST_SURELY_UNSET_KEY in the environment Neovim starts from.");
+    }
+
+    #[test]
+    fn model_without_provider_is_refused() {
+        let err = providers_with(&[]).resolve("gpt-4.1").unwrap_err();
+        assert!(err.message.contains("\"provider/model\""));
+    }
+}

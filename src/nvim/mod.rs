@@ -1,0 +1,192 @@
+//! The Lua module `mia_core`: the only code that knows mlua. It converts Lua
+//! values to core types and back; the work happens in the core.
+//!
+//! Every function here runs on Neovim's main thread and returns at once:
+//! none waits on the network, the disk or a contended lock.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use mlua::prelude::*;
+use mlua::serde::SerializeOptions;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::Event;
+use crate::llm::message::ChatRequest;
+use crate::llm::providers::CoreConfig;
+use crate::{logging, runtime, stream_task, version};
+
+static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
+/// Longest `shutdown` may wait for tasks, whatever Lua asks (`:qa` waits for it).
+const MAX_SHUTDOWN: Duration = Duration::from_millis(100);
+
+/// Runs `f`, turning a Rust panic into a Lua error instead of unwinding into Neovim.
+fn guarded<T>(what: &str, f: impl FnOnce() -> LuaResult<T>) -> LuaResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(_) => Err(LuaError::RuntimeError(format!(
+            "mia: internal error in {what} (see the log file named by :checkhealth mia)"
+        ))),
+    }
+}
+
+fn to_lua<T: serde::Serialize>(lua: &Lua, value: &T) -> LuaResult<LuaValue> {
+    lua.to_value_with(
+        value,
+        SerializeOptions::new()
+            .serialize_none_to_null(false)
+            .serialize_unit_to_null(false),
+    )
+}
+
+/// What `stream()` returns to Lua besides the id: cancelling it stops the stream.
+struct StreamHandle {
+    id: u64,
+    cancel: CancellationToken,
+}
+
+impl LuaUserData for StreamHandle {
+    fn add_fields<F: LuaUserDataFields<Self>>(fields: &mut F) {
+        fields.add_field_method_get("id", |_, this| Ok(this.id));
+    }
+
+    fn add_methods<M: LuaUserDataMethods<Self>>(methods: &mut M) {
+        methods.add_method("cancel", |_, this, ()| {
+            this.cancel.cancel();
+            Ok(())
+        });
+    }
+}
+
+/// `init({ log_file, log_level })` -> wake fd. Idempotent.
+fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
+    guarded("init", || {
+        if let Some(opts) = opts {
+            let file: Option<String> = opts.get("log_file")?;
+            let level: Option<String> = opts.get("log_level")?;
+            if let Some(file) = file {
+                logging::init(&PathBuf::from(file), level.as_deref().unwrap_or("info"));
+            }
+        }
+        let queue = runtime::queue().map_err(|e| {
+            LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}"))
+        })?;
+        Ok(i64::from(queue.fd()))
+    })
+}
+
+/// `configure(config)`: providers and timeouts, as `setup()` validated them.
+fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
+    guarded("configure", || {
+        let config: CoreConfig = lua.from_value(config).map_err(|e| {
+            LuaError::RuntimeError(format!("mia: invalid provider configuration: {e}"))
+        })?;
+        runtime::configure(config);
+        Ok(())
+    })
+}
+
+/// `stream(request)` -> handle. Starts the runtime on first use.
+fn stream(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
+    guarded("stream", || {
+        let request: ChatRequest = lua
+            .from_value(request)
+            .map_err(|e| LuaError::RuntimeError(format!("mia.stream: invalid request: {e}")))?;
+        let rt = runtime::handle()
+            .map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
+        let queue = runtime::queue().map_err(|e| {
+            LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}"))
+        })?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        stream_task::spawn_stream(
+            &rt,
+            queue,
+            runtime::providers(),
+            id,
+            request,
+            cancel.clone(),
+        );
+        Ok(StreamHandle { id, cancel })
+    })
+}
+
+/// `ack()`: clears the wake fd (called from the poll watcher, a fast event).
+fn ack(_: &Lua, (): ()) -> LuaResult<()> {
+    guarded("ack", || {
+        if let Ok(q) = runtime::queue() {
+            q.ack();
+        }
+        Ok(())
+    })
+}
+
+/// `drain()` -> list of `{ stream, kind = "delta"|"done"|"error", data }`.
+fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
+    guarded("drain", || {
+        let queue = runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
+        let events = queue.drain();
+        let out = lua.create_table_with_capacity(events.len(), 0)?;
+        for (i, event) in events.into_iter().enumerate() {
+            let t = lua.create_table_with_capacity(0, 3)?;
+            t.set("stream", event.stream())?;
+            match &event {
+                Event::Delta { delta, .. } => {
+                    t.set("kind", "delta")?;
+                    t.set("data", to_lua(lua, delta)?)?;
+                }
+                Event::Done { done, .. } => {
+                    t.set("kind", "done")?;
+                    t.set("data", to_lua(lua, done.as_ref())?)?;
+                }
+                Event::Error { error, .. } => {
+                    t.set("kind", "error")?;
+                    t.set("data", to_lua(lua, error)?)?;
+                }
+            }
+            out.raw_set(i + 1, t)?;
+        }
+        Ok(out)
+    })
+}
+
+/// `shutdown(ms)`: stops the runtime, waiting at most `min(ms, 100)` ms.
+fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
+    guarded("shutdown", || {
+        let wait = Duration::from_millis(ms.unwrap_or(100)).min(MAX_SHUTDOWN);
+        runtime::shutdown(wait);
+        logging::flush();
+        Ok(())
+    })
+}
+
+/// `status()` -> `{ runtime_started, clients }` for `:checkhealth` and tests.
+fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
+    guarded("status", || {
+        let t = lua.create_table()?;
+        t.set("runtime_started", runtime::started())?;
+        t.set("clients", runtime::providers().clients_built())?;
+        Ok(t)
+    })
+}
+
+/// `require("mia_core")`. Safe to run again over the same process (a
+/// `package.loaded` reset): the runtime, queue and logger are process-wide
+/// statics that are reused, not rebuilt.
+#[mlua::lua_module(name = "mia_core")]
+fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
+    let m = lua.create_table()?;
+    m.set("version", version::VERSION)?;
+    m.set("protocol", version::PROTOCOL)?;
+    m.set("init", lua.create_function(init)?)?;
+    m.set("configure", lua.create_function(configure)?)?;
+    m.set("stream", lua.create_function(stream)?)?;
+    m.set("ack", lua.create_function(ack)?)?;
+    m.set("drain", lua.create_function(drain)?)?;
+    m.set("shutdown", lua.create_function(shutdown)?)?;
+    m.set("status", lua.create_function(status)?)?;
+    Ok(m)
+}

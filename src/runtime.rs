@@ -1,0 +1,74 @@
+//! The tokio runtime the core runs on: created on first use, owned by the
+//! library, shut down within a bound when Neovim exits.
+
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::Duration;
+
+use tokio::runtime::{Handle, Runtime};
+
+use crate::events::EventQueue;
+use crate::llm::providers::{CoreConfig, Providers};
+
+static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
+static QUEUE: OnceLock<Arc<EventQueue>> = OnceLock::new();
+static PROVIDERS: RwLock<Option<Arc<Providers>>> = RwLock::new(None);
+
+/// The runtime's handle, building the runtime on first call. Two worker
+/// threads: the work is I/O-bound and the editor needs the cores more.
+pub fn handle() -> io::Result<Handle> {
+    let mut slot = RUNTIME.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(rt) = slot.as_ref() {
+        return Ok(rt.handle().clone());
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("mia-runtime")
+        .enable_all()
+        .build()?;
+    let handle = rt.handle().clone();
+    *slot = Some(rt);
+    Ok(handle)
+}
+
+/// True once the runtime exists (for `:checkhealth` and tests of laziness).
+pub fn started() -> bool {
+    RUNTIME.lock().map(|s| s.is_some()).unwrap_or(false)
+}
+
+/// Stops every task and joins the runtime's threads, waiting at most `timeout`.
+/// Idempotent; a later `handle()` builds a new runtime.
+pub fn shutdown(timeout: Duration) {
+    let rt = RUNTIME.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(rt) = rt {
+        rt.shutdown_timeout(timeout);
+    }
+}
+
+/// The process-wide event queue (created once; survives re-`require`).
+pub fn queue() -> io::Result<Arc<EventQueue>> {
+    if let Some(q) = QUEUE.get() {
+        return Ok(q.clone());
+    }
+    let q = Arc::new(EventQueue::new()?);
+    // Only the main thread creates the queue, so a lost race is impossible;
+    // get_or_init keeps it correct anyway.
+    Ok(QUEUE.get_or_init(|| q).clone())
+}
+
+/// Replaces the provider configuration. Streams already running keep the
+/// configuration they started with.
+pub fn configure(config: CoreConfig) {
+    let providers = Arc::new(Providers::new(config));
+    *PROVIDERS.write().unwrap_or_else(|p| p.into_inner()) = Some(providers);
+}
+
+/// The current providers (built-ins only until `configure` is called).
+pub fn providers() -> Arc<Providers> {
+    if let Some(p) = PROVIDERS.read().unwrap_or_else(|p| p.into_inner()).as_ref() {
+        return p.clone();
+    }
+    let mut slot = PROVIDERS.write().unwrap_or_else(|p| p.into_inner());
+    slot.get_or_insert_with(|| Arc::new(Providers::new(CoreConfig::default())))
+        .clone()
+}

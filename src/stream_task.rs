@@ -1,0 +1,73 @@
+//! Supervised streaming tasks: whatever happens inside (success, provider
+//! error, cancellation, panic), the stream ends with exactly one done or
+//! error event on the queue.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures_util::FutureExt;
+use tokio::runtime::Handle;
+use tokio_util::sync::CancellationToken;
+
+use crate::events::{Event, EventQueue, StreamId};
+use crate::llm::error::{ErrorClass, LlmError};
+use crate::llm::message::ChatRequest;
+use crate::llm::providers::Providers;
+
+/// Starts streaming `req` on `rt`; events for `stream` go to `queue`.
+/// Cancelling `cancel` ends the stream with a `cancelled` error event.
+pub fn spawn_stream(
+    rt: &Handle,
+    queue: Arc<EventQueue>,
+    providers: Arc<Providers>,
+    stream: StreamId,
+    req: ChatRequest,
+    cancel: CancellationToken,
+) {
+    rt.spawn(async move {
+        let q = queue.clone();
+        let work = async move {
+            let mut emit = |delta| q.push(Event::Delta { stream, delta });
+            crate::llm::stream_chat(&providers, &req, &mut emit).await
+        };
+        let outcome = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => Err(LlmError::cancelled()),
+            result = AssertUnwindSafe(work).catch_unwind() => match result {
+                Ok(r) => r,
+                Err(panic) => Err(panic_error(panic)),
+            },
+        };
+        match outcome {
+            Ok(done) => queue.push(Event::Done {
+                stream,
+                done: Box::new(done),
+            }),
+            Err(error) => {
+                if error.class != ErrorClass::Cancelled {
+                    tracing::warn!(
+                        stream,
+                        class = error.class.as_str(),
+                        "stream failed: {}",
+                        error.message
+                    );
+                }
+                queue.push(Event::Error { stream, error })
+            }
+        }
+    });
+}
+
+fn panic_error(panic: Box<dyn std::any::Any + Send>) -> LlmError {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_string());
+    tracing::error!("stream task panicked: {what}");
+    LlmError::new(
+        ErrorClass::Internal,
+        None,
+        format!("mia hit an internal error ({what}). Please report it with the log file from :checkhealth mia."),
+    )
+}
