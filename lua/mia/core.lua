@@ -139,6 +139,18 @@ function M.get()
   return c
 end
 
+--- Calls a native function; its error (an mlua userdata with a traceback)
+--- becomes a plain one-line Lua string error.
+--- @param fn function
+function M.call(fn, ...)
+  local result = { pcall(fn, ...) }
+  if not result[1] then
+    local msg = tostring(result[2]):gsub("^runtime error: ", ""):gsub("\nstack traceback:.*$", "")
+    error(msg, 0)
+  end
+  return unpack(result, 2)
+end
+
 --- True once the library has been loaded into this Neovim.
 function M.is_loaded()
   return core ~= nil

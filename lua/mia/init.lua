@@ -10,18 +10,19 @@ function M.setup(opts)
   require("mia.config").set(opts)
   local core = require("mia.core")
   if core.is_loaded() then
-    core.get().configure(require("mia.config").core())
+    core.call(core.get().configure, require("mia.config").core())
   end
 end
 
 --- The loaded core with its bridge running; raises the loader's one-line reason.
 --- @return table
 function M._core()
-  local core = require("mia.core").get()
+  local loader = require("mia.core")
+  local core = loader.get()
   local cfg = require("mia.config")
   local bridge = require("mia.bridge")
   if not M._started then
-    core.configure(cfg.core())
+    loader.call(core.configure, cfg.core())
     bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
     M._started = true
   end
@@ -43,7 +44,7 @@ function M.stream(request, callbacks)
   local core = M._core()
   local req = vim.deepcopy(request)
   req.model = req.model or require("mia.config").get().model
-  local native = core.stream(req)
+  local native = require("mia.core").call(core.stream, req)
   local id = native.id
   require("mia.bridge").watch(id, callbacks)
   return {

@@ -82,7 +82,10 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
 fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
     guarded("configure", || {
         let config: CoreConfig = lua.from_value(config).map_err(|e| {
-            LuaError::RuntimeError(format!("mia: invalid provider configuration: {e}"))
+            LuaError::RuntimeError(format!(
+                "mia: invalid provider configuration: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
         })?;
         runtime::configure(config);
         Ok(())
@@ -92,9 +95,12 @@ fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
 /// `stream(request)` -> handle. Starts the runtime on first use.
 fn stream(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
     guarded("stream", || {
-        let request: ChatRequest = lua
-            .from_value(request)
-            .map_err(|e| LuaError::RuntimeError(format!("mia.stream: invalid request: {e}")))?;
+        let request: ChatRequest = lua.from_value(request).map_err(|e| {
+            LuaError::RuntimeError(format!(
+                "mia.stream: invalid request: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
         let rt = runtime::handle()
             .map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
         let queue = runtime::queue().map_err(|e| {

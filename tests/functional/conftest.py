@@ -1,0 +1,152 @@
+"""Fixtures for mia's functional tests: a real headless Neovim (driven over
+RPC by pynvim) with the plugin and its native library loaded, talking real
+HTTP over loopback to the project's scenario server."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import json
+from pathlib import Path
+
+import pynvim
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / "target" / "release" / "libmia_core.so"
+SERVER = ROOT / "scripts" / "scenario_server.py"
+
+
+def nvim_binary() -> str:
+    """The Neovim to test with: $MIA_NVIM, the project's venv, then PATH."""
+    for candidate in (os.environ.get("MIA_NVIM"), str(ROOT / ".venv" / "bin" / "nvim"), shutil.which("nvim")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.exit("no Neovim found: run scripts/test (it installs one) or set MIA_NVIM", 2)
+
+
+class ScenarioServer:
+    """The project's scenario server as a subprocess on 127.0.0.1."""
+
+    def __init__(self, extra_args=()):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SERVER), *extra_args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("LISTENING "):
+            self.proc.kill()
+            raise RuntimeError(f"scenario server did not start: {line!r} {self.proc.stderr.read()}")
+        self.port = int(line.split()[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def requests(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_requests", timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture
+def server():
+    s = ScenarioServer()
+    yield s
+    s.stop()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Editor:
+    """A headless Neovim child with mia on its runtimepath."""
+
+    def __init__(self, tmp_path: Path, env=None, setup=None):
+        self.home = tmp_path
+        base_env = {
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+            "XDG_DATA_HOME": str(tmp_path / "data"),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        }
+        base_env.update(env or {})
+        argv = ["env", *[f"{k}={v}" for k, v in base_env.items()], nvim_binary(), "--embed", "--headless", "--clean",
+                "--cmd", f"set rtp^={ROOT}", "--cmd", "set shortmess+=I"]
+        self.nvim = pynvim.attach("child", argv=argv)
+        self.pid = self.nvim.call("getpid")
+        if setup is not None:
+            self.lua("require('mia').setup(...)", setup)
+
+    def lua(self, code: str, *args):
+        return self.nvim.exec_lua(code, *args)
+
+    def wait(self, condition: str, timeout_ms: int = 30000):
+        """Runs Neovim's own loop until the Lua expression is true (a guard, not a timing assertion)."""
+        ok = self.lua(f"return vim.wait({timeout_ms}, function() return {condition} end, 5)")
+        assert ok, f"timed out waiting for: {condition}\nchat:\n{self.chat_text()}\nmessages:\n{self.messages()}"
+
+    def chat_text(self) -> str:
+        return self.lua(
+            "local c = package.loaded['mia.chat']; if not c then return '' end "
+            "return table.concat(vim.api.nvim_buf_get_lines(c.buffer(), 0, -1, false), '\\n')"
+        )
+
+    def messages(self) -> str:
+        return self.lua("return vim.api.nvim_exec2('messages', { output = true }).output")
+
+    def state(self) -> str:
+        return self.lua("return require('mia.chat').state()")
+
+    def close(self):
+        try:
+            self.nvim.close()
+        except Exception:
+            pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def scenario_setup(server: ScenarioServer, **extra):
+    opts = {
+        "model": "scn/echo",
+        "providers": {"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
+    }
+    opts.update(extra)
+    return opts
+
+
+@pytest.fixture
+def editor_factory(tmp_path):
+    editors = []
+
+    def make(name="nvim", **kwargs):
+        e = Editor(tmp_path / name, **kwargs)
+        editors.append(e)
+        return e
+
+    yield make
+    for e in editors:
+        e.close()
+
+
+@pytest.fixture
+def editor(editor_factory, server):
+    if not LIB.exists():
+        pytest.fail(f"{LIB} is missing: build it with `cargo build --release` (scripts/test does)")
+    return editor_factory(setup=scenario_setup(server))

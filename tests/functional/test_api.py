@@ -1,0 +1,199 @@
+"""The Lua API, the loader, :checkhealth and the bridge's guarantees, in a real Neovim."""
+
+import os
+import shutil
+import time
+
+import pytest
+from pynvim.api.common import NvimError
+
+from conftest import LIB, ROOT, scenario_setup
+
+STREAM = """
+local events = {}
+_G.got = { deltas = {}, done = nil, err = nil }
+_G.h = require('mia').stream(..., {
+  on_delta = function(d) table.insert(got.deltas, d) end,
+  on_done = function(d) got.done = d end,
+  on_error = function(e) got.err = e end,
+})
+return h.id
+"""
+
+
+def test_stream_api_delivers_text_usage_and_done(editor):
+    editor.lua(STREAM, {"messages": [{"role": "user", "content": "echo a b c"}], "system": "sys words"})
+    editor.wait("got.done ~= nil or got.err ~= nil")
+    got = editor.lua("return got")
+    assert got.get("err") is None
+    text = "".join(d["text"] for d in got["deltas"] if d["type"] == "text")
+    assert text == "echo a b c"
+    usage_deltas = [d for d in got["deltas"] if d["type"] == "usage"]
+    # the scenario server counts words of every message: 2 (system) + 4 (user)
+    assert usage_deltas[-1]["usage"]["input_tokens"] == 6
+    done = got["done"]
+    assert done["text"] == "echo a b c"
+    assert done["stop_reason"] == "end_turn"
+    assert done["usage"]["input_tokens"] == 6 and done["usage"]["output_tokens"] == 4
+    assert done["usage"]["estimated"] is False
+    assert done["cost"] == {"known": False}
+    assert done["tool_calls"] == []
+
+
+def test_stream_handle_cancel_reports_cancelled(editor):
+    editor.lua(STREAM, {"messages": [{"role": "user", "content": "slow 1000 100"}]})
+    editor.wait("#got.deltas > 0")
+    editor.lua("h:cancel()")
+    editor.wait("got.err ~= nil")
+    err = editor.lua("return got.err")
+    assert err["class"] == "cancelled" and err["retryable"] is False
+    assert editor.lua("return got.done == nil") is True
+
+
+def test_one_callback_error_does_not_lose_another_streams_text(editor):
+    editor.lua("""
+      _G.good = { text = '', done = false }
+      require('mia').stream({ messages = { { role = 'user', content = 'slow 40 400' } } }, {
+        on_delta = function() error('boom in a user callback') end,
+      })
+      require('mia').stream({ messages = { { role = 'user', content = 'slow 40 400' } } }, {
+        on_delta = function(d) if d.type == 'text' then good.text = good.text .. d.text end end,
+        on_done = function() good.done = true end,
+      })
+    """)
+    editor.wait("good.done")
+    assert editor.lua("return good.text") == "".join("w%05d " % i for i in range(40))
+    editor.lua("vim.wait(50)")
+    assert "boom in a user callback" in editor.messages()
+
+
+def test_invalid_request_is_a_clear_lua_error(editor):
+    with pytest.raises(NvimError, match=r"request.messages: expected table, got nil"):
+        editor.lua("require('mia').stream({ model = 'scn/x' }, {})")
+    with pytest.raises(NvimError, match=r"a message needs `content`"):
+        editor.lua("require('mia').stream({ messages = { { role = 'user' } } }, {})")
+
+
+def test_unknown_provider_lists_the_configured_ones(editor):
+    editor.lua(STREAM, {"model": "nope/x", "messages": [{"role": "user", "content": "hi"}]})
+    editor.wait("got.err ~= nil")
+    err = editor.lua("return got.err")
+    assert err["class"] == "invalid_request"
+    assert err["message"] == (
+        "unknown provider `nope` in model `nope/x`. Configured providers: anthropic, gemini, openai, scn. "
+        "Add it under `providers` in setup()."
+    )
+
+
+def test_plugin_and_setup_do_not_load_the_native_library(editor):
+    # `editor` ran setup(); the library must not be mapped into the process yet.
+    maps = open(f"/proc/{editor.pid}/maps").read()
+    assert "libmia_core" not in maps
+    assert editor.lua("return require('mia.core').is_loaded()") is False
+    assert editor.lua("return vim.fn.exists(':Mia')") == 2
+    editor.nvim.command("Mia prompt echo now")
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert "libmia_core" in open(f"/proc/{editor.pid}/maps").read()
+
+
+def test_subcommands_complete(editor):
+    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "stop", "open", "clear", "health"]
+    assert editor.lua("return vim.fn.getcompletion('Mia st', 'cmdline')") == ["stop"]
+
+
+def test_unknown_subcommand_lists_the_available_ones(editor):
+    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: clear, health, open, prompt, stop"):
+        editor.nvim.command("Mia frobnicate")
+
+
+def test_setup_rejects_a_bad_provider_kind_with_one_clear_error(editor):
+    with pytest.raises(NvimError, match=r'mia.setup: `providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible \(got "olama"\)'):
+        editor.lua("require('mia').setup({ providers = { x = { kind = 'olama' } } })")
+
+
+def test_library_missing_says_what_to_run(editor_factory, server):
+    ed = editor_factory(env={"MIA_CORE_PATH": "/nonexistent/libmia_core.so"}, setup=scenario_setup(server))
+    with pytest.raises(NvimError) as exc:
+        ed.nvim.command("Mia prompt hello")
+    msg = str(exc.value)
+    assert "mia: the native library is not built (no /nonexistent/libmia_core.so). Run `cargo build --release` in " + str(ROOT) in msg
+    assert "module 'mia_core' not found" not in msg and "traceback" not in msg
+    assert ed.chat_text() == ""  # nothing half-done in the chat
+
+
+def test_library_from_another_version_is_refused(editor_factory, server):
+    ed = editor_factory(setup=scenario_setup(server))
+    ed.lua("package.loaded['mia.version'] = { version = '0.0.9', protocol = 1 }")
+    with pytest.raises(NvimError) as exc:
+        ed.nvim.command("Mia prompt hello")
+    assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `cargo build --release`" in str(exc.value)
+
+
+def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_path):
+    plugin = tmp_path / "plugin-copy"
+    for part in ("lua", "plugin", "src"):
+        shutil.copytree(ROOT / part, plugin / part)
+    shutil.copy(ROOT / "Cargo.toml", plugin / "Cargo.toml")
+    (plugin / "target" / "release").mkdir(parents=True)
+    lib = plugin / "target" / "release" / "libmia_core.so"
+    shutil.copy(LIB, lib)
+    old = time.time() - 3600
+    os.utime(lib, (old, old))
+    ed = editor_factory(setup=None)
+    ed.lua("vim.opt.rtp:remove(...); vim.opt.rtp:prepend(select(2, ...))", str(ROOT), str(plugin))
+    ed.lua("for k in pairs(package.loaded) do if k:match('^mia') then package.loaded[k] = nil end end")
+    ed.lua("require('mia').setup(...)", scenario_setup(server))
+    with pytest.raises(NvimError) as exc:
+        ed.nvim.command("Mia prompt hello")
+    assert "was built from an older version of the code (" in str(exc.value)
+    assert "Run `cargo build --release` in " + str(plugin) in str(exc.value)
+
+
+def test_reloading_the_module_reuses_the_runtime(editor):
+    editor.nvim.command("Mia prompt echo first")
+    editor.wait("require('mia.chat').state() == 'done'")
+    # a second luaopen over the same process statics must work and stream
+    again = editor.lua("""
+      local core = require('mia.core')
+      local opener = package.loadlib(core.lib_path(), 'luaopen_mia_core')
+      local m = opener()
+      return { m.version, m.init({}) }
+    """)
+    assert again[0] == "0.1.0" and again[1] > 0
+    editor.nvim.command("Mia prompt echo second")
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert editor.chat_text().endswith("echo second")
+
+
+def test_quit_while_streaming_exits_promptly(editor):
+    editor.nvim.command("Mia prompt slow 100000 100")
+    editor.wait("#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1] > 0")
+    pid = editor.pid
+    try:
+        editor.nvim.command("qa!")
+    except Exception:
+        pass  # the RPC channel closes with the process
+    for _ in range(1000):  # a guard against a hang, not a timing assertion
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split()[2] == "Z":
+                return
+    pytest.fail("Neovim did not exit within 10 s of :qa! while streaming")
+
+
+def test_checkhealth_reports_library_providers_and_never_the_key(editor_factory, server):
+    secret = "sk-live-must-not-appear-0123456789"
+    ed = editor_factory(env={"OPENAI_API_KEY": secret}, setup=scenario_setup(server))
+    ed.nvim.command("checkhealth mia")
+    report = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+    assert "Neovim 0." in report
+    assert "library loaded: version 0.1.0, protocol 1 (matches)" in report
+    assert "openai (openai) https://api.openai.com/v1: $OPENAI_API_KEY is set" in report
+    assert "anthropic (anthropic) https://api.anthropic.com: $ANTHROPIC_API_KEY is NOT set" in report
+    assert "scn (openai_compatible) " + server.base_url + ": no API key needed" in report
+    assert "log file: " in report and "data directory: " in report
+    assert secret not in report

@@ -1,0 +1,179 @@
+"""`:Mia prompt` end to end: real Neovim, real HTTP, the chat buffer checked byte for byte."""
+
+import re
+
+import pytest
+from pynvim.api.common import NvimError
+
+from conftest import free_port, scenario_setup
+
+UNICODE = "héllo wörld — 你好世界 🎉🚀 naïve café ∑∫"
+
+
+def transcript(prompt, answer, model="scn/echo"):
+    return f"## You\n\n{prompt}\n\n## mia · {model}\n\n{answer}"
+
+
+def tokens(n):
+    return "".join("w%05d " % i for i in range(n))
+
+
+def test_echo_streams_the_answer_into_the_chat_buffer(editor):
+    editor.nvim.command("Mia prompt echo hello wörld, how are you?")
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert editor.chat_text() == transcript("echo hello wörld, how are you?", "echo hello wörld, how are you?")
+    assert editor.lua("return vim.bo[require('mia.chat').buffer()].filetype") == "markdown"
+    # the chat is shown in a split next to the original window
+    assert editor.lua("return #vim.fn.win_findbuf(require('mia.chat').buffer())") == 1
+    assert editor.lua("return #vim.api.nvim_list_wins()") == 2
+
+
+def test_second_prompt_reuses_the_window_and_sends_the_history(editor, server):
+    editor.nvim.command("Mia prompt echo one")
+    editor.wait("require('mia.chat').state() == 'done'")
+    editor.nvim.command("Mia prompt echo two")
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert editor.chat_text() == transcript("echo one", "echo one") + "\n\n" + transcript("echo two", "echo two")
+    assert editor.lua("return #vim.api.nvim_list_wins()") == 2
+    last = [r for r in server.requests() if r["path"] == "/v1/chat/completions"][-1]["body"]
+    assert [(m["role"], m["content"]) for m in last["messages"]] == [
+        ("system", last["messages"][0]["content"]),
+        ("user", "echo one"),
+        ("assistant", "echo one"),
+        ("user", "echo two"),
+    ]
+    assert last["stream"] is True and last["model"] == "echo"
+
+
+def test_20k_token_stream_arrives_byte_for_byte(editor):
+    editor.nvim.command("Mia prompt long 20000")
+    editor.wait("require('mia.chat').state() == 'done'", timeout_ms=120000)
+    assert editor.chat_text() == transcript("long 20000", tokens(20000))
+
+
+def test_unicode_split_inside_utf8_sequences_is_intact(editor):
+    editor.nvim.command("Mia prompt unicode")
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert editor.chat_text() == transcript("unicode", UNICODE)
+
+
+def test_stop_cancels_mid_stream_and_keeps_the_partial_text(editor):
+    editor.nvim.command("Mia prompt slow 2000 200")
+    editor.wait("#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1] >= 70")
+    editor.nvim.command("Mia stop")
+    editor.wait("require('mia.chat').state() == 'cancelled'")
+    text = editor.chat_text()
+    head = transcript("slow 2000 200", "")
+    assert text.startswith(head) and text.endswith("\n\n*[cancelled]*")
+    partial = text[len(head):-len("\n\n*[cancelled]*")]
+    assert re.fullmatch(r"(w\d{5} )+", partial), partial[:200]
+    assert partial == tokens(len(partial) // 7)  # whole tokens, in order, none lost
+    assert len(partial) // 7 < 2000
+    # nothing arrives after the cancel
+    editor.lua("vim.wait(300)")
+    assert editor.chat_text() == text
+
+
+def test_ctrl_c_in_the_chat_stops_the_answer(editor):
+    editor.nvim.command("Mia prompt slow 2000 200")
+    editor.wait("#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1] >= 14")
+    editor.lua("vim.api.nvim_set_current_win(vim.fn.win_findbuf(require('mia.chat').buffer())[1])")
+    editor.nvim.input("<C-c>")
+    editor.wait("require('mia.chat').state() == 'cancelled'")
+    assert editor.chat_text().endswith("\n\n*[cancelled]*")
+
+
+def test_http_500_shows_one_clear_error(editor):
+    editor.nvim.command("Mia prompt http 500")
+    editor.wait("require('mia.chat').state() == 'error'")
+    assert editor.chat_text() == transcript(
+        "http 500",
+        "\n\n> **Error** (server_error): scn: server error (HTTP 500: The server had an error while processing "
+        "your request.). The provider is having trouble; try again shortly.",
+    )
+
+
+def test_unauthorized_names_the_key_variable(editor_factory, server):
+    opts = scenario_setup(server)
+    opts["providers"]["scn"]["api_key_env"] = "MIA_TEST_KEY"
+    ed = editor_factory(env={"MIA_TEST_KEY": "sk-test-do-not-leak-1234567890"}, setup=opts)
+    ed.nvim.command("Mia prompt http 401")
+    ed.wait("require('mia.chat').state() == 'error'")
+    text = ed.chat_text()
+    assert text.endswith(
+        "> **Error** (auth_failure): scn: authentication failed (HTTP 401: Incorrect API key provided.). "
+        "Set MIA_TEST_KEY to a valid API key for scn."
+    )
+    req = server.requests()[-1]
+    assert req["headers"]["authorization"] == "<redacted>"  # the key travelled in the header
+    assert "sk-test-do-not-leak" not in text + ed.messages()
+    log = (ed.home / "state" / "nvim" / "mia.log").read_text()
+    assert "sk-test-do-not-leak" not in log
+
+
+def test_server_gone_reports_a_network_error(editor_factory, tmp_path):
+    port = free_port()
+    ed = editor_factory(setup={
+        "model": "gone/x",
+        "providers": {"gone": {"kind": "openai_compatible", "base_url": f"http://127.0.0.1:{port}/v1"}},
+    })
+    ed.nvim.command("Mia prompt hello")
+    ed.wait("require('mia.chat').state() == 'error'")
+    assert ed.chat_text() == transcript(
+        "hello",
+        f"\n\n> **Error** (network_error): gone: cannot connect to http://127.0.0.1:{port}/v1 (Connection refused "
+        "(os error 111)). Check that the server is running and providers.gone.base_url is right.",
+        model="gone/x",
+    )
+
+
+def test_reset_mid_stream_keeps_partial_and_reports_network_error(editor):
+    editor.nvim.command("Mia prompt reset 50")
+    editor.wait("require('mia.chat').state() == 'error'")
+    text = editor.chat_text()
+    assert text.startswith(transcript("reset 50", tokens(50)) + "\n\n> **Error** (network_error): scn: the connection broke during the answer (")
+    assert text.endswith("); the partial answer is kept.")
+
+
+def test_stream_ending_without_done_is_a_network_error(editor):
+    editor.nvim.command("Mia prompt truncate 30")
+    editor.wait("require('mia.chat').state() == 'error'")
+    assert editor.chat_text() == transcript(
+        "truncate 30",
+        tokens(30) + "\n\n> **Error** (network_error): scn: the stream ended before the answer was complete; "
+        "the partial answer is kept.",
+    )
+
+
+def test_stalled_stream_times_out_and_keeps_partial(editor_factory, server):
+    ed = editor_factory(setup=scenario_setup(server, timeouts={"stream_idle_ms": 400}))
+    ed.nvim.command("Mia prompt stall 10")
+    ed.wait("require('mia.chat').state() == 'error'")
+    assert ed.chat_text() == transcript(
+        "stall 10",
+        tokens(10) + "\n\n> **Error** (timeout): scn: the answer stalled for 400 ms (timeouts.stream_idle_ms); "
+        "the partial answer is kept.",
+    )
+
+
+def test_malformed_chunk_is_reported_with_the_text_so_far(editor):
+    editor.nvim.command("Mia prompt malformed")
+    editor.wait("require('mia.chat').state() == 'error'")
+    text = editor.chat_text()
+    assert text.startswith(transcript("malformed", "ok \n\n> **Error** (server_error): scn: the stream carried a malformed chunk ("))
+
+
+def test_prompt_while_streaming_is_refused_clearly(editor):
+    editor.nvim.command("Mia prompt slow 500 100")
+    with pytest.raises(NvimError, match="an answer is still streaming. Stop it with :Mia stop"):
+        editor.nvim.command("Mia prompt echo again")
+    editor.nvim.command("Mia stop")
+    editor.wait("require('mia.chat').state() == 'cancelled'")
+
+
+def test_range_prompt_includes_the_selected_lines(editor):
+    editor.lua("vim.api.nvim_buf_set_lines(0, 0, -1, false, {'local x = 1', 'return x'}); vim.bo.filetype = 'lua'")
+    editor.nvim.command("1,2Mia prompt echo Explain this")
+    editor.wait("require('mia.chat').state() == 'done'")
+    prompt = "echo Explain this\n\n```lua\nlocal x = 1\nreturn x\n```"
+    assert editor.chat_text() == transcript(prompt, prompt)
