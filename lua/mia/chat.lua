@@ -29,6 +29,7 @@ local function create_buffer()
   -- A streamed answer is not an edit to undo, and undo history grows with every change.
   vim.bo[b].undolevels = -1
   vim.bo[b].filetype = "markdown"
+  vim.bo[b].synmaxcol = require("mia.config").get().chat.synmaxcol
   vim.keymap.set("n", "<C-c>", M.stop, { buffer = b, desc = "mia: stop the answer" })
   return b
 end

@@ -17,6 +17,8 @@
 --- @class mia.ChatConfig
 --- @field position? "right"|"left"|"bottom"|"top" Where the chat split opens (default "right").
 --- @field size? integer Width (or height) of the split; 0 lets Neovim halve the window (default 0).
+--- @field synmaxcol? integer Syntax highlighting stops at this column of a line (default 1000): regex
+--- markdown syntax over a very long streamed line costs milliseconds on every redraw.
 
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
@@ -41,7 +43,7 @@ local function defaults()
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
     system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
-    chat = { position = "right", size = 0 },
+    chat = { position = "right", size = 0, synmaxcol = 1000 },
     mode = "ask",
   }
 end

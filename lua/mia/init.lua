@@ -7,10 +7,12 @@ local M = {}
 --- Stores and validates the configuration. Does not load the native library.
 --- @param opts? mia.Config
 function M.setup(opts)
-  require("mia.config").set(opts)
-  local core = require("mia.core")
-  if core.is_loaded() then
-    core.call(core.get().configure, require("mia.config").core())
+  local config = require("mia.config")
+  config.set(opts)
+  -- Only reconfigure a core that is already running; never load it here.
+  local core = package.loaded["mia.core"]
+  if core and core.is_loaded() then
+    core.call(core.get().configure, config.core())
   end
 end
 

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Streaming benchmark: mia against the way today's Lua plugins stream, side
+by side in one run, in a real Neovim TUI (inside tmux) talking to the
+scenario server over loopback.
+
+For each scenario (a 5000-token burst, 1 kHz for 3 s, 50 Hz) and each client
+(mia's `:Mia prompt`; a curl subprocess with one scheduled Lua decode and
+buffer write per SSE line) it reports medians over --runs runs of:
+  - wall time from the command to the final text in the buffer,
+  - CPU time of Neovim's main thread (from /proc/<pid>/task/<pid>/schedstat),
+    and of the TUI client process,
+  - p50/p99 latency from the server's send of a token to its bytes in the
+    buffer (server and Neovim both read CLOCK_MONOTONIC), and the time from
+    the command to the first text. In the burst the server writes tokens in
+    batches and logs after each batch is flushed, so its per-token latency
+    can read below zero there; the paced scenarios write one token at a time.
+Then: idle CPU for 10 s with and without mia loaded, the time setup() adds
+to startup, the .so size, and (with --build-time) a clean release build.
+
+    .venv/bin/python benches/stream_bench.py [--runs 5] [--build-time] [--json out.json]
+
+Numbers go in closing notes; no test asserts them.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pynvim
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = [
+    ("5000-token burst", "long 5000", 5000),
+    ("1 kHz for 3 s", "slow 3000 1000", 3000),
+    ("50 Hz (200 tokens)", "slow 200 50", 200),
+]
+TOKEN_BYTES = 7
+
+
+def nvim_binary():
+    for c in (os.environ.get("MIA_NVIM"), str(ROOT / ".venv/bin/nvim"), shutil.which("nvim")):
+        if c and Path(c).exists():
+            return c
+    sys.exit("no Neovim: run scripts/bootstrap")
+
+
+def task_cpu_ns(pid, tid):
+    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0])
+
+
+def process_cpu_ns(pid):
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += task_cpu_ns(pid, tid)
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+class Server:
+    def __init__(self, log):
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "scripts/scenario_server.py"), "--log-sends", str(log)],
+            stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline().split()[1])
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def sends(self):
+        """{seq: {token_index: send_ns}} from the send log."""
+        out = {}
+        if not self.log.exists():
+            return out
+        for line in self.log.read_text().splitlines():
+            seq, idx, ns = map(int, line.split())
+            out.setdefault(seq, {})[idx] = ns
+        return out
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+class Tui:
+    """Neovim's TUI in a detached tmux pane, driven over its --listen socket."""
+
+    def __init__(self, tmp, base_url, with_mia=True):
+        self.sock = str(Path(tmp) / f"nvim-{time.monotonic_ns()}.sock")
+        self.tmux = ["tmux", "-L", "miabench"]
+        env = {
+            "MIA_BENCH_ROOT": str(ROOT), "MIA_BENCH_BASE_URL": base_url,
+            "XDG_STATE_HOME": str(Path(tmp) / "state"), "XDG_DATA_HOME": str(Path(tmp) / "data"),
+        }
+        if not with_mia:
+            env["MIA_BENCH_NO_MIA"] = "1"
+        envs = " ".join(f"{k}={v}" for k, v in env.items())
+        cmd = f"env {envs} {nvim_binary()} --clean -u {ROOT / 'benches/bench_init.lua'} --listen {self.sock}"
+        subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
+        subprocess.run(self.tmux + ["new-session", "-d", "-x", "160", "-y", "45", cmd], check=True)
+        for _ in range(500):
+            if Path(self.sock).exists():
+                break
+            time.sleep(0.01)
+        self.nvim = pynvim.attach("socket", path=self.sock)
+        self.pid = self.nvim.call("getpid")
+        # The TUI client is the pane's process; the server (pid above) is its child.
+        pane = subprocess.run(self.tmux + ["list-panes", "-F", "#{pane_pid}"], capture_output=True, text=True, check=True)
+        self.tui_pid = int(pane.stdout.split()[0])
+
+    def lua(self, code, *args):
+        return self.nvim.exec_lua(code, *args)
+
+    def close(self):
+        try:
+            self.nvim.command("qa!")
+        except Exception:
+            pass
+        subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
+
+
+def run_stream(tui, server, client, prompt, n_tokens):
+    tui.lua("bench.start_%s(...)" % client, prompt)
+    main0, tui0 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.tui_pid)
+    deadline = time.monotonic() + 120
+    while not tui.lua("return bench.%s_done()" % client):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{client} {prompt}: no end after 120 s")
+        time.sleep(0.1)
+    time.sleep(0.3)  # let the final redraw finish before reading CPU
+    main_ns = task_cpu_ns(tui.pid, tui.pid) - main0
+    tui_ns = process_cpu_ns(tui.tui_pid) - tui0
+    res = tui.lua("return bench.result()")
+    times, counts = res["t"], res["n"]
+    expected = n_tokens * TOKEN_BYTES
+    if not counts or counts[-1] < expected:
+        raise RuntimeError(f"{client} {prompt}: got {counts[-1] if counts else 0} of {expected} bytes")
+    sends = server.sends()
+    seq = max(sends)
+    sent = sends[seq]
+    lat = []
+    j = 0
+    for i in range(n_tokens):
+        need = (i + 1) * TOKEN_BYTES
+        while counts[j] < need:
+            j += 1
+        lat.append((times[j] - sent[i]) / 1e6)
+    last = next(t for t, c in zip(times, counts) if c >= expected)
+    lat.sort()
+    return {
+        "wall_ms": (last - res["t0"]) / 1e6,
+        "main_cpu_ms": main_ns / 1e6,
+        "tui_cpu_ms": tui_ns / 1e6,
+        "first_token_ms": lat_first(times, counts, sent),
+        "cmd_to_first_ms": (times[0] - res["t0"]) / 1e6,
+        "p50_ms": lat[len(lat) // 2],
+        "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
+        "buffer_changes": len(times),
+    }
+
+
+def lat_first(times, counts, sent):
+    j = next(k for k, c in enumerate(counts) if c >= TOKEN_BYTES)
+    return (times[j] - sent[0]) / 1e6
+
+
+def median_of(runs):
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def idle_cpu(tmp, base_url, with_mia, seconds=10):
+    tui = Tui(tmp, base_url, with_mia)
+    try:
+        if with_mia:  # library loaded and runtime running: the real idle state
+            tui.lua("bench.start_mia('echo warm up')")
+            while not tui.lua("return bench.mia_done()"):
+                time.sleep(0.05)
+        time.sleep(1)
+        m0, p0, t0 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.pid), process_cpu_ns(tui.tui_pid)
+        time.sleep(seconds)
+        m1, p1, t1 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.pid), process_cpu_ns(tui.tui_pid)
+        return {"main_ms": (m1 - m0) / 1e6, "process_ms": (p1 - p0) / 1e6, "tui_ms": (t1 - t0) / 1e6}
+    finally:
+        tui.close()
+
+
+def startup(tmp, runs=15):
+    """Median --startuptime total and setup()'s own time, with and without setup()."""
+    out = {}
+    nvim = nvim_binary()
+    for label, body in (
+        ("plugin only", f"vim.opt.rtp:prepend('{ROOT}')"),
+        ("plugin + setup()", f"vim.opt.rtp:prepend('{ROOT}')\n"
+         "local t = vim.uv.hrtime(); require('mia').setup({ model = 'openai/gpt-4.1' })\n"
+         "vim.g.mia_setup_ns = vim.uv.hrtime() - t"),
+    ):
+        init = Path(tmp) / f"init-{len(out)}.lua"
+        init.write_text(body + "\nvim.api.nvim_create_autocmd('VimEnter', { callback = function() "
+                        "io.open(vim.env.MIA_SETUP_OUT, 'w'):write(tostring(vim.g.mia_setup_ns or 0)); "
+                        "vim.cmd('qa!') end })\n")
+        totals, setups = [], []
+        for _ in range(runs):
+            log = Path(tmp) / "startup.log"
+            log.unlink(missing_ok=True)
+            env = dict(os.environ, MIA_SETUP_OUT=str(Path(tmp) / "setup_ns"))
+            subprocess.run([nvim, "--headless", "--clean", "-u", str(init), "--startuptime", str(log)],
+                           env=env, check=True, timeout=30)
+            last = [l for l in log.read_text().splitlines() if "NVIM STARTED" in l][-1]
+            totals.append(float(last.split()[0]))
+            setups.append(int((Path(tmp) / "setup_ns").read_text()) / 1e6)
+        out[label] = {"startup_ms": statistics.median(totals), "setup_ms": statistics.median(setups)}
+    return out
+
+
+def clean_build_seconds():
+    with tempfile.TemporaryDirectory() as target:
+        t = time.monotonic()
+        subprocess.run(["cargo", "build", "--release", "--locked"], cwd=ROOT, check=True,
+                       env=dict(os.environ, CARGO_TARGET_DIR=target), stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        return time.monotonic() - t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--build-time", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not shutil.which("tmux") or not shutil.which("curl"):
+        sys.exit("the benchmark needs tmux and curl (apt-get install tmux curl)")
+    results = {"streams": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Server(Path(tmp) / "sends.log")
+        try:
+            tui = Tui(tmp, server.base_url)
+            try:
+                tui.lua("bench.start_mia('echo warm up')")
+                while not tui.lua("return bench.mia_done()"):
+                    time.sleep(0.05)
+                tui.lua("bench.start_curl('echo warm up')")
+                while not tui.lua("return bench.curl_done()"):
+                    time.sleep(0.05)
+                for label, prompt, n in SCENARIOS:
+                    per = {"mia": [], "curl": []}
+                    for _ in range(args.runs):
+                        for client in ("mia", "curl"):  # interleaved: drift hits both alike
+                            per[client].append(run_stream(tui, server, client, prompt, n))
+                    results["streams"][label] = {c: median_of(r) for c, r in per.items()}
+                    print(f"{label}: done", file=sys.stderr)
+            finally:
+                tui.close()
+            results["idle_10s"] = {
+                "with mia": idle_cpu(tmp, server.base_url, True),
+                "without mia": idle_cpu(tmp, server.base_url, False),
+            }
+        finally:
+            server.stop()
+        results["startup"] = startup(tmp)
+    lib = ROOT / "target/release/libmia_core.so"
+    results["so_bytes"] = lib.stat().st_size
+    if args.build_time:
+        results["clean_release_build_s"] = clean_build_seconds()
+    report(results, args.runs)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+
+
+def report(r, runs):
+    print(f"## Streaming (medians of {runs} runs; Neovim TUI in tmux; ms)\n")
+    print("| scenario | client | wall | main-thread CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, per in r["streams"].items():
+        for client, m in per.items():
+            print(f"| {label} | {client} | {m['wall_ms']:.1f} | {m['main_cpu_ms']:.1f} | {m['tui_cpu_ms']:.1f} | "
+                  f"{m['cmd_to_first_ms']:.2f} | {m['first_token_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['buffer_changes']:.0f} |")
+        ratio = per["curl"]["main_cpu_ms"] / max(per["mia"]["main_cpu_ms"], 1e-9)
+        print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | |")
+    print("\n## Idle for 10 s (CPU ms)\n")
+    for k, v in r["idle_10s"].items():
+        print(f"- {k}: main thread {v['main_ms']:.2f}, whole server process {v['process_ms']:.2f}, TUI {v['tui_ms']:.2f}")
+    print("\n## Startup (median)\n")
+    for k, v in r["startup"].items():
+        print(f"- {k}: --startuptime total {v['startup_ms']:.3f} ms; setup() itself {v['setup_ms']:.3f} ms")
+    print(f"\n.so size: {r['so_bytes'] / 1e6:.2f} MB")
+    if "clean_release_build_s" in r:
+        print(f"clean release build: {r['clean_release_build_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
