@@ -30,15 +30,7 @@ pub fn spawn_stream(
             let mut emit = |delta| q.push(Event::Delta { stream, delta });
             crate::llm::stream_chat(&providers, &req, &mut emit).await
         };
-        let outcome = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => Err(LlmError::cancelled()),
-            result = AssertUnwindSafe(work).catch_unwind() => match result {
-                Ok(r) => r,
-                Err(panic) => Err(panic_error(panic)),
-            },
-        };
-        match outcome {
+        match supervise(work, &cancel).await {
             Ok(done) => queue.push(Event::Done {
                 stream,
                 done: Box::new(done),
@@ -58,6 +50,22 @@ pub fn spawn_stream(
     });
 }
 
+/// Runs `work` to its end, unless `cancel` fires first; a panic inside it
+/// becomes an `internal` error instead of unwinding through the runtime.
+pub async fn supervise<T>(
+    work: impl std::future::Future<Output = Result<T, LlmError>>,
+    cancel: &CancellationToken,
+) -> Result<T, LlmError> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(LlmError::cancelled()),
+        result = AssertUnwindSafe(work).catch_unwind() => match result {
+            Ok(r) => r,
+            Err(panic) => Err(panic_error(panic)),
+        },
+    }
+}
+
 fn panic_error(panic: Box<dyn std::any::Any + Send>) -> LlmError {
     let what = panic
         .downcast_ref::<&str>()
@@ -70,4 +78,46 @@ fn panic_error(panic: Box<dyn std::any::Any + Send>) -> LlmError {
         None,
         format!("mia hit an internal error ({what}). Please report it with the log file from :checkhealth mia."),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn a_panic_in_the_work_becomes_an_internal_error() {
+        let cancel = CancellationToken::new();
+        let err = block_on(supervise(
+            async {
+                if cancel.is_cancelled() {
+                    return Ok(());
+                }
+                panic!("decoder exploded")
+            },
+            &cancel,
+        ))
+        .unwrap_err();
+        assert_eq!(err.class, ErrorClass::Internal);
+        assert!(err.message.contains("decoder exploded"), "{}", err.message);
+    }
+
+    #[test]
+    fn cancelling_ends_pending_work_as_cancelled() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let err = block_on(supervise(
+            std::future::pending::<Result<(), LlmError>>(),
+            &cancel,
+        ))
+        .unwrap_err();
+        assert_eq!(err.class, ErrorClass::Cancelled);
+    }
 }

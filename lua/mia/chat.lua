@@ -74,6 +74,7 @@ local function finish(state, suffix)
   current = nil
   last_state = state
   vim.api.nvim_exec_autocmds("User", { pattern = "MiaAnswerEnd", data = { state = state } })
+  vim.cmd.redrawstatus({ bang = true }) -- statuslines showing mia.statusline() drop the "…"
 end
 
 --- Sends `text` as the next user turn and streams the answer.

@@ -37,7 +37,11 @@ function M.lib_path()
 end
 
 local function build_hint(root)
-  return string.format("Run `cargo build --release` in %s (lazy.nvim: `:Lazy build mia.nvim`), then restart Neovim.", root)
+  return string.format(
+    "Run `cargo build --release` in %s (lazy.nvim: `:Lazy build %s`), then restart Neovim.",
+    root,
+    vim.fn.fnamemodify(root, ":t")
+  )
 end
 
 --- The newest modification time among the sources the library is built from.
