@@ -7,8 +7,7 @@ use std::fs;
 fn main() {
     println!("cargo:rerun-if-changed=lua/mia/version.lua");
     let crate_version = std::env::var("CARGO_PKG_VERSION").expect("cargo sets CARGO_PKG_VERSION");
-    let lua = fs::read_to_string("lua/mia/version.lua")
-        .expect("lua/mia/version.lua is part of the crate");
+    let lua = fs::read_to_string("lua/mia/version.lua").expect("lua/mia/version.lua is part of the crate");
     let quoted = format!("\"{crate_version}\"");
     if !lua.contains(&quoted) {
         panic!("lua/mia/version.lua does not hold version {quoted} from Cargo.toml: update one of them");

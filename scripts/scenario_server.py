@@ -1,29 +1,49 @@
 #!/usr/bin/env python3
-"""Offline fake OpenAI-compatible LLM server for mia's tests, benchmarks and demo.
+"""Offline fake LLM server for mia's tests, benchmarks and demo.
 
     python3 scripts/scenario_server.py [--port N] [--host 127.0.0.1] [--log-sends FILE]
 
 Prints one stdout line, ``LISTENING <port>`` (default port 0 = ephemeral),
 then serves until SIGTERM/SIGINT and exits 0.  Loopback hosts only; nothing
 else goes to stdout.  ``--log-sends FILE`` appends ``<request_seq>
-<token_index> <time.monotonic_ns()>`` per token event once its write/drain
-returned, flushed before each response ends.
+<token_index> <time.monotonic_ns()>`` per token event (reasoning and text
+tokens, numbered from 0 in stream order) once its write/drain returned,
+flushed before each response ends.
 
 HTTP/1.1, keep-alive (``Connection: close`` honoured), request bodies by
-Content-Length only (chunked ones get 411):
-    POST   /v1/chat/completions  OpenAI Chat Completions, stream true or false
-    GET    /v1/models            a fixed model list
-    GET    /_requests            requests so far: seq, method, path, JSON body
-                                 or null, headers (authorization, x-api-key,
-                                 x-goog-api-key values -> "<redacted>")
-    DELETE /_requests            clears that list
-    anything else                404 with an OpenAI-style error body
+Content-Length only (chunked ones get 411).  Three wire formats:
+    POST /v1/chat/completions         OpenAI Chat Completions, "stream" true/false
+    POST /v1/messages                 Anthropic Messages, "stream" true/false
+    POST /v1beta/models/M:streamGenerateContent?alt=sse
+                                      Gemini, SSE stream (400 without alt=sse)
+    POST /v1beta/models/M:generateContent
+                                      Gemini, one JSON response
+    GET  /v1/models                   Anthropic's list shape when the request has
+                                      an anthropic-version or x-api-key header,
+                                      else OpenAI's {"object":"list","data":[...]}
+    GET  /v1beta/models               Gemini's {"models":[{"name":"models/<id>",...}]}
+    GET  /_requests                   requests so far: seq, method, path (the
+                                      whole target), query, JSON body or null,
+                                      headers (authorization, x-api-key,
+                                      x-goog-api-key values -> "<redacted>"); a
+                                      "key" query parameter is redacted too and
+                                      marks the record "key_in_url": true
+    DELETE /_requests                 clears that list and the attempt counters
+    anything else                     404 (Gemini's error shape under /v1beta,
+                                      else OpenAI's)
 /_requests calls are neither recorded nor counted; every other request takes
-the next ``seq`` (1, 2, ...), which also names replies ``chatcmpl-scn<seq>``.
+the next ``seq`` (1, 2, ...), which also names replies: ``chatcmpl-scn<seq>``,
+``msg_scn<seq>``, Gemini responseId ``scn<seq>``.
 
-The scenario is the first word of the LAST "user" message's text (text parts
-concatenated); bad numeric arguments fall back to echo.  "Word tokens" are
-``"w%05d " % i`` for i = 0, 1, ... (7 bytes each while i < 100000).
+SCENARIOS.  When the conversation's LAST message is a tool result (OpenAI:
+trailing role "tool" messages; Anthropic: a user message with tool_result
+blocks; Gemini: a user/function content with functionResponse parts) the
+answer is the text ``tool said: <result>`` (several results joined with
+" | "; Gemini's result is the JSON of its "response" object).  Otherwise the
+scenario is the first word of the LAST user message's text (OpenAI text
+parts / Anthropic string or text blocks / Gemini text parts, concatenated);
+bad arguments fall back to echo.  Word tokens are ``"w%05d " % i``,
+reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   echo <anything>  (and any other text) the whole unstripped user text, split
                    after each word's trailing whitespace:
                    "Hello big world" -> "Hello ", "big ", "world".
@@ -31,33 +51,111 @@ concatenated); bad numeric arguments fall back to echo.  "Word tokens" are
   slow N RATE      N word tokens, token i sent at start + i/RATE seconds.
   unicode          "héllo wörld — 你好世界 🎉🚀 naïve café ∑∫" (precomposed
                    é ö ï, U+2014, U+1F389 U+1F680) in tokens of 1, 2, 3, 1, 2,
-                   3, ... characters; the SSE body goes out in 3-byte HTTP
-                   chunks, each drained with a ~2 ms pause, splitting UTF-8
-                   sequences, JSON and "data:" prefixes across reads.
-  http STATUS [m]  status 400-599, body {"error":{message,type,param,code}}:
-                   401 invalid_request_error/invalid_api_key, 404
-                   invalid_request_error/model_not_found, 429 requests/
-                   rate_limit_exceeded + "retry-after: 1", 500 server_error,
-                   others api_error.  Words after STATUS replace the message.
+                   3, ... characters; after the opening events the SSE body
+                   goes out in 3-byte HTTP chunks, each drained with a ~2 ms
+                   pause, splitting UTF-8 sequences, JSON and "data:" prefixes.
+  http STATUS [m]  status 400-599 with the format's error body (tables below);
+                   words after STATUS replace the message.  429 carries
+                   "retry-after: 1" (Gemini: RetryInfo "1s" instead).
   reset N          N word tokens, then a TCP reset (SO_LINGER 0, close).
   stall N          N word tokens, then silence until the client leaves.
-  truncate N       N word tokens, then the 0-size chunk: no finish, no [DONE].
-  malformed        token "ok ", the event 'data: {"choices":[{"delta":{"content":'
-                   (broken JSON), token "after", then a normal finish.
+  truncate N       N word tokens, then the 0-size chunk: nothing after the
+                   tokens (no finish/[DONE]; no content_block_stop, message_delta
+                   or message_stop; no finishReason chunk).
+  malformed        token "ok ", a broken event (the format's token event cut
+                   after its text key, then a blank line), token "after", then
+                   a normal finish.
   count            one token: this request's seq, as decimal text.
+  reason N         N reasoning tokens, then the text "done" (usage reports the
+                   reasoning where the format has a field for it).
+  tool NAME JSON   a call of tool NAME with the JSON object after NAME (none:
+                   {}); its compact JSON is cut into 3 pieces for streaming.
+  tools2           two calls: read_file {"path":"a.txt"}, read_file {"path":"b.txt"}.
+  retry429 N [S]   attempts are counted per (format, exact user text); the
+                   first N get 429 (OpenAI "retry-after: S" and
+                   "retry-after-ms: S*1000"; Anthropic "retry-after: S";
+                   Gemini RetryInfo retryDelay "Ss", no header); later ones
+                   answer "ok after N".  S defaults to 1, decimals allowed.
+  fail5xx N [ST]   the same counting; the first N get status ST (500-599,
+                   default 502), then "ok after N".
+  noretry N        the same counting; the first N get 503 with
+                   "x-should-retry: false", then "ok after N".
+  overloaded N     the same counting; the first N streams answer 200 and then
+                   fail in-band (below; non-streaming: the format's overloaded
+                   HTTP error: OpenAI 503, Anthropic 529, Gemini 503), then
+                   "ok after N".
+  context          400: the format's context-window-exceeded error.
+  filtered         one word token, then a content-filter finish.
+  nousage          echo, without usage (OpenAI: no usage chunk or field;
+                   Anthropic: all usage numbers 0; Gemini: no usageMetadata).
+  ratelimited-window S
+                   the answer "ok" with headers saying the request window is
+                   used up for S seconds (default 60); none for Gemini.
+  split SCENARIO   SCENARIO (the words after "split"), its response body
+                   written in pseudo-random 1-16 byte pieces (seeded by seq;
+                   each its own HTTP chunk when chunked), each drained; echo
+                   still echoes the whole user text.
+Non-streaming requests get the same content in one reply (reset and stall
+misbehave the same way; truncate, malformed, unicode answer normally).
+"Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
+count whitespace-split words of every message (and system text).
 
-A stream: role chunk (delta {"role":"assistant","content":""}), one chunk per
-token (delta {"content":...}), finish chunk (delta {}, finish_reason "stop"),
-usage chunk (choices []) if stream_options.include_usage, ``data: [DONE]``;
-each SSE event is its own HTTP chunk.  prompt_tokens counts whitespace-split
-words over all messages, completion_tokens the tokens emitted.  With stream
-false the reply is a chat.completion with the same text (reset and stall
-misbehave the same way; the others answer at once).
+OPENAI.  A stream: role chunk (delta {"role":"assistant","content":""}), one
+chunk per token (delta {"reasoning_content":...} for reasoning, then
+{"content":...}), tool calls as delta.tool_calls: per call a delta {index, id
+"call_scn<seq>_<k>", type "function", function {name, arguments ""}}, then
+three {index, function {arguments piece}} deltas (with two calls these
+interleave: 0, 1, 0, 1, 0, 1), the finish chunk (delta {}, finish_reason
+stop / tool_calls / content_filter), the usage chunk (choices []) if
+stream_options.include_usage, ``data: [DONE]``; each SSE event is its own
+HTTP chunk.  usage {prompt_tokens, completion_tokens, total_tokens, and
+completion_tokens_details.reasoning_tokens after reasoning}.  Errors
+{"error":{message,type,param,code}}: 401 invalid_request_error/
+invalid_api_key, 404 invalid_request_error/model_not_found, 429 requests/
+rate_limit_exceeded, 500 server_error, others api_error.  In-band overload:
+``data: {"error":{"message":"Overloaded","type":"server_error"}}`` then the
+end.  Window headers: x-ratelimit-limit-requests, x-ratelimit-remaining-
+requests: 0, x-ratelimit-reset-requests: "<S>s".
+
+ANTHROPIC.  Events ``event: <type>\\ndata: <json>\\n\\n``: message_start
+(message id msg_scn<seq>, usage {input_tokens, output_tokens 1,
+cache_creation_input_tokens 0, cache_read_input_tokens 0}), ping, then per
+content block content_block_start, content_block_delta(s), content_block_stop:
+a thinking block (thinking_delta per reasoning token, then signature_delta
+"sig-scn<seq>"), a text block (text_delta per token), tool_use blocks (id
+toolu_scn<seq>_<k>, input {} at the start, then three input_json_delta
+pieces); then message_delta (delta.stop_reason end_turn / tool_use / refusal,
+usage.output_tokens cumulative), message_stop.  Non-streaming: a "message"
+object with the same blocks.  Errors {"type":"error","error":{type,message}}:
+401 authentication_error "invalid x-api-key", 404 not_found_error "model:
+<model>", 429 rate_limit_error, 500 api_error, 529 overloaded_error
+"Overloaded", other 4xx invalid_request_error, 5xx api_error.  In-band
+overload: message_start, ping, ``event: error`` with overloaded_error, end.
+Window headers: anthropic-ratelimit-requests-limit, -remaining: 0, -reset:
+RFC 3339 UTC time (now + S, rounded up to the second).
+
+GEMINI.  Each chunk ``data: <GenerateContentResponse>\\n\\n`` (no [DONE]):
+{"candidates":[{"content":{"parts":[...],"role":"model"},"index":0}],
+"modelVersion":<model>,"responseId":"scn<seq>"}, one part per chunk: {"text":
+token, "thought": true} for reasoning, {"text": token}; the final chunk
+has the functionCall parts ({"functionCall":{name,args}}) or an empty text
+part, finishReason STOP and usageMetadata {promptTokenCount,
+candidatesTokenCount, totalTokenCount, thoughtsTokenCount after reasoning}.
+A filtered answer's final chunk has no content, finishReason SAFETY and
+safetyRatings.  Errors {"error":{code,message,status}}: 400
+INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND,
+429 RESOURCE_EXHAUSTED with details [{"@type":
+"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"<S>s"}], 500
+INTERNAL, 503 UNAVAILABLE (other 4xx FAILED_PRECONDITION, 5xx UNAVAILABLE).
+In-band overload: ``data: {"error":{"code":503,"message":"The model is
+overloaded.","status":"UNAVAILABLE"}}`` then the end.
 """
 import argparse
 import asyncio
 import fcntl
 import json
+import math
+import random
 import re
 import signal
 import socket
@@ -66,7 +164,10 @@ import sys
 import termios
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from http import HTTPStatus
+from urllib.parse import parse_qs, unquote, unquote_plus
 
 UNICODE_TEXT = ("h\u00e9llo w\u00f6rld \u2014 \u4f60\u597d\u4e16\u754c "
                 "\U0001f389\U0001f680 na\u00efve caf\u00e9 \u2211\u222b")
@@ -74,12 +175,21 @@ UNICODE_TOKENS = []  # consecutive slices of 1, 2, 3, 1, 2, 3, ... characters
 while (_at := sum(map(len, UNICODE_TOKENS))) < len(UNICODE_TEXT):
     UNICODE_TOKENS.append(UNICODE_TEXT[_at:_at + 1 + len(UNICODE_TOKENS) % 3])
 MODELS = ["echo", "mia-scenario", "gpt-4o-mini", "gpt-4o"]
+ANTHROPIC_MODELS = [("echo", "Echo"), ("mia-scenario", "Mia Scenario"),
+                    ("claude-sonnet-4-5", "Claude Sonnet 4.5"),
+                    ("claude-haiku-4-5", "Claude Haiku 4.5")]
+GEMINI_MODELS = [("echo", "Echo"), ("mia-scenario", "Mia Scenario"),
+                 ("gemini-2.5-flash", "Gemini 2.5 Flash"),
+                 ("gemini-2.5-pro", "Gemini 2.5 Pro")]
 SECRET_HEADERS = {"authorization", "x-api-key", "x-goog-api-key"}
 BATCH = 512           # token events per write in fast scenarios
 MAX_BODY = 64 << 20
 PHRASES = {s.value: s.phrase for s in HTTPStatus}
+GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)")
+MARK = "\x00token\x00"  # stands in for a token while pre-rendering an event
 
 
+# ---- small helpers ------------------------------------------------------
 def dumps(obj):
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
@@ -92,14 +202,328 @@ def sse(obj) -> bytes:
     return b"data: " + dumps(obj).encode() + b"\n\n"
 
 
+def named_sse(name, obj) -> bytes:  # Anthropic's "event:" + "data:" pair
+    return b"event: " + name.encode() + b"\ndata: " + dumps(obj).encode() + b"\n\n"
+
+
+def fast(rendered: bytes):
+    """Turn an event rendered with MARK as its token into token -> bytes.
+
+    Concatenating the halves around the marker is byte-identical to
+    rendering the whole event again, and much cheaper for `long N`."""
+    pre, post = rendered.split(dumps(MARK).encode(), 1)
+    return lambda tok: pre + dumps(tok).encode() + post
+
+
+def secs_text(x):  # 1 -> "1", 0.2 -> "0.2"
+    return ("%.3f" % x).rstrip("0").rstrip(".")
+
+
+def number(text, default=None):
+    """A finite, non-negative float from text (default if text is None)."""
+    if text is None:
+        return default
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if 0 <= x < float("inf") else None
+
+
+def echo_tokens(text):
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+def thirds(text):
+    n = len(text)
+    return [text[:n // 3], text[n // 3:2 * n // 3], text[2 * n // 3:]]
+
+
+def words(*texts):
+    return sum(len(t.split()) for t in texts)
+
+
 class Words(Sequence):
     """Lazy "w00000 ", "w00001 ", ... so that `long 10000000` stays cheap."""
-    def __init__(self, n): self.n = n
+    def __init__(self, n, prefix="w"): self.n, self.prefix = n, prefix
     def __len__(self): return self.n
-    def __getitem__(self, i): return "w%05d " % range(self.n)[i]
+    def __getitem__(self, i): return "%s%05d " % (self.prefix, range(self.n)[i])
+
+
+# ---- scenarios ------------------------------------------------------------
+@dataclass
+class Plan:
+    """What to answer, independent of the wire format."""
+    kind: str
+    tokens: Sequence = ()          # answer text tokens
+    reasoning: Sequence = ()       # reasoning tokens, sent before the text
+    calls: list = field(default_factory=list)  # [(tool name, args dict)]
+    finish: str = "stop"           # stop | tool | filter
+    end: str = "finish"            # finish | reset | stall | truncate
+    rate: float | None = None      # tokens per second (slow)
+    error: tuple | None = None     # a failure reply, see Format.failure
+    gate: int | None = None        # the error hits only the first N attempts
+    window: float | None = None    # ratelimited-window seconds
+    usage: bool = True
+    malformed: bool = False
+    trickle: bool = False
+    split: bool = False
+
+    def output_tokens(self):
+        return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
+
+
+def parse_scenario(text, seq, whole=None):
+    """Map user text to a Plan; `whole` is the text echo repeats."""
+    whole = text if whole is None else whole
+    key, *args = text.split() or [""]
+    n = int(args[0]) if args and args[0].isdecimal() else None
+    if key == "split":
+        plan = parse_scenario(text.split(None, 1)[1] if args else "", seq, whole)
+        plan.split, plan.trickle = True, False
+        return plan
+    if key in ("long", "reset", "stall", "truncate") and len(args) == 1 and n is not None:
+        return Plan(key, Words(n), end="finish" if key == "long" else key)
+    if key == "slow" and len(args) == 2 and n is not None:
+        rate = number(args[1])
+        if rate:
+            return Plan("slow", Words(n), rate=rate)
+    if key == "http" and n is not None and 400 <= n <= 599:
+        message = text.split(None, 2)[2:]
+        return Plan("http", error=("http", n, message[0].strip() if message else None))
+    if key == "reason" and len(args) == 1 and n is not None:
+        return Plan("reason", ["done"], reasoning=Words(n, "r"))
+    if key == "tool" and args:
+        _, name, *raw = text.split(None, 2)
+        try:
+            obj = json.loads(raw[0]) if raw else {}
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return Plan("tool", calls=[(name, obj)], finish="tool")
+    if key == "tools2" and not args:
+        return Plan("tools2", calls=[("read_file", {"path": "a.txt"}),
+                                     ("read_file", {"path": "b.txt"})], finish="tool")
+    gated = {"retry429": 2, "fail5xx": 2, "noretry": 1, "overloaded": 1}
+    if key in gated and n is not None and 1 <= len(args) <= gated[key]:
+        extra = args[1] if len(args) > 1 else None
+        error = None
+        if key == "retry429" and (secs := number(extra, 1.0)) is not None:
+            error = ("retry", secs)
+        elif key == "fail5xx" and (extra is None or extra.isdecimal()):
+            status = int(extra or 502)
+            error = ("fail", status) if 500 <= status <= 599 else None
+        elif key in ("noretry", "overloaded"):
+            error = (key,)
+        if error:
+            return Plan(key, echo_tokens(f"ok after {n}"), error=error, gate=n)
+    if key == "context" and not args:
+        return Plan("context", error=("context",))
+    if key == "filtered" and not args:
+        return Plan("filtered", Words(1), finish="filter")
+    if key == "nousage":
+        return Plan("nousage", echo_tokens(whole), usage=False)
+    if key == "ratelimited-window" and len(args) <= 1:
+        secs = number(args[0] if args else None, 60.0)
+        if secs is not None:
+            return Plan("ratelimited-window", ["ok"], window=secs)
+    if key == "unicode":
+        return Plan("unicode", UNICODE_TOKENS, trickle=True)
+    if key == "malformed":
+        return Plan("malformed", ["ok ", "after"], malformed=True)
+    if key == "count":
+        return Plan("count", [str(seq)])
+    return Plan("echo", echo_tokens(whole))
+
+
+# ---- request view and stream description -------------------------------------
+@dataclass
+class Req:
+    """The parts of a generation request the scenarios look at."""
+    model: object
+    stream: bool
+    text: str                 # the last user message's text
+    results: list | None      # tool results, when they end the conversation
+    prompt: int               # prompt "tokens" (words)
+    want_usage: bool = True
+
+
+class Tokens:
+    """A run of token events, rendered lazily and logged from index `first`."""
+    def __init__(self, items, render, first=0):
+        self.items, self.render, self.first = items, render, first
+
+
+@dataclass
+class Stream:
+    head: list    # opening events
+    body: list    # events (bytes) and Tokens runs; reset/stall/truncate cut here
+    tail: list    # closing events
+
+
+class Format:
+    """One wire format: request parsing, replies, errors, streams."""
+    name = ""
+    FINISH = {}
+    BROKEN = b""  # the malformed scenario's event, for block index 0
+
+    def failure(self, error, req):
+        """(status, body, headers) for a plan's error tuple."""
+        what, *args = error
+        if what == "http":
+            return self.error(args[0], args[1], req.model)
+        if what == "retry":
+            return self.error(429, None, req.model, retry=args[0])
+        if what == "fail":
+            return self.error(args[0], None, req.model)
+        if what == "noretry":
+            status, body, headers = self.error(503, None, req.model)
+            return status, body, headers + ["x-should-retry: false"]
+        if what == "context":
+            return self.context_error()
+        return self.overloaded_error()
+
+    def text_parts(self, plan, render, broken, first):
+        """The text token run(s); malformed puts `broken` after the first."""
+        if plan.malformed:
+            return [Tokens(plan.tokens[:1], render, first), broken,
+                    Tokens(plan.tokens[1:], render, first + 1)]
+        return [Tokens(plan.tokens, render, first)]
+
+    def window_headers(self, secs):
+        return []
+
+
+class OpenAI(Format):
+    name = "openai"
+    FINISH = {"stop": "stop", "tool": "tool_calls", "filter": "content_filter"}
+    ERRORS = {  # status -> (type, code, default message)
+        401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
+        404: ("invalid_request_error", "model_not_found",
+              "The model `{model}` does not exist or you do not have access to it."),
+        429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests."),
+        500: ("server_error", None,
+              "The server had an error while processing your request."),
+    }
+
+    def parse(self, body):
+        messages = body.get("messages")
+        messages = messages if isinstance(messages, list) else []
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        results = []
+        for m in reversed(messages):
+            if not (isinstance(m, dict) and m.get("role") == "tool"):
+                break
+            results.insert(0, message_text(m))
+        opts = body.get("stream_options")
+        return Req(model=body.get("model", ""), stream=body.get("stream") is True,
+                   text=message_text(users[-1]) if users else "",
+                   results=results or None,
+                   prompt=sum(len(message_text(m).split()) for m in messages),
+                   want_usage=isinstance(opts, dict) and opts.get("include_usage") is True)
+
+    def error(self, status, message=None, model=None, retry=None, kind=None, code=None):
+        """OpenAI error body; explicit kind/code override the table; a
+        `retry` (retry429) adds retry-after-ms to the 429's retry-after."""
+        dkind, dcode, default = self.ERRORS.get(
+            status, ("api_error", None, PHRASES.get(status, "Error")))
+        body = {"error": {"message": message or default.replace("{model}", str(model)),
+                          "type": kind or dkind, "param": None, "code": code or dcode}}
+        headers = []
+        if status == 429:
+            headers.append(f"retry-after: {secs_text(1 if retry is None else retry)}")
+            if retry is not None:
+                headers.append(f"retry-after-ms: {round(retry * 1000)}")
+        return status, body, headers
+
+    def bad_json(self):
+        return self.error(400, "We could not parse the JSON body of your request.",
+                          kind="invalid_request_error")
+
+    def context_error(self):
+        return 400, {"error": {
+            "message": "This model's maximum context length is 128000 tokens. However, "
+                       "your messages resulted in 130000 tokens. Please reduce the "
+                       "length of the messages.",
+            "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}}, []
+
+    def overloaded_error(self):
+        return self.error(503, "Overloaded", kind="server_error")
+
+    def overloaded_stream(self, req, seq):
+        return [sse({"error": {"message": "Overloaded", "type": "server_error"}})]
+
+    def window_headers(self, secs):
+        return ["x-ratelimit-limit-requests: 60", "x-ratelimit-remaining-requests: 0",
+                f"x-ratelimit-reset-requests: {secs_text(secs)}s"]
+
+    def usage(self, plan, req):
+        out = plan.output_tokens()
+        usage = {"prompt_tokens": req.prompt, "completion_tokens": out,
+                 "total_tokens": req.prompt + out}
+        if plan.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": len(plan.reasoning)}
+        return usage
+
+    @staticmethod
+    def call_ids(plan, seq):
+        return [f"call_scn{seq}_{k}" for k in range(len(plan.calls))]
+
+    def stream(self, plan, req, seq):
+        base = {"id": f"chatcmpl-scn{seq}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": req.model}
+
+        def event(delta, finish=None):
+            return sse({**base, "choices": [
+                {"index": 0, "delta": delta, "finish_reason": finish}]})
+
+        body = []
+        if plan.reasoning:
+            body.append(Tokens(plan.reasoning, fast(event({"reasoning_content": MARK}))))
+        body += self.text_parts(plan, fast(event({"content": MARK})),
+                                b'data: {"choices":[{"delta":{"content":\n\n',
+                                len(plan.reasoning))
+        ids = self.call_ids(plan, seq)
+        for k, (name, _) in enumerate(plan.calls):
+            body.append(event({"tool_calls": [{"index": k, "id": ids[k], "type": "function",
+                                               "function": {"name": name, "arguments": ""}}]}))
+        pieces = [thirds(dumps(args)) for _, args in plan.calls]
+        for part in range(3):  # calls interleave piece by piece
+            for k in range(len(plan.calls)):
+                body.append(event({"tool_calls": [
+                    {"index": k, "function": {"arguments": pieces[k][part]}}]}))
+        tail = [event({}, self.FINISH[plan.finish])]
+        if req.want_usage and plan.usage:
+            tail.append(sse({**base, "choices": [], "usage": self.usage(plan, req)}))
+        tail.append(b"data: [DONE]\n\n")
+        return Stream([event({"role": "assistant", "content": ""})], body, tail)
+
+    def complete(self, plan, req, seq):
+        message = {"role": "assistant", "content": "".join(plan.tokens)}
+        if plan.reasoning:
+            message["reasoning_content"] = "".join(plan.reasoning)
+        if plan.calls:
+            message["content"] = None
+            message["tool_calls"] = [
+                {"id": cid, "type": "function",
+                 "function": {"name": name, "arguments": dumps(args)}}
+                for cid, (name, args) in zip(self.call_ids(plan, seq), plan.calls)]
+        reply = {"id": f"chatcmpl-scn{seq}", "object": "chat.completion",
+                 "created": int(time.time()), "model": req.model,
+                 "choices": [{"index": 0, "finish_reason": self.FINISH[plan.finish],
+                              "message": message}]}
+        if plan.usage:
+            reply["usage"] = self.usage(plan, req)
+        return reply
+
+    def models(self):
+        return {"object": "list", "data": [
+            {"id": m, "object": "model", "owned_by": "mia-scenarios"} for m in MODELS]}
 
 
 def message_text(msg):
+    """An OpenAI message's text: its string content or its text parts."""
     content = msg.get("content") if isinstance(msg, dict) else None
     if isinstance(content, list):
         return "".join(p["text"] for p in content if isinstance(p, dict)
@@ -107,44 +531,286 @@ def message_text(msg):
     return content if isinstance(content, str) else ""
 
 
-def parse_scenario(text, seq):
-    """Map user text to (kind, tokens, extra)."""
-    key, *args = text.split() or [""]
-    n = int(args[0]) if args and args[0].isdecimal() else None
-    if key in ("long", "reset", "stall", "truncate") and len(args) == 1 and n is not None:
-        return key, Words(n), None
-    if key == "slow" and len(args) == 2 and n is not None:
-        try:
-            if 0 < float(args[1]) < float("inf"):
-                return "slow", Words(n), float(args[1])
-        except ValueError:
-            pass
-    if key == "http" and n is not None and 400 <= n <= 599:
-        message = text.split(None, 2)[2:]
-        return "http", [], (n, message[0].strip() if message else None)
-    fixed = {"unicode": UNICODE_TOKENS, "malformed": ["ok ", "after"], "count": [str(seq)]}
-    if key in fixed:
-        return key, fixed[key], None
-    return "echo", re.findall(r"\S+\s*|\s+", text), None
+class Anthropic(Format):
+    name = "anthropic"
+    FINISH = {"stop": "end_turn", "tool": "tool_use", "filter": "refusal"}
+    TYPES = {400: "invalid_request_error", 401: "authentication_error",
+             403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+             429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+    MESSAGES = {401: "invalid x-api-key", 404: "model: {model}",
+                429: "This request would exceed your rate limit.",
+                500: "Internal server error", 529: "Overloaded"}
+
+    def parse(self, body):
+        messages = body.get("messages")
+        messages = messages if isinstance(messages, list) else []
+        messages = [m for m in messages if isinstance(m, dict)]
+        users = [m for m in messages if m.get("role") == "user"]
+        results = None
+        last = messages[-1] if messages else {}
+        blocks = last.get("content") if last.get("role") == "user" else None
+        if isinstance(blocks, list):
+            results = [blocks_text(b.get("content")) for b in blocks
+                       if isinstance(b, dict) and b.get("type") == "tool_result"] or None
+        prompt = words(blocks_text(body.get("system")),
+                       *(blocks_text(m.get("content"), tool_results=True) for m in messages))
+        return Req(model=body.get("model", ""), stream=body.get("stream") is True,
+                   text=blocks_text(users[-1].get("content")) if users else "",
+                   results=results, prompt=prompt)
+
+    def error(self, status, message=None, model=None, retry=None):
+        kind = self.TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        default = self.MESSAGES.get(status, PHRASES.get(status, "Error"))
+        body = {"type": "error", "error": {
+            "type": kind, "message": message or default.replace("{model}", str(model))}}
+        headers = [f"retry-after: {secs_text(1 if retry is None else retry)}"] \
+            if status == 429 else []
+        return status, body, headers
+
+    def bad_json(self):
+        return self.error(400, "The request body is not valid JSON.")
+
+    def context_error(self):
+        return self.error(400, "prompt is too long: 210000 tokens > 200000 maximum")
+
+    def overloaded_error(self):
+        return self.error(529)
+
+    def start_events(self, plan, req, seq):
+        usage = {"input_tokens": req.prompt if plan.usage else 0,
+                 "output_tokens": 1 if plan.usage else 0,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        return [named_sse("message_start", {"type": "message_start", "message": {
+                    "id": f"msg_scn{seq}", "type": "message", "role": "assistant",
+                    "model": req.model, "content": [], "stop_reason": None,
+                    "stop_sequence": None, "usage": usage}}),
+                named_sse("ping", {"type": "ping"})]
+
+    def overloaded_stream(self, req, seq):
+        return self.start_events(Plan("overloaded"), req, seq) + [named_sse("error", {
+            "type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
+
+    def window_headers(self, secs):
+        reset = datetime.fromtimestamp(math.ceil(time.time() + secs), timezone.utc)
+        return ["anthropic-ratelimit-requests-limit: 50",
+                "anthropic-ratelimit-requests-remaining: 0",
+                f"anthropic-ratelimit-requests-reset: {reset:%Y-%m-%dT%H:%M:%SZ}"]
+
+    def stream(self, plan, req, seq):
+        def block_event(kind, index, **fields):
+            return named_sse(kind, {"type": kind, "index": index, **fields})
+
+        def delta_renderer(index, kind, key):
+            return fast(block_event("content_block_delta", index,
+                                    delta={"type": kind, key: MARK}))
+
+        blocks = []  # each: its events, ending with its content_block_stop
+        if plan.reasoning:
+            i = len(blocks)
+            blocks.append([
+                block_event("content_block_start", i, content_block={
+                    "type": "thinking", "thinking": "", "signature": ""}),
+                Tokens(plan.reasoning, delta_renderer(i, "thinking_delta", "thinking")),
+                block_event("content_block_delta", i, delta={
+                    "type": "signature_delta", "signature": f"sig-scn{seq}"}),
+                block_event("content_block_stop", i)])
+        if plan.tokens or not plan.calls:
+            i = len(blocks)
+            broken = (b'event: content_block_delta\ndata: {"type":"content_block_delta",'
+                      b'"index":%d,"delta":{"type":"text_delta","text":\n\n' % i)
+            blocks.append([
+                block_event("content_block_start", i, content_block={"type": "text", "text": ""}),
+                *self.text_parts(plan, delta_renderer(i, "text_delta", "text"), broken,
+                                 len(plan.reasoning)),
+                block_event("content_block_stop", i)])
+        for k, (name, args) in enumerate(plan.calls):
+            i = len(blocks)
+            blocks.append([
+                block_event("content_block_start", i, content_block={
+                    "type": "tool_use", "id": f"toolu_scn{seq}_{k}", "name": name, "input": {}}),
+                *(block_event("content_block_delta", i, delta={
+                    "type": "input_json_delta", "partial_json": piece})
+                  for piece in thirds(dumps(args))),
+                block_event("content_block_stop", i)])
+        events = [e for block in blocks for e in block]
+        finish = [named_sse("message_delta", {
+                      "type": "message_delta",
+                      "delta": {"stop_reason": self.FINISH[plan.finish], "stop_sequence": None},
+                      "usage": {"output_tokens": plan.output_tokens() if plan.usage else 0}}),
+                  named_sse("message_stop", {"type": "message_stop"})]
+        # The last block's stop belongs to the tail so truncate leaves it open.
+        return Stream(self.start_events(plan, req, seq), events[:-1], events[-1:] + finish)
+
+    def complete(self, plan, req, seq):
+        content = []
+        if plan.reasoning:
+            content.append({"type": "thinking", "thinking": "".join(plan.reasoning),
+                            "signature": f"sig-scn{seq}"})
+        if plan.tokens or not plan.calls:
+            content.append({"type": "text", "text": "".join(plan.tokens)})
+        content += [{"type": "tool_use", "id": f"toolu_scn{seq}_{k}", "name": name,
+                     "input": args} for k, (name, args) in enumerate(plan.calls)]
+        return {"id": f"msg_scn{seq}", "type": "message", "role": "assistant",
+                "model": req.model, "content": content,
+                "stop_reason": self.FINISH[plan.finish], "stop_sequence": None,
+                "usage": {"input_tokens": req.prompt if plan.usage else 0,
+                          "output_tokens": plan.output_tokens() if plan.usage else 0,
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+
+    def models(self):
+        data = [{"type": "model", "id": mid, "display_name": name,
+                 "created_at": "2025-01-01T00:00:00Z"} for mid, name in ANTHROPIC_MODELS]
+        return {"data": data, "has_more": False,
+                "first_id": data[0]["id"], "last_id": data[-1]["id"]}
 
 
-ERRORS = {  # status -> (type, code, default message)
-    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
-    404: ("invalid_request_error", "model_not_found",
-          "The model `{model}` does not exist or you do not have access to it."),
-    429: ("requests", "rate_limit_exceeded", "Rate limit reached for requests."),
-    500: ("server_error", None,
-          "The server had an error while processing your request."),
-}
+def blocks_text(content, tool_results=False):
+    """Anthropic content's text: a string, or its text blocks (and, if
+    asked, the text of its tool_result blocks) concatenated."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    out = []
+    for block in content:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            out.append(block["text"])
+        elif tool_results and block.get("type") == "tool_result":
+            out.append(" " + blocks_text(block.get("content")) + " ")
+    return "".join(out)
 
 
-def error_body(status, message=None, model=None, kind=None, code=None):
-    """OpenAI-style error object; explicit kind/code override the table."""
-    dkind, dcode, default = ERRORS.get(status, ("api_error", None, PHRASES.get(status, "Error")))
-    return {"error": {"message": message or default.replace("{model}", str(model)),
-                      "type": kind or dkind, "param": None, "code": code or dcode}}
+class Gemini(Format):
+    name = "gemini"
+    FINISH = {"stop": "STOP", "tool": "STOP", "filter": "SAFETY"}
+    STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+              404: "NOT_FOUND", 409: "ABORTED", 429: "RESOURCE_EXHAUSTED",
+              499: "CANCELLED", 500: "INTERNAL", 501: "NOT_IMPLEMENTED",
+              503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+    MESSAGES = {401: "API key not valid.", 404: "models/{model} is not found.",
+                429: "Quota exceeded for requests.", 500: "Internal error encountered.",
+                503: "The model is overloaded."}
+    SAFETY = [{"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH",
+               "blocked": True}]
+
+    def parse(self, body, model="", stream=False):
+        contents = body.get("contents")
+        contents = [c for c in contents if isinstance(c, dict)] \
+            if isinstance(contents, list) else []
+        users = [c for c in contents if c.get("role", "user") == "user"]
+        results = None
+        if contents and contents[-1].get("role", "user") in ("user", "function"):
+            results = [dumps(p["functionResponse"].get("response", {}))
+                       for p in parts_of(contents[-1])
+                       if isinstance(p.get("functionResponse"), dict)] or None
+        prompt = words(parts_text(body.get("systemInstruction")),
+                       *(parts_text(c, tool_results=True) for c in contents))
+        return Req(model=model, stream=stream, results=results, prompt=prompt,
+                   text=parts_text(users[-1]) if users else "")
+
+    def error(self, status, message=None, model=None, retry=None):
+        state = self.STATUS.get(status, "UNAVAILABLE" if status >= 500 else "FAILED_PRECONDITION")
+        default = self.MESSAGES.get(status, PHRASES.get(status, "Error"))
+        err = {"code": status, "message": message or default.replace("{model}", str(model)),
+               "status": state}
+        if status == 429:
+            err["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                               "retryDelay": f"{secs_text(1 if retry is None else retry)}s"}]
+        return status, {"error": err}, []
+
+    def bad_json(self):
+        return self.error(400, "Invalid JSON payload received.")
+
+    def context_error(self):
+        return self.error(400, "The input token count (1200000) exceeds the maximum "
+                          "number of tokens allowed (1048576).")
+
+    def overloaded_error(self):
+        return self.error(503)
+
+    def overloaded_stream(self, req, seq):
+        return [sse({"error": {"code": 503, "message": "The model is overloaded.",
+                               "status": "UNAVAILABLE"}})]
+
+    def usage(self, plan, req):
+        text = len(plan.tokens) + 3 * len(plan.calls)
+        usage = {"promptTokenCount": req.prompt, "candidatesTokenCount": text,
+                 "totalTokenCount": req.prompt + plan.output_tokens()}
+        if plan.reasoning:
+            usage["thoughtsTokenCount"] = len(plan.reasoning)
+        return usage
+
+    def response(self, plan, req, seq, parts, finish=None):
+        """One GenerateContentResponse; with `finish`, the final one."""
+        candidate = {"content": {"parts": parts, "role": "model"}}
+        if finish == "SAFETY":
+            candidate = {"finishReason": finish, "safetyRatings": self.SAFETY}
+        elif finish:
+            candidate["finishReason"] = finish
+        out = {"candidates": [{**candidate, "index": 0}]}
+        if finish and plan.usage:
+            out["usageMetadata"] = self.usage(plan, req)
+        out["modelVersion"] = req.model
+        out["responseId"] = f"scn{seq}"
+        return out
+
+    def stream(self, plan, req, seq):
+        body = []
+        if plan.reasoning:
+            body.append(Tokens(plan.reasoning, fast(sse(self.response(
+                plan, req, seq, [{"text": MARK, "thought": True}])))))
+        body += self.text_parts(plan, fast(sse(self.response(plan, req, seq, [{"text": MARK}]))),
+                                b'data: {"candidates":[{"content":{"parts":[{"text":\n\n',
+                                len(plan.reasoning))
+        last = [{"functionCall": {"name": name, "args": args}} for name, args in plan.calls]
+        final = self.response(plan, req, seq, last or [{"text": ""}], self.FINISH[plan.finish])
+        return Stream([], body, [sse(final)])
+
+    def complete(self, plan, req, seq):
+        parts = []
+        if plan.reasoning:
+            parts.append({"text": "".join(plan.reasoning), "thought": True})
+        if plan.tokens:
+            parts.append({"text": "".join(plan.tokens)})
+        parts += [{"functionCall": {"name": name, "args": args}} for name, args in plan.calls]
+        reply = self.response(plan, req, seq, parts or [{"text": ""}], self.FINISH[plan.finish])
+        if plan.finish == "filter":  # keep the text that came before the block
+            reply["candidates"][0]["content"] = {"parts": parts, "role": "model"}
+        return reply
+
+    def models(self):
+        return {"models": [{"name": f"models/{mid}", "displayName": name,
+                            "supportedGenerationMethods": ["generateContent",
+                                                           "streamGenerateContent"]}
+                           for mid, name in GEMINI_MODELS]}
 
 
+def parts_of(content):
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def parts_text(content, tool_results=False):
+    """A Gemini content's text parts (not thoughts) concatenated; with
+    tool_results, functionResponse JSON too."""
+    out = []
+    for p in parts_of(content):
+        if isinstance(p.get("text"), str) and not p.get("thought"):
+            out.append(p["text"])
+        elif tool_results and isinstance(p.get("functionResponse"), dict):
+            out.append(" " + dumps(p["functionResponse"].get("response", {})) + " ")
+    return "".join(out)
+
+
+FORMATS = {"openai": OpenAI(), "anthropic": Anthropic(), "gemini": Gemini()}
+OPENAI, ANTHROPIC, GEMINI = FORMATS["openai"], FORMATS["anthropic"], FORMATS["gemini"]
+SSE_FIELDS = ["Content-Type: text/event-stream", "Cache-Control: no-cache",
+              "Transfer-Encoding: chunked"]
+
+
+# ---- HTTP plumbing ----------------------------------------------------------
 class Gone(Exception):
     """The client closed the connection."""
 
@@ -153,10 +819,66 @@ class BadRequest(Exception):
     """A request we refuse; answered with an error and the connection closed."""
 
 
+class Out:
+    """Where one response goes.  The head is written whole; body events
+    become one HTTP chunk each (or raw bytes without chunking).  In split
+    mode body bytes wait in `pending` until drain() writes them in random
+    1-16 byte pieces, each its own chunk and each drained."""
+
+    def __init__(self, reader, writer):
+        self.reader, self.writer = reader, writer
+        self.rng = None
+        self.chunked = False
+        self.pending = bytearray()
+
+    def split(self, seq):
+        self.rng = random.Random(seq)
+
+    def head(self, status, fields, close, extra=()):
+        self.chunked = "Transfer-Encoding: chunked" in fields
+        lines = [f"HTTP/1.1 {status} {PHRASES.get(status, 'Error')}", *fields,
+                 f"Connection: {'close' if close else 'keep-alive'}", *extra]
+        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+
+    def write(self, *events):
+        if self.rng:
+            self.pending += b"".join(events)
+        elif self.chunked:
+            self.writer.write(b"".join(map(chunk, events)))
+        else:
+            self.writer.write(b"".join(events))
+
+    async def drain(self):
+        data, pos = bytes(self.pending), 0
+        self.pending.clear()
+        while pos < len(data):
+            piece = data[pos:pos + self.rng.randint(1, 16)]
+            pos += len(piece)
+            self.writer.write(chunk(piece) if self.chunked else piece)
+            await self.writer.drain()
+            self.check_gone()
+            await asyncio.sleep(0)  # let other connections run
+        await self.writer.drain()
+
+    def check_gone(self):
+        # EOF from the client (even a half-close) counts as having left.
+        if self.reader.at_eof() or self.writer.transport.is_closing():
+            raise Gone
+
+    async def sleep_until(self, deadline):
+        """Sleep in short slices so a departed client is noticed quickly."""
+        loop = asyncio.get_running_loop()
+        while (left := deadline - loop.time()) > 0:
+            self.check_gone()
+            await asyncio.sleep(min(left, 0.05))
+        self.check_gone()
+
+
 class Server:
     def __init__(self, log_path):
         self.seq = 0
         self.requests = []
+        self.attempts = {}  # (format name, user text) -> attempts so far
         self.tasks = set()
         self.sends = open(log_path, "a", buffering=1 << 16) if log_path else None
 
@@ -183,44 +905,73 @@ class Server:
 
     async def one_request(self, reader, writer):
         """Serve one request; return True to keep the connection open."""
+        out = Out(reader, writer)
         try:
             req = await self.read_request(reader, writer)
         except BadRequest as exc:
             status, message = exc.args
-            await self.reply(writer, status, error_body(
+            return await self.reply(out, OPENAI.error(
                 status, message, kind="invalid_request_error"), close=True)
-            return False
         if req is None:
             return False
         method, target, headers, body, close = req
-        path = target.split("?", 1)[0]
+        path, _, query = target.partition("?")
 
         if path == "/_requests":
             if method == "DELETE":
                 self.requests.clear()
-                return await self.reply(writer, 200, {"deleted": True}, close)
+                self.attempts.clear()
+                return await self.reply(out, (200, {"deleted": True}, []), close)
             if method == "GET":
-                return await self.reply(writer, 200, self.requests, close)
+                return await self.reply(out, (200, self.requests, []), close)
         self.seq += 1
         seq = self.seq
-        self.requests.append({
-            "seq": seq, "method": method, "path": target, "body": body,
-            "headers": {k: "<redacted>" if k in SECRET_HEADERS else v
-                        for k, v in headers.items()}})
+        target = self.record(seq, method, target, headers, body)
 
-        if path == "/v1/models" and method == "GET":
-            data = [{"id": m, "object": "model", "owned_by": "mia-scenarios"}
-                    for m in MODELS]
-            return await self.reply(writer, 200, {"object": "list", "data": data}, close)
-        if path == "/v1/chat/completions" and method == "POST":
-            if not isinstance(body, dict):
-                return await self.reply(writer, 400, error_body(
-                    400, "We could not parse the JSON body of your request.",
-                    kind="invalid_request_error"), close)
-            return await self.chat(reader, writer, seq, body, close)
-        return await self.reply(writer, 404, error_body(
+        if method == "GET" and path == "/v1/models":
+            anthropic = "anthropic-version" in headers or "x-api-key" in headers
+            fmt = ANTHROPIC if anthropic else OPENAI
+            return await self.reply(out, (200, fmt.models(), []), close)
+        if method == "GET" and path == "/v1beta/models":
+            return await self.reply(out, (200, GEMINI.models(), []), close)
+        if method == "POST" and path == "/v1/chat/completions":
+            return await self.generate(out, seq, OPENAI, body, close)
+        if method == "POST" and path == "/v1/messages":
+            return await self.generate(out, seq, ANTHROPIC, body, close)
+        gemini = GEMINI_PATH.fullmatch(path)
+        if method == "POST" and gemini:
+            stream = gemini.group(2) == "streamGenerateContent"
+            if stream and "sse" not in parse_qs(query).get("alt", []):
+                return await self.reply(out, GEMINI.error(
+                    400, "streamGenerateContent requires alt=sse: this server streams "
+                    "only server-sent events, not a JSON array."), close)
+            return await self.generate(out, seq, GEMINI, body, close,
+                                       model=unquote(gemini.group(1)), stream=stream)
+        if path.startswith("/v1beta/"):
+            return await self.reply(out, GEMINI.error(
+                404, f"Unknown request URL: {method} {target}."), close)
+        return await self.reply(out, OPENAI.error(
             404, f"Unknown request URL: {method} {target}.",
             kind="invalid_request_error", code="unknown_url"), close)
+
+    def record(self, seq, method, target, headers, body):
+        """Log a request with its secrets redacted; return the safe target."""
+        path, question, query = target.partition("?")
+        pieces, key_in_url = [], False
+        for piece in query.split("&") if query else []:
+            name = piece.partition("=")[0]
+            if unquote_plus(name) == "key":
+                piece, key_in_url = name + "=<redacted>", True
+            pieces.append(piece)
+        query = "&".join(pieces)
+        entry = {"seq": seq, "method": method, "path": path + question + query,
+                 "query": query, "body": body,
+                 "headers": {k: "<redacted>" if k in SECRET_HEADERS else v
+                             for k, v in headers.items()}}
+        if key_in_url:
+            entry["key_in_url"] = True
+        self.requests.append(entry)
+        return entry["path"]
 
     async def read_request(self, reader, writer):
         """Parse one request; None on a clean EOF between requests."""
@@ -259,90 +1010,70 @@ class Server:
             body = None
         return method, target, headers, body, close
 
-    async def reply(self, writer, status, obj, close, extra=()):
+    async def reply(self, out, answer, close):
+        """Send (status, JSON-able body, extra headers) as one response."""
+        status, obj, extra = answer
         body = dumps(obj).encode()
-        head = [f"HTTP/1.1 {status} {PHRASES.get(status, 'Error')}",
-                "Content-Type: application/json",
-                f"Content-Length: {len(body)}",
-                f"Connection: {'close' if close else 'keep-alive'}", *extra]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
-        await writer.drain()
+        out.head(status, ["Content-Type: application/json",
+                          f"Content-Length: {len(body)}"], close, extra)
+        out.write(body)
+        await out.drain()
         return not close
 
-    # ---- chat completions ----------------------------------------------
-    async def chat(self, reader, writer, seq, body, close):
-        messages = body.get("messages")
-        messages = messages if isinstance(messages, list) else []
-        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-        text = message_text(users[-1]) if users else ""
-        kind, tokens, extra = parse_scenario(text, seq)
-        model = body.get("model", "")
-        if kind == "http":
-            status, message = extra
-            hdrs = ["retry-after: 1"] if status == 429 else []
-            return await self.reply(writer, status, error_body(status, message, model),
-                                    close, hdrs)
-        prompt = sum(len(message_text(m).split()) for m in messages)
-        opts = body.get("stream_options")
-        want_usage = isinstance(opts, dict) and opts.get("include_usage") is True
-        created = int(time.time())
-        cid = f"chatcmpl-scn{seq}"
-        usage = {"prompt_tokens": prompt, "completion_tokens": len(tokens),
-                 "total_tokens": prompt + len(tokens)}
+    # ---- generation (all formats) ----------------------------------------
+    def plan(self, fmt, req, seq):
+        if req.results is not None:
+            return Plan("toolresult", echo_tokens("tool said: " + " | ".join(req.results)))
+        plan = parse_scenario(req.text, seq)
+        if plan.gate is not None:
+            key = (fmt.name, req.text)
+            self.attempts[key] = self.attempts.get(key, 0) + 1
+            if self.attempts[key] > plan.gate:
+                plan.error = None
+        return plan
 
-        if body.get("stream") is not True:
-            if kind == "reset":
-                return await self.reset(writer)
-            if kind == "stall":
-                return await self.stall(reader)
-            return await self.reply(writer, 200, {
-                "id": cid, "object": "chat.completion", "created": created,
-                "model": model, "choices": [{
-                    "index": 0, "finish_reason": "stop",
-                    "message": {"role": "assistant", "content": "".join(tokens)}}],
-                "usage": usage}, close)
-
-        base = {"id": cid, "object": "chat.completion.chunk",
-                "created": created, "model": model}
-
-        def event(delta, finish=None):
-            return sse({**base, "choices": [
-                {"index": 0, "delta": delta, "finish_reason": finish}]})
-
-        # Token events are built from a pre-rendered prefix/suffix for speed;
-        # the result is byte-identical to event({"content": token}).
-        pre, post = event({"content": ""}).split(b'"content":""', 1)
-        pre += b'"content":'
-
-        def token_event(tok):
-            return pre + dumps(tok).encode() + post
-
-        tail = [event({}, "stop"), b"data: [DONE]\n\n"]
-        if want_usage:
-            tail.insert(1, sse({**base, "choices": [], "usage": usage}))
-
-        writer.write(("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                      "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n"
-                      f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n").encode())
-        writer.write(chunk(event({"role": "assistant", "content": ""})))
-        try:
-            if kind == "unicode":
-                await self.trickle(reader, writer, seq, tokens, token_event, tail)
+    async def generate(self, out, seq, fmt, body, close, **route):
+        if not isinstance(body, dict):
+            return await self.reply(out, fmt.bad_json(), close)
+        req = fmt.parse(body, **route)
+        plan = self.plan(fmt, req, seq)
+        if plan.split:
+            out.split(seq)
+        if plan.error:
+            if plan.error[0] == "overloaded" and req.stream:
+                out.head(200, SSE_FIELDS, close)
+                out.write(*fmt.overloaded_stream(req, seq))
+                await self.end_body(out)
                 return not close
-            if kind == "malformed":
-                await self.send_tokens(reader, writer, seq, tokens[:1], token_event)
-                writer.write(chunk(b'data: {"choices":[{"delta":{"content":\n\n'))
-                await self.send_tokens(reader, writer, seq, tokens[1:], token_event, 1)
-            else:
-                await self.send_tokens(reader, writer, seq, tokens, token_event,
-                                       rate=extra if kind == "slow" else None)
-            if kind == "reset":
-                return await self.reset(writer)
-            if kind == "stall":
-                return await self.stall(reader)
-            if kind != "truncate":
-                writer.write(b"".join(map(chunk, tail)))
-            await self.end_body(writer)
+            return await self.reply(out, fmt.failure(plan.error, req), close)
+        extra = fmt.window_headers(plan.window) if plan.window is not None else []
+        if not req.stream:
+            if plan.end == "reset":
+                return await self.reset(out)
+            if plan.end == "stall":
+                return await self.stall(out)
+            return await self.reply(out, (200, fmt.complete(plan, req, seq), extra), close)
+        return await self.send_stream(out, seq, plan, fmt.stream(plan, req, seq), close, extra)
+
+    async def send_stream(self, out, seq, plan, stream, close, extra):
+        out.head(200, SSE_FIELDS, close, extra)
+        out.write(*stream.head)
+        try:
+            if plan.trickle:
+                await self.trickle(out, seq, stream)
+                return not close
+            for part in stream.body:
+                if isinstance(part, Tokens):
+                    await self.send_tokens(out, seq, part, plan.rate)
+                else:
+                    out.write(part)
+            if plan.end == "reset":
+                return await self.reset(out)
+            if plan.end == "stall":
+                return await self.stall(out)
+            if plan.end != "truncate":
+                out.write(*stream.tail)
+            await self.end_body(out)
             return not close
         finally:
             self.flush_sends()
@@ -355,85 +1086,76 @@ class Server:
         if self.sends:
             self.sends.flush()
 
-    async def end_body(self, writer):
+    async def end_body(self, out):
+        await out.drain()
         # Flush first so the log is complete once the client sees the end.
         self.flush_sends()
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        out.writer.write(b"0\r\n\r\n")
+        await out.writer.drain()
 
-    async def send_tokens(self, reader, writer, seq, tokens, token_event,
-                          first=0, rate=None):
-        n = len(tokens)
+    async def send_tokens(self, out, seq, run, rate=None):
+        items, render, first = run.items, run.render, run.first
+        n = len(items)
         if rate:
             start = asyncio.get_running_loop().time()
             for i in range(n):
-                await self.sleep_until(reader, writer, start + i / rate)
-                writer.write(chunk(token_event(tokens[i])))
-                await writer.drain()
+                await out.sleep_until(start + i / rate)
+                out.write(render(items[i]))
+                await out.drain()
                 self.log_send(seq, first + i, time.monotonic_ns())
             return
         for lo in range(0, n, BATCH):
             hi = min(n, lo + BATCH)
-            writer.write(b"".join(chunk(token_event(tokens[i])) for i in range(lo, hi)))
-            await writer.drain()
+            out.write(*(render(items[i]) for i in range(lo, hi)))
+            await out.drain()
             stamp = time.monotonic_ns()
             for i in range(lo, hi):
                 self.log_send(seq, first + i, stamp)
-            self.check_gone(reader, writer)
+            out.check_gone()
 
-    async def trickle(self, reader, writer, seq, tokens, token_event, tail):
-        """Write the SSE body in 3-byte HTTP chunks (the unicode scenario)."""
-        body, ends = b"", []
-        for tok in tokens:
-            body += token_event(tok)
-            ends.append(len(body))
-        body += b"".join(tail)
-        await writer.drain()
+    async def trickle(self, out, seq, stream):
+        """Write body and tail in 3-byte HTTP chunks (the unicode scenario)."""
+        body, ends = b"", []  # ends: (offset just past a token event, log index)
+        for part in stream.body:
+            if isinstance(part, Tokens):
+                for i, tok in enumerate(part.items):
+                    body += part.render(tok)
+                    ends.append((len(body), part.first + i))
+            else:
+                body += part
+        body += b"".join(stream.tail)
+        await out.writer.drain()
         logged = 0
         for pos in range(0, len(body), 3):
-            writer.write(chunk(body[pos:pos + 3]))
-            await writer.drain()
+            out.writer.write(chunk(body[pos:pos + 3]))
+            await out.writer.drain()
             stamp = time.monotonic_ns()
-            while logged < len(ends) and ends[logged] <= pos + 3:
-                self.log_send(seq, logged, stamp)
+            while logged < len(ends) and ends[logged][0] <= pos + 3:
+                self.log_send(seq, ends[logged][1], stamp)
                 logged += 1
-            await self.sleep_until(reader, writer,
-                                   asyncio.get_running_loop().time() + 0.002)
-        await self.end_body(writer)
+            await out.sleep_until(asyncio.get_running_loop().time() + 0.002)
+        await self.end_body(out)
 
-    @staticmethod
-    def check_gone(reader, writer):
-        # EOF from the client (even a half-close) counts as having left.
-        if reader.at_eof() or writer.transport.is_closing():
-            raise Gone
-
-    async def sleep_until(self, reader, writer, deadline):
-        """Sleep in short slices so a departed client is noticed quickly."""
-        loop = asyncio.get_running_loop()
-        while (left := deadline - loop.time()) > 0:
-            self.check_gone(reader, writer)
-            await asyncio.sleep(min(left, 0.05))
-        self.check_gone(reader, writer)
-
-    async def reset(self, writer):
-        await writer.drain()
-        sock = writer.get_extra_info("socket")
+    async def reset(self, out):
+        await out.drain()
+        sock = out.writer.get_extra_info("socket")
         # Give the peer up to 1 s to acknowledge what was sent, because an
         # RST discards data still waiting in our send queue (Linux only).
         try:
             for _ in range(100):
-                out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
-                if struct.unpack("i", out)[0] == 0:
+                queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+                if struct.unpack("i", queued)[0] == 0:
                     break
                 await asyncio.sleep(0.01)
         except (OSError, AttributeError):
             pass
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        writer.transport.abort()
+        out.writer.transport.abort()
         return False
 
-    async def stall(self, reader):
-        while await reader.read(65536):
+    async def stall(self, out):
+        await out.drain()
+        while await out.reader.read(65536):
             pass
         return False
 

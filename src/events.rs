@@ -32,6 +32,11 @@ pub enum Event {
         stream: StreamId,
         error: LlmError,
     },
+    /// The value of a one-shot job (a model list, a health check).
+    Result {
+        stream: StreamId,
+        value: serde_json::Value,
+    },
 }
 
 impl Event {
@@ -39,7 +44,8 @@ impl Event {
         match self {
             Event::Delta { stream, .. }
             | Event::Done { stream, .. }
-            | Event::Error { stream, .. } => *stream,
+            | Event::Error { stream, .. }
+            | Event::Result { stream, .. } => *stream,
         }
     }
 }
@@ -214,10 +220,7 @@ impl EventQueue {
     /// so an event pushed during the drain either is taken now or wakes again.
     pub fn drain(&self) -> Vec<Event> {
         self.wake_pending.store(false, Ordering::SeqCst);
-        let rx = self
-            .rx
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let rx = self.rx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let raw: Vec<Event> = rx.try_iter().collect();
         coalesce(raw)
     }

@@ -14,40 +14,62 @@ use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::ChatRequest;
 use crate::llm::providers::Providers;
 
-/// Starts streaming `req` on `rt`; events for `stream` go to `queue`.
-/// Cancelling `cancel` ends the stream with a `cancelled` error event.
+/// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
+/// false); events for `stream` go to `queue`. Cancelling `cancel` ends it
+/// with a `cancelled` error event.
 pub fn spawn_stream(
     rt: &Handle,
     queue: Arc<EventQueue>,
     providers: Arc<Providers>,
     stream: StreamId,
     req: ChatRequest,
+    streaming: bool,
     cancel: CancellationToken,
 ) {
     rt.spawn(async move {
         let q = queue.clone();
         let work = async move {
             let mut emit = |delta| q.push(Event::Delta { stream, delta });
-            crate::llm::stream_chat(&providers, &req, &mut emit).await
+            if streaming {
+                crate::llm::stream_chat(&providers, &req, &mut emit).await
+            } else {
+                crate::llm::send_chat(&providers, &req, &mut emit).await
+            }
         };
         match supervise(work, &cancel).await {
             Ok(done) => queue.push(Event::Done {
                 stream,
                 done: Box::new(done),
             }),
-            Err(error) => {
-                if error.class != ErrorClass::Cancelled {
-                    tracing::warn!(
-                        stream,
-                        class = error.class.as_str(),
-                        "stream failed: {}",
-                        error.message
-                    );
-                }
-                queue.push(Event::Error { stream, error })
-            }
+            Err(error) => push_error(&queue, stream, error),
         }
     });
+}
+
+/// Runs a one-shot job (a model list, a health check) whose value ends in
+/// one `Result` event, or one error event.
+pub fn spawn_job<F>(rt: &Handle, queue: Arc<EventQueue>, stream: StreamId, cancel: CancellationToken, job: F)
+where
+    F: std::future::Future<Output = Result<serde_json::Value, LlmError>> + Send + 'static,
+{
+    rt.spawn(async move {
+        match supervise(job, &cancel).await {
+            Ok(value) => queue.push(Event::Result { stream, value }),
+            Err(error) => push_error(&queue, stream, error),
+        }
+    });
+}
+
+fn push_error(queue: &EventQueue, stream: StreamId, error: LlmError) {
+    if error.class != ErrorClass::Cancelled {
+        tracing::warn!(
+            stream,
+            class = error.class.as_str(),
+            "request failed: {}",
+            error.message
+        );
+    }
+    queue.push(Event::Error { stream, error })
 }
 
 /// Runs `work` to its end, unless `cancel` fires first; a panic inside it
@@ -113,11 +135,7 @@ mod tests {
     fn cancelling_ends_pending_work_as_cancelled() {
         let cancel = CancellationToken::new();
         cancel.cancel();
-        let err = block_on(supervise(
-            std::future::pending::<Result<(), LlmError>>(),
-            &cancel,
-        ))
-        .unwrap_err();
+        let err = block_on(supervise(std::future::pending::<Result<(), LlmError>>(), &cancel)).unwrap_err();
         assert_eq!(err.class, ErrorClass::Cancelled);
     }
 }

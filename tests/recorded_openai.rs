@@ -74,9 +74,7 @@ fn openai_text_stream_decodes() {
         assert!(acc
             .text
             .starts_with("**Holiday Name:** Harmony Day\n\n**Date:** Celebrated annually"));
-        assert!(acc
-            .text
-            .ends_with("ed human experiences and mutual respect."));
+        assert!(acc.text.ends_with("ed human experiences and mutual respect."));
         assert_eq!(acc.text.chars().count(), 1724);
         assert_eq!(acc.stop_reason, Some(StopReason::EndTurn));
         assert!(acc.terminal);
@@ -100,9 +98,7 @@ fn groq_text_stream_decodes_with_top_level_usage() {
     assert!(acc
         .text
         .starts_with("Introducing \"Luminaria\" - a new holiday that celebrates the "));
-    assert!(acc
-        .text
-        .ends_with("per appreciation for the magic of light."));
+    assert!(acc.text.ends_with("per appreciation for the magic of light."));
     assert_eq!(acc.text.chars().count(), 3189);
     let usage = acc.usage.expect("groq sends usage");
     assert_eq!((usage.input_tokens, usage.output_tokens), (45, 662));
@@ -133,17 +129,11 @@ fn deepseek_reasoning_is_kept_apart_from_the_answer() {
     };
     let acc = decode(&s, 9);
     assert_eq!(acc.text, "The word \"strawberry\" contains three \"r\"s.");
-    assert!(acc
-        .reasoning
-        .starts_with("We need to count the number of the lette"));
+    assert!(acc.reasoning.starts_with("We need to count the number of the lette"));
     assert_eq!(acc.reasoning.chars().count(), 606);
     let usage = acc.usage.expect("deepseek sends usage");
     assert_eq!(
-        (
-            usage.input_tokens,
-            usage.output_tokens,
-            usage.reasoning_tokens
-        ),
+        (usage.input_tokens, usage.output_tokens, usage.reasoning_tokens),
         (18, 219, 205)
     );
 }

@@ -485,3 +485,852 @@ def test_refuses_non_loopback_host(tmp_path):
     proc = subprocess.run([sys.executable, str(SERVER), "--host", "0.0.0.0"],
                           capture_output=True, timeout=10)
     assert proc.returncode != 0 and proc.stdout == b""
+
+
+# ======================================================================
+# Anthropic Messages and Gemini formats, and the cross-format scenarios
+# ======================================================================
+FORMATS = ["openai", "anthropic", "gemini"]
+
+
+def messages_request(c, text=None, stream=True, model="claude-test", headers=(),
+                     messages=None, **extra):
+    obj = {"model": model, "max_tokens": 64, "stream": stream,
+           "messages": messages or [{"role": "user", "content": text}], **extra}
+    c.send("POST", "/v1/messages", obj, ["anthropic-version: 2023-06-01", *headers])
+
+
+def gemini_request(c, text=None, stream=True, model="gemini-test", headers=(),
+                   contents=None, query=None, **extra):
+    method = "streamGenerateContent" if stream else "generateContent"
+    if query is None:
+        query = "?alt=sse" if stream else ""
+    obj = {"contents": contents or [{"role": "user", "parts": [{"text": text}]}], **extra}
+    c.send("POST", f"/v1beta/models/{model}:{method}{query}", obj, headers)
+
+
+def ask(c, fmt, text, stream=True, **kw):
+    """Send `text` as the user message in format `fmt`; return the response."""
+    if fmt == "openai":
+        c.chat(text, stream=stream, **kw)
+    elif fmt == "anthropic":
+        messages_request(c, text, stream=stream, **kw)
+    else:
+        gemini_request(c, text, stream=stream, **kw)
+    return c.response()
+
+
+def named_events(body):
+    """Anthropic events as parsed objects (checking "event:" = data type)."""
+    out = []
+    for ev in events(body):
+        m = re.fullmatch(rb"event: ([a-z_]+)\ndata: (.*)", ev, re.S)
+        assert m, ev
+        obj = json.loads(m.group(2))
+        assert obj["type"] == m.group(1).decode()
+        out.append(obj)
+    return out
+
+
+def gemini_chunks(body):
+    out = []
+    for ev in events(body):
+        assert ev.startswith(b"data: ") and ev != b"data: [DONE]", ev
+        out.append(json.loads(ev[6:]))
+    return out
+
+
+def text_of(fmt, body, stream=True):
+    """The answer text (not reasoning) of a response body."""
+    if not stream:
+        obj = json.loads(body)
+        if fmt == "openai":
+            return obj["choices"][0]["message"]["content"]
+        if fmt == "anthropic":
+            return "".join(b["text"] for b in obj["content"] if b["type"] == "text")
+        return "".join(p.get("text", "") for p in obj["candidates"][0]["content"]["parts"]
+                       if not p.get("thought"))
+    if fmt == "openai":
+        return "".join(contents(body))
+    if fmt == "anthropic":
+        return "".join(e["delta"]["text"] for e in named_events(body)
+                       if e["type"] == "content_block_delta"
+                       and e["delta"]["type"] == "text_delta")
+    return "".join(p.get("text", "") for ch in gemini_chunks(body)
+                   for p in ch["candidates"][0].get("content", {}).get("parts", [])
+                   if not p.get("thought"))
+
+
+def anthropic_stream(seq, model, blocks, stop, usage=(None, None)):
+    """Expected Anthropic bytes; blocks are (content_block, [deltas]) pairs."""
+    inp, out = usage
+
+    def ev(obj):
+        return f"event: {obj['type']}\ndata: {dumps(obj)}\n\n"
+
+    text = ev({"type": "message_start", "message": {
+        "id": f"msg_scn{seq}", "type": "message", "role": "assistant", "model": model,
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": inp, "output_tokens": 1 if out else 0,
+                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
+    text += ev({"type": "ping"})
+    for i, (block, deltas) in enumerate(blocks):
+        text += ev({"type": "content_block_start", "index": i, "content_block": block})
+        text += "".join(ev({"type": "content_block_delta", "index": i, "delta": d})
+                        for d in deltas)
+        text += ev({"type": "content_block_stop", "index": i})
+    text += ev({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": out}})
+    return (text + ev({"type": "message_stop"})).encode()
+
+
+def text_deltas(*tokens):
+    return [{"type": "text_delta", "text": t} for t in tokens]
+
+
+def test_anthropic_echo_stream_exact_bytes(server):
+    c = Conn(server.port)
+    messages_request(c, "Hello big world", system="be brief")
+    status, headers, body, chunks = c.response()
+    assert status == 200
+    assert headers["content-type"] == "text/event-stream"
+    assert headers["transfer-encoding"] == "chunked"
+    expected = (
+        'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_scn1",'
+        '"type":"message","role":"assistant","model":"claude-test","content":[],'
+        '"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,'
+        '"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}}}\n\n'
+        'event: ping\ndata: {"type":"ping"}\n\n'
+        'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+        '"content_block":{"type":"text","text":""}}\n\n'
+        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        '"delta":{"type":"text_delta","text":"Hello "}}\n\n'
+        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        '"delta":{"type":"text_delta","text":"big "}}\n\n'
+        'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        '"delta":{"type":"text_delta","text":"world"}}\n\n'
+        'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+        'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":'
+        '"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}\n\n'
+        'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+    assert body == expected.encode()
+    assert chunks == [e + b"\n\n" for e in events(body)]  # one event per chunk
+    assert body == anthropic_stream(1, "claude-test", [
+        ({"type": "text", "text": ""}, text_deltas("Hello ", "big ", "world"))],
+        "end_turn", (5, 3))
+
+
+def test_anthropic_scenario_text_from_last_user_message_blocks(server):
+    c = Conn(server.port)
+    text = "echo  multi\nline ünï 🎉 "
+    messages = [
+        {"role": "user", "content": "long 5"},
+        {"role": "assistant", "content": [{"type": "text", "text": "w00000"}]},
+        {"role": "user", "content": [
+            {"type": "text", "text": text[:6]},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": "AAAA"}},
+            {"type": "text", "text": text[6:]}]}]
+    messages_request(c, messages=messages, system=[{"type": "text", "text": "sys words"}])
+    _, _, body, _ = c.response()
+    assert text_of("anthropic", body) == text
+    evs = named_events(body)
+    assert evs[0]["message"]["usage"]["input_tokens"] == 2 + 2 + 1 + len(text.split())
+    assert "ünï".encode() in body and "🎉".encode() in body  # raw UTF-8
+
+
+def test_anthropic_thinking_event_order(server):
+    c = Conn(server.port)
+    messages_request(c, "reason 3")
+    _, _, body, _ = c.response()
+    assert body == anthropic_stream(1, "claude-test", [
+        ({"type": "thinking", "thinking": "", "signature": ""},
+         [{"type": "thinking_delta", "thinking": f"r0000{i} "} for i in range(3)]
+         + [{"type": "signature_delta", "signature": "sig-scn1"}]),
+        ({"type": "text", "text": ""}, text_deltas("done"))],
+        "end_turn", (2, 4))
+    kinds = [(e["type"], e.get("index"), e.get("delta", {}).get("type")) for e in named_events(body)]
+    assert kinds == [("message_start", None, None), ("ping", None, None),
+                     ("content_block_start", 0, None)] + \
+        [("content_block_delta", 0, "thinking_delta")] * 3 + [
+        ("content_block_delta", 0, "signature_delta"), ("content_block_stop", 0, None),
+        ("content_block_start", 1, None), ("content_block_delta", 1, "text_delta"),
+        ("content_block_stop", 1, None), ("message_delta", None, None),
+        ("message_stop", None, None)]
+    # the send log numbers reasoning and text tokens together
+    assert [line[:2] for line in server.log_lines()] == [["1", str(i)] for i in range(4)]
+
+
+def test_anthropic_tool_use_event_order(server):
+    c = Conn(server.port)
+    messages_request(c, 'tool get_weather {"city": "Paris", "days": [1, 2]}',
+                     tools=[{"name": "get_weather", "input_schema": {"type": "object"}}])
+    _, _, body, _ = c.response()
+    args = '{"city":"Paris","days":[1,2]}'
+    pieces = [args[:9], args[9:19], args[19:]]
+    assert body == anthropic_stream(1, "claude-test", [
+        ({"type": "tool_use", "id": "toolu_scn1_0", "name": "get_weather", "input": {}},
+         [{"type": "input_json_delta", "partial_json": p} for p in pieces])],
+        "tool_use", (7, 3))
+    messages_request(c, "tools2")
+    _, _, body, _ = c.response()
+    evs = named_events(body)
+    starts = [e["content_block"] for e in evs if e["type"] == "content_block_start"]
+    assert starts == [{"type": "tool_use", "id": f"toolu_scn2_{k}", "name": "read_file",
+                       "input": {}} for k in range(2)]
+    for k, path in enumerate(["a.txt", "b.txt"]):
+        parts = [e["delta"]["partial_json"] for e in evs
+                 if e["type"] == "content_block_delta" and e["index"] == k]
+        assert len(parts) == 3 and json.loads("".join(parts)) == {"path": path}
+    assert evs[-2]["delta"]["stop_reason"] == "tool_use"
+    assert evs[-2]["usage"] == {"output_tokens": 6}
+
+
+def test_anthropic_non_streaming(server):
+    c = Conn(server.port)
+    messages_request(c, "Hello big world", stream=False)
+    status, headers, body, _ = c.response()
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert json.loads(body) == {
+        "id": "msg_scn1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": "Hello big world"}],
+        "stop_reason": "end_turn", "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 3, "cache_creation_input_tokens": 0,
+                  "cache_read_input_tokens": 0}}
+    messages_request(c, "reason 2", stream=False)
+    obj = json.loads(c.response()[2])
+    assert obj["content"] == [
+        {"type": "thinking", "thinking": "r00000 r00001 ", "signature": "sig-scn2"},
+        {"type": "text", "text": "done"}]
+    messages_request(c, "tools2", stream=False)
+    obj = json.loads(c.response()[2])
+    assert obj["stop_reason"] == "tool_use"
+    assert obj["content"] == [
+        {"type": "tool_use", "id": f"toolu_scn3_{k}", "name": "read_file",
+         "input": {"path": p}} for k, p in enumerate(["a.txt", "b.txt"])]
+    messages_request(c, "filtered", stream=False)
+    assert json.loads(c.response()[2])["stop_reason"] == "refusal"
+
+
+@pytest.mark.parametrize("status,kind,message", [
+    (401, "authentication_error", "invalid x-api-key"),
+    (404, "not_found_error", "model: claude-nope"),
+    (429, "rate_limit_error", None),
+    (500, "api_error", None),
+    (529, "overloaded_error", "Overloaded"),
+    (400, "invalid_request_error", None),
+    (503, "api_error", None),
+])
+def test_anthropic_http_errors(server, status, kind, message):
+    c = Conn(server.port)
+    messages_request(c, f"http {status}", model="claude-nope")
+    got, headers, body, _ = c.response()
+    assert got == status and headers["content-type"] == "application/json"
+    obj = json.loads(body)
+    assert set(obj) == {"type", "error"} and obj["type"] == "error"
+    assert obj["error"]["type"] == kind and set(obj["error"]) == {"type", "message"}
+    if message:
+        assert obj["error"]["message"] == message
+    assert (headers.get("retry-after") == "1") == (status == 429)
+    messages_request(c, "http 401 Bad key for you", stream=False)
+    assert c.response()[2] == (b'{"type":"error","error":{"type":"authentication_error",'
+                               b'"message":"Bad key for you"}}')
+
+
+def test_anthropic_truncate_malformed_reset(server):
+    c = Conn(server.port)
+    messages_request(c, "truncate 2")
+    _, _, body, _ = c.response()
+    evs = named_events(body)
+    assert [e["type"] for e in evs] == ["message_start", "ping", "content_block_start",
+                                        "content_block_delta", "content_block_delta"]
+    messages_request(c, "malformed")
+    _, _, body, _ = c.response()
+    broken = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+              b'"delta":{"type":"text_delta","text":\n\n')
+    assert broken in body
+    good = anthropic_stream(2, "claude-test", [
+        ({"type": "text", "text": ""}, text_deltas("ok ", "after"))], "end_turn", (1, 2))
+    assert body.replace(broken, b"", 1) == good
+    assert body.index(b'"ok "') < body.index(broken) < body.index(b'"after"')
+    c2 = Conn(server.port)
+    messages_request(c2, "reset 3")
+    assert c2.head()[0] == 200
+    got = []
+    with pytest.raises(ConnectionResetError):
+        for data in c2.chunks():
+            got.append(data)
+    assert text_of("anthropic", b"".join(got)) == "w00000 w00001 w00002 "
+
+
+def gemini_stream(seq, model, parts, final, finish="STOP", usage=None):
+    """Expected Gemini bytes: one chunk per part, then the final chunk."""
+    def response(candidate, with_usage=False):
+        obj = {"candidates": [{**candidate, "index": 0}]}
+        if with_usage and usage:
+            obj["usageMetadata"] = usage
+        obj["modelVersion"] = model
+        obj["responseId"] = f"scn{seq}"
+        return b"data: " + dumps(obj).encode() + b"\n\n"
+
+    out = b"".join(response({"content": {"parts": [p], "role": "model"}}) for p in parts)
+    last = {"content": {"parts": final, "role": "model"}, "finishReason": finish}
+    return out + response(last, True)
+
+
+def test_gemini_echo_stream_exact_bytes(server):
+    c = Conn(server.port)
+    gemini_request(c, "Hello big world", systemInstruction={"parts": [{"text": "be brief"}]},
+                   generationConfig={"temperature": 0})
+    status, headers, body, chunks = c.response()
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    expected = "".join(
+        'data: {"candidates":[{"content":{"parts":[{"text":"%s"}],"role":"model"},'
+        '"index":0}],"modelVersion":"gemini-test","responseId":"scn1"}\n\n' % t
+        for t in ["Hello ", "big ", "world"])
+    expected += ('data: {"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},'
+                 '"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":5,'
+                 '"candidatesTokenCount":3,"totalTokenCount":8},"modelVersion":"gemini-test",'
+                 '"responseId":"scn1"}\n\n')
+    assert body == expected.encode()
+    assert b"[DONE]" not in body
+    assert chunks == [e + b"\n\n" for e in events(body)]
+
+
+def test_gemini_scenario_text_from_last_user_content(server):
+    c = Conn(server.port)
+    contents = [{"role": "user", "parts": [{"text": "long 5"}]},
+                {"role": "model", "parts": [{"text": "w00000"}]},
+                {"role": "user", "parts": [{"text": "echo one "},
+                                           {"inlineData": {"mimeType": "image/png", "data": "AA"}},
+                                           {"text": "two"}]}]
+    gemini_request(c, contents=contents)
+    _, _, body, _ = c.response()
+    assert text_of("gemini", body) == "echo one two"
+
+
+def test_gemini_reason_tools_filtered_truncate(server):
+    c = Conn(server.port)
+    gemini_request(c, "reason 2")
+    _, _, body, _ = c.response()
+    assert body == gemini_stream(
+        1, "gemini-test", [{"text": "r00000 ", "thought": True},
+                           {"text": "r00001 ", "thought": True}, {"text": "done"}],
+        [{"text": ""}], usage={"promptTokenCount": 2, "candidatesTokenCount": 1,
+                               "totalTokenCount": 5, "thoughtsTokenCount": 2})
+    gemini_request(c, 'tool lookup {"q": "x"}',
+                   tools=[{"functionDeclarations": [{"name": "lookup"}]}])
+    _, _, body, _ = c.response()
+    assert body == gemini_stream(
+        2, "gemini-test", [], [{"functionCall": {"name": "lookup", "args": {"q": "x"}}}],
+        usage={"promptTokenCount": 4, "candidatesTokenCount": 3, "totalTokenCount": 7})
+    gemini_request(c, "tools2")
+    chunk_objs = gemini_chunks(c.response()[2])
+    assert len(chunk_objs) == 1
+    assert chunk_objs[0]["candidates"][0]["content"]["parts"] == [
+        {"functionCall": {"name": "read_file", "args": {"path": p}}} for p in ("a.txt", "b.txt")]
+    assert chunk_objs[0]["candidates"][0]["finishReason"] == "STOP"
+    gemini_request(c, "filtered")
+    chunk_objs = gemini_chunks(c.response()[2])
+    assert chunk_objs[0]["candidates"][0]["content"]["parts"] == [{"text": "w00000 "}]
+    last = chunk_objs[-1]["candidates"][0]
+    assert last["finishReason"] == "SAFETY" and "content" not in last
+    gemini_request(c, "truncate 3")
+    chunk_objs = gemini_chunks(c.response()[2])
+    assert len(chunk_objs) == 3
+    assert not any("finishReason" in ch["candidates"][0] or "usageMetadata" in ch
+                   for ch in chunk_objs)
+
+
+def test_gemini_non_streaming(server):
+    c = Conn(server.port)
+    gemini_request(c, "Hello big world", stream=False, model="gemini-x")
+    status, headers, body, _ = c.response()
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert json.loads(body) == {
+        "candidates": [{"content": {"parts": [{"text": "Hello big world"}], "role": "model"},
+                        "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 3,
+                          "totalTokenCount": 6},
+        "modelVersion": "gemini-x", "responseId": "scn1"}
+    gemini_request(c, "reason 1", stream=False)
+    obj = json.loads(c.response()[2])
+    assert obj["candidates"][0]["content"]["parts"] == [
+        {"text": "r00000 ", "thought": True}, {"text": "done"}]
+    assert obj["usageMetadata"]["thoughtsTokenCount"] == 1
+
+
+def test_gemini_stream_requires_alt_sse(server):
+    c = Conn(server.port)
+    for query in ("", "?alt=json"):
+        gemini_request(c, "echo hi", query=query)
+        status, _, body, _ = c.response()
+        assert status == 400
+        err = json.loads(body)["error"]
+        assert err["code"] == 400 and err["status"] == "INVALID_ARGUMENT"
+        assert "alt=sse" in err["message"]
+    gemini_request(c, "echo hi")  # the connection stays usable
+    assert text_of("gemini", c.response()[2]) == "echo hi"
+
+
+@pytest.mark.parametrize("status,state,message", [
+    (401, "UNAUTHENTICATED", None),
+    (404, "NOT_FOUND", "models/gemini-nope is not found."),
+    (429, "RESOURCE_EXHAUSTED", None),
+    (500, "INTERNAL", None),
+    (503, "UNAVAILABLE", None),
+    (400, "INVALID_ARGUMENT", None),
+])
+def test_gemini_http_errors(server, status, state, message):
+    c = Conn(server.port)
+    gemini_request(c, f"http {status}", model="gemini-nope")
+    got, headers, body, _ = c.response()
+    assert got == status and "retry-after" not in headers
+    err = json.loads(body)["error"]
+    assert err["code"] == status and err["status"] == state
+    if message:
+        assert err["message"] == message
+    if status == 429:
+        assert err["details"] == [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
+                                   "retryDelay": "1s"}]
+    else:
+        assert set(err) == {"code", "message", "status"}
+
+
+def test_openai_reasoning_and_usage(server):
+    c = Conn(server.port)
+    c.chat("reason 2", usage=True)
+    _, _, body, _ = c.response()
+    objs = [json.loads(e[6:]) for e in events(body)[:-1]]
+    deltas = [o["choices"][0]["delta"] for o in objs if o["choices"]]
+    assert deltas == [{"role": "assistant", "content": ""},
+                      {"reasoning_content": "r00000 "}, {"reasoning_content": "r00001 "},
+                      {"content": "done"}, {}]
+    assert objs[-1]["usage"] == {"prompt_tokens": 2, "completion_tokens": 3,
+                                 "total_tokens": 5,
+                                 "completion_tokens_details": {"reasoning_tokens": 2}}
+    c.chat("reason 2", stream=False)
+    msg = json.loads(c.response()[2])["choices"][0]["message"]
+    assert msg == {"role": "assistant", "content": "done", "reasoning_content": "r00000 r00001 "}
+
+
+def test_openai_tool_call_deltas(server):
+    c = Conn(server.port)
+    c.chat('tool get_weather {"city": "Paris"}', usage=True)
+    _, _, body, _ = c.response()
+    t = created_of(body)
+    pre = '{"id":"chatcmpl-scn1","object":"chat.completion.chunk","created":%d,"model":"echo",' % t
+    args = '{"city":"Paris"}'
+    calls = [{"index": 0, "id": "call_scn1_0", "type": "function",
+              "function": {"name": "get_weather", "arguments": ""}}]
+    calls += [{"index": 0, "function": {"arguments": p}} for p in (args[:5], args[5:10], args[10:])]
+    expected = "data: " + pre + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n'
+    expected += "".join("data: " + pre + '"choices":[{"index":0,"delta":{"tool_calls":[%s]},"finish_reason":null}]}\n\n' % dumps(call)
+                        for call in calls)
+    expected += "data: " + pre + '"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\n'
+    expected += "data: " + pre + '"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":3,"total_tokens":7}}\n\n'
+    expected += "data: [DONE]\n\n"
+    assert body == expected.encode()
+
+    c.chat("tools2")
+    _, _, body, _ = c.response()
+    objs = [json.loads(e[6:]) for e in events(body)[:-1]]
+    tcs = [o["choices"][0]["delta"]["tool_calls"][0] for o in objs
+           if "tool_calls" in o["choices"][0]["delta"]]
+    assert [tc["index"] for tc in tcs] == [0, 1, 0, 1, 0, 1, 0, 1]
+    assert [tc.get("id") for tc in tcs[:2]] == ["call_scn2_0", "call_scn2_1"]
+    for k, path in enumerate(["a.txt", "b.txt"]):
+        joined = "".join(tc["function"]["arguments"] for tc in tcs if tc["index"] == k)
+        assert json.loads(joined) == {"path": path}
+    assert objs[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+    c.chat("tools2", stream=False)
+    choice = json.loads(c.response()[2])["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"] == {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_scn3_{k}", "type": "function",
+         "function": {"name": "read_file", "arguments": dumps({"path": p})}}
+        for k, p in enumerate(["a.txt", "b.txt"])]}
+
+
+def test_openai_filtered_and_nousage(server):
+    c = Conn(server.port)
+    c.chat("filtered", usage=True)
+    _, _, body, _ = c.response()
+    objs = [json.loads(e[6:]) for e in events(body)[:-1]]
+    assert contents(body) == ["w00000 "]
+    assert objs[-2]["choices"][0]["finish_reason"] == "content_filter"
+    c.chat("nousage a b", usage=True)
+    _, _, body, _ = c.response()
+    assert b'"usage"' not in body and contents(body) == ["nousage ", "a ", "b"]
+    c.chat("nousage a b", stream=False)
+    assert "usage" not in json.loads(c.response()[2])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_tool_result_answers_and_ignores_scenarios(server, fmt):
+    c = Conn(server.port)
+    if fmt == "openai":
+        c.chat(None, messages=[
+            {"role": "user", "content": "http 500"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "read_file", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "first result"},
+            {"role": "tool", "tool_call_id": "call_2",
+             "content": [{"type": "text", "text": "second"}]}])
+        expected = "tool said: first result | second"
+    elif fmt == "anthropic":
+        messages_request(c, messages=[
+            {"role": "user", "content": "http 500"},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "first result"},
+                {"type": "tool_result", "tool_use_id": "toolu_2",
+                 "content": [{"type": "text", "text": "second"}]}]}])
+        expected = "tool said: first result | second"
+    else:
+        gemini_request(c, contents=[
+            {"role": "user", "parts": [{"text": "http 500"}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "read_file", "args": {}}}]},
+            {"role": "user", "parts": [
+                {"functionResponse": {"name": "read_file", "response": {"text": "A b"}}},
+                {"functionResponse": {"name": "read_file", "response": {"n": 2}}}]}])
+        expected = 'tool said: {"text":"A b"} | {"n":2}'
+    status, _, body, _ = c.response()
+    assert status == 200
+    assert text_of(fmt, body) == expected
+
+
+def error_details(fmt, status, headers, body):
+    """Checks common to every format's error reply; returns the parsed body."""
+    obj = json.loads(body)
+    assert int(headers["content-length"]) == len(body)
+    if fmt == "anthropic":
+        assert obj["type"] == "error" and set(obj["error"]) == {"type", "message"}
+    elif fmt == "gemini":
+        assert obj["error"]["code"] == status
+    else:
+        assert set(obj["error"]) == {"message", "type", "param", "code"}
+    return obj
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_retry429_counts_attempts_per_prompt(server, fmt):
+    c = Conn(server.port)
+    for _ in range(2):
+        status, headers, body, _ = ask(c, fmt, "retry429 2 0.2")
+        assert status == 429
+        obj = error_details(fmt, status, headers, body)
+        if fmt == "openai":
+            assert headers["retry-after"] == "0.2" and headers["retry-after-ms"] == "200"
+            assert (obj["error"]["type"], obj["error"]["code"]) == ("requests", "rate_limit_exceeded")
+        elif fmt == "anthropic":
+            assert headers["retry-after"] == "0.2" and "retry-after-ms" not in headers
+            assert obj["error"]["type"] == "rate_limit_error"
+        else:
+            assert "retry-after" not in headers
+            assert obj["error"]["status"] == "RESOURCE_EXHAUSTED"
+            assert obj["error"]["details"] == [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.2s"}]
+    for _ in range(2):  # from now on it keeps succeeding
+        status, _, body, _ = ask(c, fmt, "retry429 2 0.2")
+        assert status == 200 and text_of(fmt, body) == "ok after 2"
+    # counted per exact prompt text: a trailing space is another prompt
+    status, headers, _, _ = ask(c, fmt, "retry429 1 ", stream=False)
+    assert status == 429
+    if fmt == "openai":
+        assert (headers["retry-after"], headers["retry-after-ms"]) == ("1", "1000")
+    status, _, body, _ = ask(c, fmt, "retry429 1 ", stream=False)
+    assert status == 200 and text_of(fmt, body, stream=False) == "ok after 1"
+    # DELETE /_requests resets the counters
+    c.send("DELETE", "/_requests")
+    assert c.response()[0] == 200
+    assert ask(c, fmt, "retry429 2 0.2")[0] == 429
+
+
+def test_attempts_are_counted_per_format(server):
+    c = Conn(server.port)
+    assert ask(c, "openai", "fail5xx 1")[0] == 502
+    assert ask(c, "anthropic", "fail5xx 1")[0] == 502
+    assert ask(c, "gemini", "fail5xx 1")[0] == 502
+    for fmt in FORMATS:
+        status, _, body, _ = ask(c, fmt, "fail5xx 1")
+        assert status == 200 and text_of(fmt, body) == "ok after 1"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fail5xx_and_noretry(server, fmt):
+    c = Conn(server.port)
+    status, headers, body, _ = ask(c, fmt, "fail5xx 1 500")
+    assert status == 500
+    obj = error_details(fmt, status, headers, body)
+    kind = {"openai": ("error", "type", "server_error"), "anthropic": ("error", "type", "api_error"),
+            "gemini": ("error", "status", "INTERNAL")}[fmt]
+    assert obj[kind[0]][kind[1]] == kind[2]
+    assert text_of(fmt, ask(c, fmt, "fail5xx 1 500")[2]) == "ok after 1"
+    status, headers, body, _ = ask(c, fmt, "fail5xx 2")
+    assert status == 502 and "x-should-retry" not in headers
+    assert ask(c, fmt, "fail5xx 2")[0] == 502
+    assert ask(c, fmt, "fail5xx 2")[0] == 200
+    for _ in range(3):
+        status, headers, body, _ = ask(c, fmt, "noretry 3")
+        assert status == 503 and headers["x-should-retry"] == "false"
+        error_details(fmt, status, headers, body)
+    status, headers, body, _ = ask(c, fmt, "noretry 3")
+    assert status == 200 and "x-should-retry" not in headers
+    assert text_of(fmt, body) == "ok after 3"
+
+
+def test_overloaded_in_band(server):
+    c = Conn(server.port)
+    status, _, body, _ = ask(c, "openai", "overloaded 1")
+    assert status == 200
+    assert body == b'data: {"error":{"message":"Overloaded","type":"server_error"}}\n\n'
+    assert text_of("openai", ask(c, "openai", "overloaded 1")[2]) == "ok after 1"
+
+    for _ in range(2):
+        status, _, body, _ = ask(c, "anthropic", "overloaded 2")
+        assert status == 200
+        evs = named_events(body)
+        assert [e["type"] for e in evs] == ["message_start", "ping", "error"]
+        assert evs[2] == {"type": "error", "error": {"type": "overloaded_error",
+                                                     "message": "Overloaded"}}
+        assert body.endswith(b'event: error\ndata: {"type":"error","error":'
+                             b'{"type":"overloaded_error","message":"Overloaded"}}\n\n')
+    assert text_of("anthropic", ask(c, "anthropic", "overloaded 2")[2]) == "ok after 2"
+
+    status, _, body, _ = ask(c, "gemini", "overloaded 1")
+    assert status == 200
+    assert body == (b'data: {"error":{"code":503,"message":"The model is overloaded.",'
+                    b'"status":"UNAVAILABLE"}}\n\n')
+    assert text_of("gemini", ask(c, "gemini", "overloaded 1")[2]) == "ok after 1"
+    # without streaming: the format's overloaded HTTP status
+    assert ask(c, "anthropic", "overloaded 1 ", stream=False)[0] == 529
+    assert ask(c, "openai", "overloaded 1 ", stream=False)[0] == 503
+    assert ask(c, "gemini", "overloaded 1 ", stream=False)[0] == 503
+
+
+def test_context_errors_exact(server):
+    c = Conn(server.port)
+    status, _, body, _ = ask(c, "openai", "context")
+    assert status == 400 and json.loads(body) == {"error": {
+        "message": "This model's maximum context length is 128000 tokens. However, your "
+                   "messages resulted in 130000 tokens. Please reduce the length of the "
+                   "messages.",
+        "type": "invalid_request_error", "param": "messages",
+        "code": "context_length_exceeded"}}
+    status, _, body, _ = ask(c, "anthropic", "context")
+    assert status == 400 and body == (
+        b'{"type":"error","error":{"type":"invalid_request_error",'
+        b'"message":"prompt is too long: 210000 tokens > 200000 maximum"}}')
+    status, _, body, _ = ask(c, "gemini", "context", stream=False)
+    assert status == 400 and json.loads(body) == {"error": {
+        "code": 400, "status": "INVALID_ARGUMENT",
+        "message": "The input token count (1200000) exceeds the maximum number of tokens "
+                   "allowed (1048576)."}}
+
+
+def test_nousage_per_format(server):
+    c = Conn(server.port)
+    _, _, body, _ = ask(c, "anthropic", "nousage x y")
+    evs = named_events(body)
+    assert text_of("anthropic", body) == "nousage x y"
+    assert evs[0]["message"]["usage"] == {"input_tokens": 0, "output_tokens": 0,
+                                          "cache_creation_input_tokens": 0,
+                                          "cache_read_input_tokens": 0}
+    assert evs[-2]["usage"] == {"output_tokens": 0}
+    _, _, body, _ = ask(c, "gemini", "nousage x y")
+    assert text_of("gemini", body) == "nousage x y"
+    assert b"usageMetadata" not in body
+    assert gemini_chunks(body)[-1]["candidates"][0]["finishReason"] == "STOP"
+    assert b"usageMetadata" not in ask(c, "gemini", "nousage x", stream=False)[2]
+
+
+def test_ratelimited_window_headers(server):
+    c = Conn(server.port)
+    status, headers, body, _ = ask(c, "openai", "ratelimited-window 7")
+    assert status == 200 and contents(body) == ["ok"]
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    assert headers["x-ratelimit-reset-requests"] == "7s"
+    before = time.time()
+    status, headers, body, _ = ask(c, "anthropic", "ratelimited-window 30", stream=False)
+    assert status == 200 and text_of("anthropic", body, stream=False) == "ok"
+    assert headers["anthropic-ratelimit-requests-remaining"] == "0"
+    reset = headers["anthropic-ratelimit-requests-reset"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", reset)
+    from datetime import datetime
+    stamp = datetime.strptime(reset, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    assert before + 29 <= stamp <= time.time() + 31
+    status, headers, body, _ = ask(c, "gemini", "ratelimited-window 5")
+    assert status == 200 and text_of("gemini", body) == "ok"
+    assert not any("ratelimit" in h for h in headers)
+
+
+SEQ_BITS = re.compile(rb'(scn|"created":)\d+')
+
+
+def normalized(body):
+    return SEQ_BITS.sub(rb"\1N", body)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("scenario", ["reason 3", "tools2", "long 40", "unicode"])
+def test_split_reassembles_to_the_same_events(server, fmt, scenario):
+    c = Conn(server.port)
+    # one more word elsewhere keeps the prompt counts of both requests equal
+    extra = {"openai": {"messages": [{"role": "system", "content": "x"},
+                                     {"role": "user", "content": scenario}]},
+             "anthropic": {"system": "x"},
+             "gemini": {"systemInstruction": {"parts": [{"text": "x"}]}}}[fmt]
+    status, _, plain, _ = ask(c, fmt, scenario, **extra)
+    assert status == 200
+    status, headers, split, chunks = ask(c, fmt, "split " + scenario)
+    assert status == 200 and headers["transfer-encoding"] == "chunked"
+    assert normalized(split) == normalized(plain)
+    sizes = [len(p) for p in chunks]
+    assert all(1 <= n <= 16 for n in sizes) and len(set(sizes)) > 8
+    assert len(chunks) >= len(split) // 16
+
+
+def test_split_echo_and_errors(server):
+    c = Conn(server.port)
+    for fmt in FORMATS:
+        _, _, body, chunks = ask(c, fmt, "split echo a b  c")
+        assert text_of(fmt, body) == "split echo a b  c"
+        assert max(map(len, chunks)) <= 16
+    c.chat("split http 500 oh no", stream=False)
+    c.sock.settimeout(5)
+    status, headers, body, _ = c.response()
+    assert status == 500 and json.loads(body)["error"]["message"] == "oh no"
+    status, headers, body, _ = ask(c, "anthropic", "split retry429 1 0.5")
+    assert status == 429 and headers["retry-after"] == "0.5"
+    assert text_of("anthropic", ask(c, "anthropic", "split retry429 1 0.5")[2]) == "ok after 1"
+
+
+def test_split_body_arrives_in_many_small_reads(server):
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    body = json.dumps({"model": "m", "max_tokens": 5, "stream": False,
+                       "messages": [{"role": "user", "content": "split long 30"}]}).encode()
+    s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    raw = b""
+    while data := s.recv(65536):
+        raw += data
+    s.close()
+    head, rest = raw.split(b"\r\n\r\n", 1)
+    assert b"Content-Length: %d" % len(rest) in head
+    assert json.loads(rest)["content"][0]["text"] == "".join(f"w{i:05d} " for i in range(30))
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "gemini"])
+def test_unicode_trickles_in_other_formats(server, fmt):
+    c = Conn(server.port)
+    status, _, body, chunks = ask(c, fmt, "unicode")
+    assert text_of(fmt, body) == UNICODE_TEXT
+    first = 2 if fmt == "anthropic" else 0  # message_start and ping come whole
+    assert all(len(p) == 3 for p in chunks[first:-1])
+    assert len(chunks) > 100
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "gemini"])
+def test_stall_and_count_in_other_formats(server, fmt):
+    c = Conn(server.port, timeout=0.5)
+    if fmt == "anthropic":
+        messages_request(c, "stall 2")
+    else:
+        gemini_request(c, "stall 2")
+    c.head()
+    chunks = c.chunks()
+    wanted = 5 if fmt == "anthropic" else 2  # start, ping, block start, 2 tokens
+    got = b"".join(next(chunks) for _ in range(wanted))
+    assert text_of(fmt, got) == "w00000 w00001 "
+    with pytest.raises(socket.timeout):
+        next(chunks)
+    other = Conn(server.port)
+    assert text_of(fmt, ask(other, fmt, "count")[2]) == "2"
+    c.close()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_split_slow_stops_when_client_leaves(server, fmt):
+    c = Conn(server.port)
+    if fmt == "openai":
+        c.chat("split slow 1000 50")
+    elif fmt == "anthropic":
+        messages_request(c, "split slow 1000 50")
+    else:
+        gemini_request(c, "split slow 1000 50")
+    c.head()
+    chunks = c.chunks()
+    for _ in range(60):
+        next(chunks)
+    c.close()
+    time.sleep(0.5)
+    lines = server.log_lines()
+    assert 1 <= len(lines) <= 12, lines
+    time.sleep(0.3)
+    assert len(server.log_lines()) == len(lines)
+
+
+def test_redaction_and_query_in_request_log(server):
+    c = Conn(server.port)
+    messages_request(c, "hi", headers=["x-api-key: sk-ant-secret1"])
+    c.response()
+    gemini_request(c, "hi", headers=["x-goog-api-key: secret2"])
+    c.response()
+    gemini_request(c, "hi", query="?alt=sse&key=secret3", headers=["X-Other: 1"])
+    c.response()
+    c.chat("hi", headers=["Authorization: Bearer secret4"])
+    c.response()
+    c.send("GET", "/v1beta/models?pageSize=5&%6Bey=secret5")
+    c.response()
+    c.send("GET", "/_requests")
+    _, _, raw, _ = c.response()
+    assert b"secret" not in raw
+    log = json.loads(raw)
+    assert [r["query"] for r in log] == ["", "alt=sse", "alt=sse&key=<redacted>", "",
+                                         "pageSize=5&%6Bey=<redacted>"]
+    assert [r.get("key_in_url", False) for r in log] == [False, False, True, False, True]
+    assert log[2]["path"] == ("/v1beta/models/gemini-test:streamGenerateContent"
+                              "?alt=sse&key=<redacted>")
+    assert log[0]["headers"]["x-api-key"] == "<redacted>"
+    assert log[0]["headers"]["anthropic-version"] == "2023-06-01"
+    assert log[1]["headers"]["x-goog-api-key"] == "<redacted>"
+    assert log[3]["headers"]["authorization"] == "<redacted>"
+    assert log[1]["body"]["contents"] == [{"role": "user", "parts": [{"text": "hi"}]}]
+
+
+def test_model_list_shapes(server):
+    c = Conn(server.port)
+    for hdr in ("anthropic-version: 2023-06-01", "x-api-key: k"):
+        c.send("GET", "/v1/models", headers=[hdr])
+        status, _, body, _ = c.response()
+        obj = json.loads(body)
+        assert status == 200 and set(obj) == {"data", "has_more", "first_id", "last_id"}
+        assert obj["has_more"] is False
+        assert obj["data"][0] == {"type": "model", "id": "echo", "display_name": "Echo",
+                                  "created_at": "2025-01-01T00:00:00Z"}
+        assert (obj["first_id"], obj["last_id"]) == (obj["data"][0]["id"], obj["data"][-1]["id"])
+    c.send("GET", "/v1/models")
+    assert json.loads(c.response()[2])["object"] == "list"
+    c.send("GET", "/v1beta/models")
+    status, _, body, _ = c.response()
+    models = json.loads(body)["models"]
+    assert status == 200 and models[0] == {
+        "name": "models/echo", "displayName": "Echo",
+        "supportedGenerationMethods": ["generateContent", "streamGenerateContent"]}
+    c.send("GET", "/v1beta/nothing")
+    status, _, body, _ = c.response()
+    assert status == 404 and json.loads(body)["error"]["status"] == "NOT_FOUND"
+
+
+def test_bad_json_in_other_formats(server):
+    for path, check in [("/v1/messages", lambda o: o["error"]["type"] == "invalid_request_error"),
+                        ("/v1beta/models/g:generateContent",
+                         lambda o: o["error"]["status"] == "INVALID_ARGUMENT")]:
+        c = Conn(server.port)
+        c.sock.sendall(b"POST %s HTTP/1.1\r\nContent-Length: 5\r\n\r\n{nope" % path.encode())
+        status, _, body, _ = c.response()
+        assert status == 400 and check(json.loads(body))

@@ -48,7 +48,7 @@ local function dispatch(events)
     if cb then
       if ev.kind == "delta" then
         call(cb.on_delta, "on_delta", ev.data)
-      elseif ev.kind == "done" then
+      elseif ev.kind == "done" or ev.kind == "result" then
         callbacks[ev.stream] = nil
         call(cb.on_done, "on_done", ev.data)
       else

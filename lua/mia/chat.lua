@@ -15,6 +15,72 @@ local current = nil
 local last_state = "idle"
 
 local CANCELLED = "\n\n*[cancelled]*"
+local status_ns = api.nvim_create_namespace("mia_chat_status")
+
+api.nvim_set_hl(0, "MiaReasoning", { default = true, link = "Comment" })
+api.nvim_set_hl(0, "MiaStatus", { default = true, link = "DiagnosticWarn" })
+
+--- The live status line under the answer ("⏳ rate limited, retrying in 12s").
+local status = { timer = nil, mark = nil }
+
+local function clear_status()
+  if status.timer then
+    status.timer:stop()
+    status.timer:close()
+    status.timer = nil
+  end
+  if buf and api.nvim_buf_is_valid(buf) then
+    api.nvim_buf_clear_namespace(buf, status_ns, 0, -1)
+  end
+  status.mark = nil
+end
+
+local function retry_text(d, seconds)
+  if d.class == "rate_limit" and d.attempt == 0 then
+    return string.format("⏳ waiting for the rate-limit window to reset, %ds", seconds)
+  end
+  local what = ({
+    rate_limit = "rate limited",
+    server_error = "server error",
+    network_error = "connection failed",
+    timeout = "timed out",
+  })[d.class] or d.class
+  return string.format("⏳ %s, retrying in %ds (attempt %d) — :Mia stop cancels", what, seconds, d.attempt)
+end
+
+--- Shows a retry status below the last line, counting down each second.
+local function show_retry(d)
+  clear_status()
+  local deadline = vim.uv.now() + d.delay_ms
+  local function draw()
+    if not (buf and api.nvim_buf_is_valid(buf)) then
+      return
+    end
+    local seconds = math.max(0, math.ceil((deadline - vim.uv.now()) / 1000))
+    local last = api.nvim_buf_line_count(buf) - 1
+    status.mark = api.nvim_buf_set_extmark(buf, status_ns, last, 0, {
+      id = status.mark,
+      virt_lines = { { { retry_text(d, seconds), "MiaStatus" } } },
+    })
+  end
+  draw()
+  status.timer = vim.uv.new_timer()
+  status.timer:start(1000, 1000, vim.schedule_wrap(function()
+    if status.timer then
+      draw()
+    end
+  end))
+end
+
+--- The status text shown under the answer, or nil (for tests and statuslines).
+function M.status_text()
+  if not (buf and api.nvim_buf_is_valid(buf)) then
+    return nil
+  end
+  local marks = api.nvim_buf_get_extmarks(buf, status_ns, 0, -1, { details = true })
+  local m = marks[1]
+  return m and m[4].virt_lines and m[4].virt_lines[1][1][1] or nil
+end
 
 local function valid(b)
   return b and api.nvim_buf_is_valid(b)
@@ -68,6 +134,7 @@ local function is_empty(b)
 end
 
 local function finish(state, suffix)
+  clear_status()
   if current and suffix then
     writer.append(buf, suffix)
   end
@@ -102,18 +169,36 @@ function M.prompt(text, opts)
   writer.flush()
   table.insert(history, { role = "user", content = content })
   local answer = {}
-  local entry = { model = model, text = answer }
+  local entry = { model = model, text = answer, retries = 0 }
   current = entry
   last_state = "streaming"
+  local in_reasoning = false
   entry.handle = mia.stream({ model = model, system = cfg.system, messages = vim.deepcopy(history) }, {
     on_delta = function(d)
-      if d.type == "text" and current == entry then
+      if current ~= entry then
+        return
+      end
+      if d.type == "text" then
+        clear_status()
+        if in_reasoning then
+          in_reasoning = false
+          writer.append(buf, "\n\n")
+        end
         answer[#answer + 1] = d.text
         writer.append(buf, d.text)
+      elseif d.type == "reasoning" then
+        clear_status()
+        in_reasoning = true
+        writer.append(buf, d.text, "MiaReasoning")
+      elseif d.type == "retry" then
+        entry.retries = d.attempt
+        show_retry(d)
       end
     end,
     on_done = function(done)
-      table.insert(history, { role = "assistant", content = done.text })
+      if done.message and done.message.parts and #done.message.parts > 0 then
+        table.insert(history, done.message)
+      end
       entry.done = done
       finish("done", nil)
     end,

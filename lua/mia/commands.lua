@@ -37,9 +37,12 @@ M.subcommands = {
     end,
   },
   health = {
-    desc = "run :checkhealth mia",
-    run = function()
+    desc = "run :checkhealth mia (`:Mia health online` also asks each provider)",
+    run = function(args)
+      local health = require("mia.health")
+      health.online = vim.trim(args) == "online"
       vim.cmd("checkhealth mia")
+      health.online = false
     end,
   },
 }

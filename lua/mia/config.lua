@@ -8,11 +8,20 @@
 --- @field api_key? string The key itself, for setups that cannot use the environment.
 --- @field headers? table<string,string> Extra HTTP headers sent with every request.
 --- @field models? string[] Models this provider serves (shown in errors and completion).
+--- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
 
 --- @class mia.Timeouts
 --- @field connect_ms? integer Establishing a connection (default 10000).
 --- @field request_ms? integer From request sent to response headers (default 120000).
 --- @field stream_idle_ms? integer Longest silence inside a streamed answer (default 90000).
+
+--- @class mia.RetryConfig
+--- @field max_retries? integer Retries of a failed request before giving up (default 4).
+--- @field initial_delay_ms? integer First backoff delay (default 1000).
+--- @field max_delay_ms? integer Longest backoff delay (default 30000).
+--- @field multiplier? number Growth of the delay per retry (default 2).
+--- @field jitter? boolean Randomize delays so clients do not retry in step (default true).
+--- @field max_wait_ms? integer A provider asking to wait longer than this gets an error instead (default 120000).
 
 --- @class mia.ChatConfig
 --- @field position? "right"|"left"|"bottom"|"top" Where the chat split opens (default "right").
@@ -24,6 +33,7 @@
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
 --- @field timeouts? mia.Timeouts Network time limits.
+--- @field retry? mia.RetryConfig How failed requests are retried.
 --- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
 --- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
 --- @field log_level? "error"|"warn"|"info"|"debug"|"trace" How much goes to the log (default "info").
@@ -39,6 +49,14 @@ local function defaults()
     model = "anthropic/claude-sonnet-4-5",
     providers = {},
     timeouts = { connect_ms = 10000, request_ms = 120000, stream_idle_ms = 90000 },
+    retry = {
+      max_retries = 4,
+      initial_delay_ms = 1000,
+      max_delay_ms = 30000,
+      multiplier = 2,
+      jitter = true,
+      max_wait_ms = 120000,
+    },
     data_dir = vim.fn.stdpath("data") .. "/mia",
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
@@ -80,7 +98,7 @@ local function validate(opts)
   for name, p in pairs(opts.providers or {}) do
     local path = "providers." .. tostring(name)
     check_type(path, p, "table")
-    if not KINDS[p.kind] then
+    if not (p.kind == nil and M.builtin_providers[name]) and not KINDS[p.kind] then
       fail(path .. ".kind", "must be one of anthropic, openai, gemini, openai_compatible", p.kind)
     end
     check_type(path .. ".base_url", p.base_url, "string", true)
@@ -91,6 +109,19 @@ local function validate(opts)
     check_type(path .. ".api_key", p.api_key, "string", true)
     check_type(path .. ".headers", p.headers, "table", true)
     check_type(path .. ".models", p.models, "table", true)
+    check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)
+  end
+  check_type("retry", opts.retry, "table", true)
+  for key, v in pairs(opts.retry or {}) do
+    if key == "jitter" then
+      check_type("retry.jitter", v, "boolean")
+    elseif key == "multiplier" then
+      if type(v) ~= "number" or v < 1 then
+        fail("retry.multiplier", "must be a number >= 1", v)
+      end
+    elseif type(v) ~= "number" or v < 0 or v ~= math.floor(v) then
+      fail("retry." .. tostring(key), "must be a whole number >= 0", v)
+    end
   end
   check_type("timeouts", opts.timeouts, "table", true)
   for key, v in pairs(opts.timeouts or {}) do
@@ -132,7 +163,13 @@ function M.core()
   local c = M.get()
   local providers = {}
   for name, p in pairs(c.providers) do
-    local entry = { kind = p.kind, base_url = p.base_url, api_key_env = p.api_key_env, api_key = p.api_key }
+    local entry = {
+      kind = p.kind or M.builtin_providers[name].kind,
+      base_url = p.base_url,
+      api_key_env = p.api_key_env,
+      api_key = p.api_key,
+      prompt_caching = p.prompt_caching,
+    }
     if p.headers and next(p.headers) then
       entry.headers = p.headers
     end
@@ -141,7 +178,7 @@ function M.core()
     end
     providers[name] = entry
   end
-  return { providers = next(providers) and providers or nil, timeouts = c.timeouts }
+  return { providers = next(providers) and providers or nil, timeouts = c.timeouts, retry = c.retry }
 end
 
 --- Built-in providers, as the core knows them (for :checkhealth).

@@ -72,9 +72,51 @@ function M.check()
     health.info("default model: " .. cfg.model)
   end
 
+  if M.online or vim.g.mia_health_online then
+    M.check_online(providers, names)
+  else
+    health.info("run `:Mia health online` to also ask each provider with a key whether it answers")
+  end
+
   health.start("mia: files")
   health.info("data directory: " .. cfg.data_dir)
   health.info("log file: " .. cfg.log_file)
+end
+
+--- Asks every provider that has credentials to list its models (at most 10 s in all).
+function M.check_online(providers, names)
+  health.start("mia: providers online")
+  local ok_core = pcall(require("mia")._core)
+  if not ok_core then
+    health.warn("skipped: the native library is not loaded")
+    return
+  end
+  local results = {}
+  local pending = 0
+  for _, name in ipairs(names) do
+    local p = providers[name]
+    local has_key = p.api_key or not p.api_key_env or (vim.env[p.api_key_env] and vim.env[p.api_key_env] ~= "")
+    if has_key then
+      pending = pending + 1
+      require("mia").health_check(name, function(err, r)
+        results[name] = { err = err, r = r }
+        pending = pending - 1
+      end)
+    end
+  end
+  vim.wait(10000, function()
+    return pending == 0
+  end, 20)
+  for _, name in ipairs(names) do
+    local res = results[name]
+    if res and res.r then
+      health.ok(string.format("%s answers: %d models", name, res.r.models))
+    elseif res and res.err then
+      health.error(string.format("%s: %s", name, res.err.message))
+    elseif res == nil and pending > 0 then
+      health.warn(name .. ": no answer within 10 s")
+    end
+  end
 end
 
 return M

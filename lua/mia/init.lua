@@ -35,26 +35,107 @@ end
 --- @field id integer
 --- @field cancel fun(self: mia.StreamHandle) Stops the stream; `on_error` gets class "cancelled".
 
---- Streams one answer. Callbacks run on the main thread; text deltas that
---- arrive within one frame come as one delta.
---- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number }
---- @param callbacks mia.StreamCallbacks
---- @return mia.StreamHandle
-function M.stream(request, callbacks)
-  vim.validate({ request = { request, "table" }, callbacks = { callbacks, "table" } })
-  vim.validate({ ["request.messages"] = { request.messages, "table" } })
-  local core = M._core()
-  local req = vim.deepcopy(request)
-  req.model = req.model or require("mia.config").get().model
-  local native = require("mia.core").call(core.stream, req)
-  local id = native.id
-  require("mia.bridge").watch(id, callbacks)
+local function handle_of(native)
   return {
-    id = id,
+    id = native.id,
     cancel = function()
       native:cancel()
     end,
   }
+end
+
+--- Starts a request through the core (`kind` is "stream" or "send").
+local function request_with_hooks(kind, request, callbacks)
+  vim.validate({ request = { request, "table" }, callbacks = { callbacks, "table" } })
+  vim.validate({ ["request.messages"] = { request.messages, "table" } })
+  local core = M._core()
+  local hooks = require("mia.hooks")
+  local req = vim.deepcopy(request)
+  req.model = req.model or require("mia.config").get().model
+  local info = hooks.info(req.model)
+  req = hooks.run("pre_request", req, info)
+  local native = require("mia.core").call(core[kind], req)
+  local cbs = callbacks
+  if hooks.has("post_response") then
+    cbs = setmetatable({
+      on_done = function(done)
+        done = hooks.run("post_response", done, info)
+        if callbacks.on_done then
+          callbacks.on_done(done)
+        end
+      end,
+    }, { __index = callbacks })
+  end
+  require("mia.bridge").watch(native.id, cbs)
+  return handle_of(native)
+end
+
+--- Streams one answer. Callbacks run on the main thread; text deltas that
+--- arrive within one frame come as one delta.
+--- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number, extra_body?: table }
+--- @param callbacks mia.StreamCallbacks
+--- @return mia.StreamHandle
+function M.stream(request, callbacks)
+  return request_with_hooks("stream", request, callbacks)
+end
+
+--- Like |mia.stream()| over a non-streaming request: the answer arrives
+--- whole (on_delta still sees it, then on_done).
+--- @param request table
+--- @param callbacks mia.StreamCallbacks
+--- @return mia.StreamHandle
+function M.send(request, callbacks)
+  return request_with_hooks("send", request, callbacks)
+end
+
+--- Lists the models `provider` serves; `cb(err, ids)` runs on the main thread.
+--- @param provider string
+--- @param cb fun(err: table?, ids: string[]?)
+--- @return mia.StreamHandle
+function M.list_models(provider, cb)
+  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
+  local core = M._core()
+  local native = require("mia.core").call(core.list_models, provider)
+  require("mia.bridge").watch(native.id, {
+    on_done = function(ids)
+      cb(nil, ids)
+    end,
+    on_error = function(err)
+      cb(err, nil)
+    end,
+  })
+  return handle_of(native)
+end
+
+--- Checks that `provider` answers with the configured credentials (lists its
+--- models); `cb(err, { models = n })`.
+--- @param provider string
+--- @param cb fun(err: table?, result: { models: integer }?)
+--- @return mia.StreamHandle
+function M.health_check(provider, cb)
+  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
+  local core = M._core()
+  local native = require("mia.core").call(core.health_check, provider)
+  require("mia.bridge").watch(native.id, {
+    on_done = function(r)
+      cb(nil, r)
+    end,
+    on_error = function(err)
+      cb(err, nil)
+    end,
+  })
+  return handle_of(native)
+end
+
+--- Registers a transform hook. `phase = "pre_request"`: `fn(request, info)`
+--- may change and return the request (internal format; `request.extra_body`
+--- is merged into the provider's wire body). `phase = "post_response"`:
+--- `fn(done, info)` may change and return the finished answer. `info` is
+--- `{ provider, model, kind }`. A hook registered again under the same name
+--- replaces the earlier one.
+--- @param hook { name: string, phase: "pre_request"|"post_response", fn: function }
+function M.register_transform_hook(hook)
+  require("mia.hooks").register(hook)
 end
 
 --- Sends `text` in the chat (what `:Mia prompt` does).

@@ -8,24 +8,49 @@ local M = {}
 
 local api = vim.api
 
---- @type table<integer, string[]> pending text per buffer
+--- @type table<integer, { text: string[], hl: table<integer, string> }> pending text per buffer;
+--- `hl[i]` is the highlight group of piece `i`, if it has one
 local pending = {}
+local ns = vim.api.nvim_create_namespace("mia_writer")
 --- @type table<integer, {tick: integer, row: integer, col: integer}> end of the buffer after our last write
 local ends = {}
 
---- Queues `text` to be appended at the end of `buf`.
+--- Queues `text` to be appended at the end of `buf`, highlighted with `hl` if given.
 --- @param buf integer
 --- @param text string
-function M.append(buf, text)
+--- @param hl? string
+function M.append(buf, text, hl)
   if text == "" then
     return
   end
   local p = pending[buf]
   if not p then
-    p = {}
+    p = { text = {}, hl = {} }
     pending[buf] = p
   end
-  p[#p + 1] = text
+  p.text[#p.text + 1] = text
+  if hl then
+    p.hl[#p.text] = hl
+  end
+end
+
+--- The position reached after writing `text` from (row, col).
+local function advance(row, col, text)
+  local last_nl = nil
+  local start = 1
+  while true do
+    local nl = text:find("\n", start, true)
+    if not nl then
+      break
+    end
+    row = row + 1
+    last_nl = nl
+    start = nl + 1
+  end
+  if last_nl then
+    return row, #text - last_nl
+  end
+  return row, col + #text
 end
 
 --- Where the buffer ends (0-based row, byte column). Reuses the position
@@ -41,7 +66,8 @@ local function end_of(buf)
   return row, #line
 end
 
-local function write(buf, text)
+local function write(buf, pieces)
+  local text = table.concat(pieces.text)
   local row, col = end_of(buf)
   local lines = vim.split(text, "\n", { plain = true })
   -- Windows whose cursor sits on the last line follow the text (row only:
@@ -66,6 +92,17 @@ local function write(buf, text)
   for _, win in ipairs(follow) do
     api.nvim_win_set_cursor(win, { new_row + 1, 0 })
   end
+  if next(pieces.hl) then
+    local r, c = row, col
+    for i, piece in ipairs(pieces.text) do
+      local er, ec = advance(r, c, piece)
+      local group = pieces.hl[i]
+      if group then
+        api.nvim_buf_set_extmark(buf, ns, r, c, { end_row = er, end_col = ec, hl_group = group })
+      end
+      r, c = er, ec
+    end
+  end
 end
 
 --- Applies all pending text: one buffer change per buffer.
@@ -77,7 +114,7 @@ function M.flush()
   pending = {}
   for buf, parts in pairs(batch) do
     if api.nvim_buf_is_valid(buf) then
-      local ok, err = pcall(write, buf, table.concat(parts))
+      local ok, err = pcall(write, buf, parts)
       if not ok then
         vim.notify("mia: could not write to the chat buffer: " .. tostring(err), vim.log.levels.ERROR)
       end

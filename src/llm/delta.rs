@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::error::ErrorClass;
-use super::message::{StopReason, Usage};
+use super::message::{Message, Part, Role, StopReason, Usage};
 
 /// One increment of a streamed answer, in the shape Lua's `on_delta` receives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,6 +42,14 @@ pub enum Delta {
 #[derive(Debug, Clone, PartialEq)]
 pub enum DecodeEvent {
     Delta(Delta),
+    /// An opaque token to keep with the reasoning (`tool_call_id: None`) or
+    /// with one tool call, so it can be sent back in the history.
+    Signature {
+        tool_call_id: Option<String>,
+        signature: String,
+    },
+    /// Anthropic `redacted_thinking` data, kept only to be sent back.
+    RedactedReasoning(String),
     /// The model said why it stopped (finish_reason, stop_reason, finishReason).
     Finish(StopReason),
     /// The wire format's own end marker (`[DONE]`, `message_stop`).
@@ -54,6 +62,8 @@ pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// The cost of one answer; `known == false` (and no figures) when the model has no price.
@@ -84,6 +94,11 @@ pub struct StreamDone {
     pub cost: Cost,
     pub provider: String,
     pub model: String,
+    /// The answer as an assistant message in the internal format (reasoning
+    /// with its signature, text, tool calls), ready to append to the history.
+    pub message: Message,
+    /// How many times the request was retried before this answer.
+    pub retries: u32,
 }
 
 /// Folds deltas into the final answer, so the done event never depends on
@@ -92,6 +107,8 @@ pub struct StreamDone {
 pub struct Accumulator {
     pub text: String,
     pub reasoning: String,
+    pub reasoning_signature: Option<String>,
+    pub redacted_reasoning: Vec<String>,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
     pub stop_reason: Option<StopReason>,
@@ -104,13 +121,25 @@ impl Accumulator {
         match event {
             DecodeEvent::Delta(Delta::Text { text }) => self.text.push_str(text),
             DecodeEvent::Delta(Delta::Reasoning { text }) => self.reasoning.push_str(text),
-            DecodeEvent::Delta(Delta::ToolCallStart { id, name }) => {
-                self.tool_calls.push(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: serde_json::Value::Null,
-                })
+            DecodeEvent::Delta(Delta::ToolCallStart { id, name }) => self.tool_calls.push(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: serde_json::Value::Null,
+                signature: None,
+            }),
+            DecodeEvent::Signature {
+                tool_call_id: None,
+                signature,
+            } => self.reasoning_signature = Some(signature.clone()),
+            DecodeEvent::Signature {
+                tool_call_id: Some(id),
+                signature,
+            } => {
+                if let Some(call) = self.tool_calls.iter_mut().find(|c| &c.id == id) {
+                    call.signature = Some(signature.clone());
+                }
             }
+            DecodeEvent::RedactedReasoning(data) => self.redacted_reasoning.push(data.clone()),
             DecodeEvent::Delta(Delta::ToolCallEnd { id, arguments }) => {
                 if let Some(call) = self.tool_calls.iter_mut().find(|c| &c.id == id) {
                     call.arguments = arguments.clone();
@@ -118,10 +147,45 @@ impl Accumulator {
             }
             // Usage is cumulative on every wire we speak: the last report wins.
             DecodeEvent::Delta(Delta::Usage { usage }) => self.usage = Some(*usage),
-            DecodeEvent::Delta(Delta::ToolCallDelta { .. })
-            | DecodeEvent::Delta(Delta::Retry { .. }) => {}
+            DecodeEvent::Delta(Delta::ToolCallDelta { .. }) | DecodeEvent::Delta(Delta::Retry { .. }) => {}
             DecodeEvent::Finish(reason) => self.stop_reason = Some(reason.clone()),
             DecodeEvent::Terminal => self.terminal = true,
+        }
+    }
+
+    /// The answer as an assistant message: reasoning first, then text, then tool calls.
+    pub fn message(&self) -> Message {
+        let mut parts = Vec::new();
+        if !self.reasoning.is_empty() || self.reasoning_signature.is_some() {
+            parts.push(Part::Reasoning {
+                text: self.reasoning.clone(),
+                signature: self.reasoning_signature.clone(),
+                redacted: false,
+            });
+        }
+        for data in &self.redacted_reasoning {
+            parts.push(Part::Reasoning {
+                text: data.clone(),
+                signature: None,
+                redacted: true,
+            });
+        }
+        if !self.text.is_empty() {
+            parts.push(Part::Text {
+                text: self.text.clone(),
+            });
+        }
+        for call in &self.tool_calls {
+            parts.push(Part::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+                signature: call.signature.clone(),
+            });
+        }
+        Message {
+            role: Role::Assistant,
+            parts,
         }
     }
 

@@ -61,10 +61,7 @@ impl LlmError {
     pub fn new(class: ErrorClass, provider: Option<&str>, message: impl Into<String>) -> Self {
         let retryable = matches!(
             class,
-            ErrorClass::RateLimit
-                | ErrorClass::ServerError
-                | ErrorClass::NetworkError
-                | ErrorClass::Timeout
+            ErrorClass::RateLimit | ErrorClass::ServerError | ErrorClass::NetworkError | ErrorClass::Timeout
         );
         LlmError {
             class,
@@ -149,6 +146,79 @@ pub fn classify_http(f: &HttpFailure<'_>) -> LlmError {
     err
 }
 
+/// An error the provider names with its own type or status string, either
+/// inside a 200 stream (Anthropic's `event: error`, an OpenAI `{"error":…}`
+/// chunk, a Gemini `{"error":{"status":…}}` chunk) or in an error body.
+/// `error_type` is Anthropic's `error.type`, Gemini's `error.status` or
+/// OpenAI's `error.type`/`error.code`.
+pub fn from_provider_error(provider: &str, error_type: &str, message: &str, retry_after_ms: Option<u64>) -> LlmError {
+    let p = provider;
+    let lower = message.to_lowercase();
+    let (class, text) = match error_type {
+        "overloaded_error" => (
+            ErrorClass::ServerError,
+            format!("{p}: the service is overloaded ({message}). Try again shortly."),
+        ),
+        "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" | "requests" | "tokens" => (
+            ErrorClass::RateLimit,
+            format!("{p}: rate limited ({message}). Wait a moment or lower your request rate."),
+        ),
+        "api_error" | "server_error" | "INTERNAL" | "UNAVAILABLE" | "UNKNOWN" => (
+            ErrorClass::ServerError,
+            format!("{p}: server error ({message}). The provider is having trouble; try again shortly."),
+        ),
+        "DEADLINE_EXCEEDED" => (
+            ErrorClass::Timeout,
+            format!("{p}: the provider timed out ({message}). Try again."),
+        ),
+        "authentication_error" | "permission_error" | "invalid_api_key" | "UNAUTHENTICATED" | "PERMISSION_DENIED" => (
+            ErrorClass::AuthFailure,
+            format!("{p}: authentication failed ({message}). Check the API key for {p}."),
+        ),
+        "not_found_error" | "model_not_found" | "NOT_FOUND" => (
+            ErrorClass::ModelNotFound,
+            format!("{p}: not found ({message}). Check the model name."),
+        ),
+        "request_too_large" | "context_length_exceeded" => (
+            ErrorClass::ContextOverflow,
+            format!(
+                "{p}: the conversation is too long for the model ({message}). Start a new chat or shorten the context."
+            ),
+        ),
+        _ if is_context_overflow(&lower) => (
+            ErrorClass::ContextOverflow,
+            format!(
+                "{p}: the conversation is too long for the model ({message}). Start a new chat or shorten the context."
+            ),
+        ),
+        "content_filter" | "content_policy_violation" | "SAFETY" => (
+            ErrorClass::ContentFilter,
+            format!("{p}: blocked by the provider's content filter ({message}). Rephrase the prompt."),
+        ),
+        _ => (
+            ErrorClass::InvalidRequest,
+            format!("{p}: the request was refused ({message})."),
+        ),
+    };
+    let mut err = LlmError::new(class, Some(p), text);
+    err.retry_after_ms = retry_after_ms;
+    err
+}
+
+/// Gemini's `RetryInfo.retryDelay` (e.g. `"12s"`, `"1.5s"`) from an error body.
+pub fn gemini_retry_delay_ms(body: &serde_json::Value) -> Option<u64> {
+    let details = body.pointer("/error/details")?.as_array()?;
+    details.iter().find_map(|d| {
+        let is_retry_info = d
+            .get("@type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t.ends_with("RetryInfo"));
+        let delay = d.get("retryDelay")?.as_str()?;
+        let secs: f64 = delay.strip_suffix('s')?.parse().ok()?;
+        is_retry_info.then_some((secs.max(0.0) * 1000.0) as u64)
+    })
+}
+
 fn is_context_overflow(lower: &str) -> bool {
     [
         "context_length_exceeded",
@@ -156,6 +226,7 @@ fn is_context_overflow(lower: &str) -> bool {
         "prompt is too long",
         "context window",
         "too many tokens",
+        "exceeds the maximum number of tokens",
     ]
     .iter()
     .any(|needle| lower.contains(needle))
@@ -164,19 +235,13 @@ fn is_context_overflow(lower: &str) -> bool {
 /// The provider's own words from an error body (`error.message`, `message`,
 /// or the body itself), shortened to one line.
 pub fn provider_message(body: &str) -> String {
-    let from_json = serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| {
-            let candidates = [
-                v.pointer("/error/message"),
-                v.pointer("/message"),
-                v.pointer("/error"),
-            ];
-            candidates
-                .into_iter()
-                .flatten()
-                .find_map(|m| m.as_str().map(str::to_string))
-        });
+    let from_json = serde_json::from_str::<serde_json::Value>(body).ok().and_then(|v| {
+        let candidates = [v.pointer("/error/message"), v.pointer("/message"), v.pointer("/error")];
+        candidates
+            .into_iter()
+            .flatten()
+            .find_map(|m| m.as_str().map(str::to_string))
+    });
     let text = from_json.unwrap_or_else(|| body.to_string());
     let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
     truncate_chars(&one_line, 300)
@@ -215,10 +280,7 @@ mod tests {
 
     #[test]
     fn auth_failure_names_the_env_var() {
-        let e = failure(
-            401,
-            r#"{"error":{"message":"Incorrect API key provided."}}"#,
-        );
+        let e = failure(401, r#"{"error":{"message":"Incorrect API key provided."}}"#);
         assert_eq!(e.class, ErrorClass::AuthFailure);
         assert!(!e.retryable);
         assert_eq!(
@@ -233,11 +295,7 @@ mod tests {
         assert_eq!(e.class, ErrorClass::ServerError);
         assert!(e.retryable);
         assert_eq!(e.status, Some(500));
-        assert!(
-            e.message.contains("HTTP 500: The server had an error"),
-            "{}",
-            e.message
-        );
+        assert!(e.message.contains("HTTP 500: The server had an error"), "{}", e.message);
     }
 
     #[test]
@@ -256,6 +314,42 @@ mod tests {
         assert_eq!(e.class, ErrorClass::ServerError);
         assert!(e.message.len() < 500);
         assert!(!e.message.contains('\n'));
+    }
+
+    #[test]
+    fn provider_error_types_map_to_classes() {
+        let c = |t: &str, m: &str| from_provider_error("p", t, m, None).class;
+        assert_eq!(c("overloaded_error", "Overloaded"), ErrorClass::ServerError);
+        assert!(from_provider_error("p", "overloaded_error", "Overloaded", None).retryable);
+        assert_eq!(c("RESOURCE_EXHAUSTED", "quota"), ErrorClass::RateLimit);
+        assert_eq!(
+            c(
+                "invalid_request_error",
+                "prompt is too long: 210000 tokens > 200000 maximum"
+            ),
+            ErrorClass::ContextOverflow
+        );
+        assert_eq!(
+            c(
+                "INVALID_ARGUMENT",
+                "The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."
+            ),
+            ErrorClass::ContextOverflow
+        );
+        assert_eq!(
+            c("INVALID_ARGUMENT", "Invalid JSON payload"),
+            ErrorClass::InvalidRequest
+        );
+        assert_eq!(c("authentication_error", "invalid x-api-key"), ErrorClass::AuthFailure);
+    }
+
+    #[test]
+    fn gemini_retry_delay_is_read_from_retry_info() {
+        let body = serde_json::json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12s"}
+        ]}});
+        assert_eq!(gemini_retry_delay_ms(&body), Some(12_000));
     }
 
     #[test]

@@ -5,15 +5,16 @@ use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::error::{classify_http, redact, ErrorClass, HttpFailure, LlmError};
+use super::error::{classify_http, gemini_retry_delay_ms, redact, ErrorClass, HttpFailure, LlmError};
 use super::providers::{ResolvedProvider, Timeouts};
+use super::ratelimit::RateLimits;
 
-/// A request a wire format wants sent: where, with which headers, what body.
-/// Credentials are only ever in `headers`, never in `url`.
+/// A request a wire format wants sent: where, with which headers, what body
+/// (`None` sends a GET). Credentials are only ever in `headers`, never in `url`.
 pub struct WireRequest {
     pub url: String,
     pub headers: Vec<(String, String)>,
-    pub body: serde_json::Value,
+    pub body: Option<serde_json::Value>,
 }
 
 /// One pooled client with mia's connect timeout. Installs the ring crypto
@@ -35,6 +36,7 @@ pub async fn send(
     model: &str,
     wire: WireRequest,
     timeouts: &Timeouts,
+    limits: &RateLimits,
 ) -> Result<reqwest::Response, LlmError> {
     let mut headers = HeaderMap::new();
     for (k, v) in provider
@@ -50,11 +52,11 @@ pub async fn send(
         }
         headers.insert(name, value);
     }
-    let request = client
-        .post(&wire.url)
-        .headers(headers)
-        .json(&wire.body)
-        .send();
+    let request = match &wire.body {
+        Some(body) => client.post(&wire.url).headers(headers).json(body),
+        None => client.get(&wire.url).headers(headers),
+    }
+    .send();
     let response = match tokio::time::timeout(Duration::from_millis(timeouts.request_ms), request).await {
         Err(_) => {
             return Err(LlmError::new(
@@ -69,29 +71,45 @@ pub async fn send(
         Ok(Err(e)) => return Err(transport_error(provider, &e)),
         Ok(Ok(r)) => r,
     };
+    limits.observe(&provider.name, response.headers());
     let status = response.status();
     if status.is_success() {
         return Ok(response);
     }
-    let retry_after_ms = retry_after_ms(response.headers());
-    let body = match tokio::time::timeout(
-        Duration::from_millis(timeouts.stream_idle_ms),
-        response.text(),
-    )
-    .await
-    {
+    let mut retry_after = retry_after_ms(response.headers());
+    let should_retry = should_retry(response.headers());
+    let body = match tokio::time::timeout(Duration::from_millis(timeouts.stream_idle_ms), response.text()).await {
         Ok(Ok(text)) => text,
         _ => String::new(),
     };
     let body = redact(&body, provider.api_key.as_deref());
-    Err(classify_http(&HttpFailure {
+    if retry_after.is_none() {
+        retry_after = serde_json::from_str(&body)
+            .ok()
+            .as_ref()
+            .and_then(gemini_retry_delay_ms);
+    }
+    let mut err = classify_http(&HttpFailure {
         provider: &provider.name,
         model,
         status: status.as_u16(),
         body: &body,
         api_key_env: provider.api_key_env.as_deref(),
-        retry_after_ms,
-    }))
+        retry_after_ms: retry_after,
+    });
+    if let Some(retry) = should_retry {
+        err.retryable = retry;
+    }
+    Err(err)
+}
+
+/// The provider's own verdict on retrying (`x-should-retry: true|false`).
+fn should_retry(headers: &HeaderMap) -> Option<bool> {
+    match headers.get("x-should-retry")?.to_str().ok()?.trim() {
+        "true" => Some(true),
+        "false" => Some(false),
+        _ => None,
+    }
 }
 
 fn is_secret_header(name: &str) -> bool {
@@ -112,12 +130,7 @@ fn bad_header(provider: &ResolvedProvider, name: &str) -> LlmError {
 
 /// `retry-after-ms`, then `retry-after` in seconds.
 fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
-    let get = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Some(ms.max(0.0) as u64);
     }

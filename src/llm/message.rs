@@ -28,6 +28,10 @@ pub enum Part {
         id: String,
         name: String,
         arguments: serde_json::Value,
+        /// Opaque provider token that must travel back with this call in the
+        /// history (Gemini's `thoughtSignature`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
     },
     ToolResult {
         tool_call_id: String,
@@ -37,6 +41,13 @@ pub enum Part {
     },
     Reasoning {
         text: String,
+        /// Opaque provider token that must travel back with this reasoning
+        /// (Anthropic's thinking `signature`, Gemini's `thoughtSignature`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        /// Anthropic's `redacted_thinking`: `text` holds the encrypted data.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        redacted: bool,
     },
 }
 
@@ -67,10 +78,7 @@ impl TryFrom<LuaMessage> for Message {
         if parts.is_empty() {
             return Err("a message needs `content` (a string) or `parts` (a list)".to_string());
         }
-        Ok(Message {
-            role: m.role,
-            parts,
-        })
+        Ok(Message { role: m.role, parts })
     }
 }
 
@@ -123,6 +131,10 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     #[serde(default)]
     pub temperature: Option<f64>,
+    /// Provider-specific fields merged into the top level of the wire body
+    /// (set by pre-request transform hooks, e.g. `reasoning_effort`).
+    #[serde(default)]
+    pub extra_body: Option<serde_json::Value>,
 }
 
 /// Token counts of one provider call, normalized: `input_tokens` excludes

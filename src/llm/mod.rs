@@ -1,18 +1,23 @@
 //! The provider SDK: one internal format, one transformer and decoder per
 //! wire format, one error model. `stream_chat` is the whole pipeline:
-//! resolve the provider, build its request, send it, decode the stream.
+//! resolve the provider, build its request, send it, decode the stream,
+//! retry what can be retried without repeating anything the user has seen.
 
+pub mod anthropic;
 pub mod delta;
 pub mod error;
+pub mod gemini;
 pub mod http;
 pub mod message;
 pub mod openai;
 pub mod providers;
+pub mod ratelimit;
 pub mod stream;
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use serde_json::Value;
 
 use delta::{Accumulator, Cost, DecodeEvent, Delta, StreamDone};
 use error::{ErrorClass, LlmError};
@@ -21,103 +26,279 @@ use message::{ChatRequest, StopReason};
 use providers::{ProviderKind, Providers, ResolvedProvider};
 use stream::{SseDecoder, SseEvent};
 
+/// The `anthropic-version` header value mia speaks.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
 /// A wire format's stream decoder (one per response).
 enum WireDecoder {
     OpenAi(openai::OpenAiDecoder),
+    Anthropic(anthropic::AnthropicDecoder),
+    Gemini(gemini::GeminiDecoder),
 }
 
 impl WireDecoder {
+    fn new(kind: ProviderKind, provider: &str) -> Self {
+        match kind {
+            ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
+                WireDecoder::OpenAi(openai::OpenAiDecoder::new(provider))
+            }
+            ProviderKind::Anthropic => WireDecoder::Anthropic(anthropic::AnthropicDecoder::new(provider)),
+            ProviderKind::Gemini => {
+                WireDecoder::Gemini(gemini::GeminiDecoder::with_id_prefix(provider, &unique_call_prefix()))
+            }
+        }
+    }
+
     fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         match self {
             WireDecoder::OpenAi(d) => d.decode(event, out),
+            WireDecoder::Anthropic(d) => d.decode(event, out),
+            WireDecoder::Gemini(d) => d.decode(event, out),
         }
     }
 }
 
-/// Builds the HTTP request and the matching decoder for `provider`'s wire format.
-fn prepare(
-    provider: &ResolvedProvider,
-    model: &str,
-    req: &ChatRequest,
-) -> Result<(WireRequest, WireDecoder), LlmError> {
+/// A prefix for generated tool-call ids, unique across answers and restarts.
+fn unique_call_prefix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    format!("call_{millis:x}{:x}_", COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The credential headers of `provider` (never in the URL).
+fn auth_headers(provider: &ResolvedProvider) -> Vec<(String, String)> {
+    let Some(key) = &provider.api_key else {
+        return Vec::new();
+    };
     match provider.kind {
         ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
-            let mut headers = Vec::new();
-            if let Some(key) = &provider.api_key {
-                headers.push(("authorization".to_string(), format!("Bearer {key}")));
-            }
-            let wire = WireRequest {
-                url: format!("{}/chat/completions", provider.base_url),
-                headers,
-                body: openai::request_body(req, model),
-            };
-            Ok((wire, WireDecoder::OpenAi(openai::OpenAiDecoder::new(&provider.name))))
+            vec![("authorization".into(), format!("Bearer {key}"))]
         }
-        ProviderKind::Anthropic | ProviderKind::Gemini => Err(LlmError::new(
-            ErrorClass::InvalidRequest,
-            Some(&provider.name),
-            format!(
-                "{}: this build of mia speaks only the OpenAI chat-completions format so far. Use an OpenAI or OpenAI-compatible provider.",
-                provider.name
-            ),
-        )),
+        ProviderKind::Anthropic => vec![
+            ("x-api-key".into(), key.clone()),
+            ("anthropic-version".into(), ANTHROPIC_VERSION.into()),
+        ],
+        ProviderKind::Gemini => vec![("x-goog-api-key".into(), key.clone())],
+    }
+}
+
+/// Builds the HTTP request for `provider`'s wire format.
+fn prepare(provider: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> WireRequest {
+    let base = &provider.base_url;
+    let (url, mut body) = match provider.kind {
+        ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
+            let opts = openai::OpenAiOptions {
+                max_completion_tokens: provider.kind == ProviderKind::Openai,
+            };
+            (
+                format!("{base}/chat/completions"),
+                openai::request_body(req, model, opts, stream),
+            )
+        }
+        ProviderKind::Anthropic => {
+            let opts = anthropic::AnthropicOptions {
+                prompt_caching: provider.prompt_caching,
+                ..anthropic::AnthropicOptions::default()
+            };
+            (
+                format!("{base}/v1/messages"),
+                anthropic::request_body(req, model, &opts, stream),
+            )
+        }
+        ProviderKind::Gemini => {
+            let url = if stream {
+                format!("{base}/models/{model}:streamGenerateContent?alt=sse")
+            } else {
+                format!("{base}/models/{model}:generateContent")
+            };
+            (url, gemini::request_body(req))
+        }
+    };
+    if let (Some(Value::Object(extra)), Value::Object(target)) = (&req.extra_body, &mut body) {
+        for (k, v) in extra {
+            target.insert(k.clone(), v.clone());
+        }
+    }
+    WireRequest {
+        url,
+        headers: auth_headers(provider),
+        body: Some(body),
     }
 }
 
 /// Streams one answer. Every delta goes to `emit` as it is decoded; the
 /// result is the whole answer, or the error that ended it (deltas already
 /// emitted stay with the caller: a failure never erases partial text).
+///
+/// Retryable failures are retried (with `Delta::Retry` telling the user
+/// why and for how long) only while nothing of the answer has been
+/// emitted: a retry after partial output would show the user a duplicate.
 pub async fn stream_chat(
     providers: &Providers,
     req: &ChatRequest,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
+    with_retries(providers, req, true, emit).await
+}
+
+/// The same as [`stream_chat`] over a non-streaming request: one JSON
+/// response, decoded into the same answer.
+pub async fn send_chat(
+    providers: &Providers,
+    req: &ChatRequest,
+    emit: &mut (dyn FnMut(Delta) + Send),
+) -> Result<StreamDone, LlmError> {
+    with_retries(providers, req, false, emit).await
+}
+
+async fn with_retries(
+    providers: &Providers,
+    req: &ChatRequest,
+    stream: bool,
+    emit: &mut (dyn FnMut(Delta) + Send),
+) -> Result<StreamDone, LlmError> {
     let (provider, model) = providers.resolve(&req.model)?;
-    let (wire, mut decoder) = prepare(&provider, &model, req)?;
+    let retry = providers.config.retry;
+    let mut delays = retry.delays();
+    let mut attempt = 0u32;
+    loop {
+        if let Some(wait) = providers.rate_limits.wait_for(&provider.name) {
+            emit(Delta::Retry {
+                attempt,
+                delay_ms: wait.as_millis() as u64,
+                class: ErrorClass::RateLimit,
+                message: format!(
+                    "{}: the rate-limit window is exhausted; waiting for it to reset",
+                    provider.name
+                ),
+            });
+            tokio::time::sleep(wait).await;
+        }
+        let mut delivered = false;
+        let mut watch = |d: Delta| {
+            if !matches!(d, Delta::Usage { .. } | Delta::Retry { .. }) {
+                delivered = true;
+            }
+            emit(d)
+        };
+        let result = attempt_once(providers, &provider, &model, req, stream, &mut watch).await;
+        let err = match result {
+            Ok(mut done) => {
+                done.retries = attempt;
+                return Ok(done);
+            }
+            Err(err) => err,
+        };
+        let backoff = delays.next();
+        if !err.retryable || delivered || attempt >= retry.max_retries {
+            return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+        }
+        let Some(delay) = err.retry_after_ms.map(Duration::from_millis).or(backoff) else {
+            return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+        };
+        if delay > Duration::from_millis(retry.max_wait_ms) {
+            let mut err = err;
+            err.message = format!(
+                "{} The provider asked to wait {} s, longer than retry.max_wait_ms allows; try again later.",
+                err.message,
+                delay.as_secs()
+            );
+            return Err(err);
+        }
+        attempt += 1;
+        tracing::info!(provider = %provider.name, attempt, delay_ms = delay.as_millis() as u64, class = err.class.as_str(), "retrying");
+        emit(Delta::Retry {
+            attempt,
+            delay_ms: (delay.as_secs_f64() * 1000.0).round() as u64,
+            class: err.class,
+            message: err.message.clone(),
+        });
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Adds what helps the user act on a final error: the models that exist
+/// when the model was not found, and how many retries were spent.
+async fn finalize_error(
+    providers: &Providers,
+    provider: &ResolvedProvider,
+    model: &str,
+    mut err: LlmError,
+    attempts: u32,
+) -> LlmError {
+    if err.class == ErrorClass::ModelNotFound {
+        let listed = tokio::time::timeout(Duration::from_secs(5), list_models_of(providers, provider)).await;
+        let known = match listed {
+            Ok(Ok(ids)) if !ids.is_empty() => ids,
+            _ => provider.models.clone(),
+        };
+        if !known.is_empty() {
+            let shown: Vec<&str> = known.iter().take(12).map(String::as_str).collect();
+            let more = known.len().saturating_sub(shown.len());
+            let tail = if more > 0 {
+                format!(" (and {more} more)")
+            } else {
+                String::new()
+            };
+            err.message = format!(
+                "{} Models of {}: {}{tail}.",
+                err.message,
+                provider.name,
+                shown.join(", ")
+            );
+        }
+        tracing::debug!(model, "model not found");
+    }
+    if attempts > 0 {
+        err.message = format!("{} (after {attempts} retries)", err.message);
+    }
+    err
+}
+
+async fn attempt_once(
+    providers: &Providers,
+    provider: &ResolvedProvider,
+    model: &str,
+    req: &ChatRequest,
+    stream: bool,
+    emit: &mut (dyn FnMut(Delta) + Send),
+) -> Result<StreamDone, LlmError> {
+    let wire = prepare(provider, model, req, stream);
     let client = providers.client(&provider.name)?;
     let timeouts = providers.config.timeouts;
-    tracing::debug!(provider = %provider.name, model = %model, "request sent");
-    let response = http::send(&client, &provider, &model, wire, &timeouts).await?;
-
-    let mut body = response.bytes_stream();
-    let mut sse = SseDecoder::new();
-    let mut sse_events = Vec::new();
-    let mut decoded = Vec::new();
+    tracing::debug!(provider = %provider.name, model = %model, stream, "request sent");
+    let response = http::send(&client, provider, model, wire, &timeouts, &providers.rate_limits).await?;
     let mut acc = Accumulator::default();
-    let idle = Duration::from_millis(timeouts.stream_idle_ms);
-    loop {
-        let chunk = match tokio::time::timeout(idle, body.next()).await {
-            Err(_) => {
-                return Err(LlmError::new(
-                    ErrorClass::Timeout,
-                    Some(&provider.name),
-                    format!(
-                        "{}: the answer stalled for {} ms (timeouts.stream_idle_ms); the partial answer is kept.",
-                        provider.name, timeouts.stream_idle_ms
-                    ),
-                ))
-            }
-            Ok(None) => {
-                sse.finish(&mut sse_events);
-                None
-            }
-            Ok(Some(Err(e))) => return Err(http::interrupted_error(&provider.name, &e)),
-            Ok(Some(Ok(bytes))) => {
-                sse.push(&bytes, &mut sse_events);
-                Some(())
-            }
+    if stream {
+        decode_stream(provider, response, &timeouts, &mut acc, emit).await?;
+    } else {
+        let idle = Duration::from_millis(timeouts.stream_idle_ms.max(timeouts.request_ms));
+        let body = match tokio::time::timeout(idle, response.bytes()).await {
+            Err(_) => return Err(stalled(provider, timeouts.stream_idle_ms)),
+            Ok(Err(e)) => return Err(http::interrupted_error(&provider.name, &e)),
+            Ok(Ok(b)) => b,
         };
-        for event in sse_events.drain(..) {
-            decoder.decode(&event, &mut decoded)?;
-            for d in decoded.drain(..) {
-                acc.apply(&d);
-                if let DecodeEvent::Delta(delta) = d {
-                    emit(delta);
-                }
+        let json: Value = serde_json::from_slice(&body).map_err(|e| {
+            LlmError::new(
+                ErrorClass::ServerError,
+                Some(&provider.name),
+                format!("{}: the response is not valid JSON ({e}).", provider.name),
+            )
+        })?;
+        let events = match provider.kind {
+            ProviderKind::Openai | ProviderKind::OpenaiCompatible => openai::parse_response(&provider.name, &json)?,
+            ProviderKind::Anthropic => anthropic::parse_response(&provider.name, &json)?,
+            ProviderKind::Gemini => gemini::parse_response(&provider.name, &json)?,
+        };
+        for e in events {
+            acc.apply(&e);
+            if let DecodeEvent::Delta(d) = e {
+                emit(d);
             }
-        }
-        if chunk.is_none() {
-            break;
         }
     }
     if !acc.complete() {
@@ -132,15 +313,119 @@ pub async fn stream_chat(
     }
     let usage = acc.usage.unwrap_or_else(|| estimate_usage(req, &acc.text));
     Ok(StreamDone {
+        message: acc.message(),
+        retries: 0,
         usage,
-        stop_reason: acc.stop_reason.unwrap_or(StopReason::EndTurn),
+        stop_reason: acc.stop_reason.clone().unwrap_or(StopReason::EndTurn),
         text: acc.text,
         reasoning: acc.reasoning,
         tool_calls: acc.tool_calls,
         cost: Cost::default(),
-        provider: provider.name,
-        model,
+        provider: provider.name.clone(),
+        model: model.to_string(),
     })
+}
+
+fn stalled(provider: &ResolvedProvider, ms: u64) -> LlmError {
+    LlmError::new(
+        ErrorClass::Timeout,
+        Some(&provider.name),
+        format!(
+            "{}: the answer stalled for {ms} ms (timeouts.stream_idle_ms); the partial answer is kept.",
+            provider.name
+        ),
+    )
+}
+
+async fn decode_stream(
+    provider: &ResolvedProvider,
+    response: reqwest::Response,
+    timeouts: &providers::Timeouts,
+    acc: &mut Accumulator,
+    emit: &mut (dyn FnMut(Delta) + Send),
+) -> Result<(), LlmError> {
+    let mut decoder = WireDecoder::new(provider.kind, &provider.name);
+    let mut body = response.bytes_stream();
+    let mut sse = SseDecoder::new();
+    let mut sse_events = Vec::new();
+    let mut decoded = Vec::new();
+    let idle = Duration::from_millis(timeouts.stream_idle_ms);
+    loop {
+        let ended = match tokio::time::timeout(idle, body.next()).await {
+            Err(_) => return Err(stalled(provider, timeouts.stream_idle_ms)),
+            Ok(None) => {
+                sse.finish(&mut sse_events);
+                true
+            }
+            Ok(Some(Err(e))) => return Err(http::interrupted_error(&provider.name, &e)),
+            Ok(Some(Ok(bytes))) => {
+                sse.push(&bytes, &mut sse_events);
+                false
+            }
+        };
+        for event in sse_events.drain(..) {
+            decoder.decode(&event, &mut decoded)?;
+            for d in decoded.drain(..) {
+                acc.apply(&d);
+                if let DecodeEvent::Delta(delta) = d {
+                    emit(delta);
+                }
+            }
+        }
+        if ended {
+            return Ok(());
+        }
+    }
+}
+
+async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> Result<Vec<String>, LlmError> {
+    let base = &provider.base_url;
+    let url = match provider.kind {
+        ProviderKind::Anthropic => format!("{base}/v1/models"),
+        _ => format!("{base}/models"),
+    };
+    let mut headers = auth_headers(provider);
+    if provider.kind == ProviderKind::Anthropic && provider.api_key.is_none() {
+        headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
+    }
+    let client = providers.client(&provider.name)?;
+    let wire = WireRequest {
+        url,
+        headers,
+        body: None,
+    };
+    let response = http::send(
+        &client,
+        provider,
+        "",
+        wire,
+        &providers.config.timeouts,
+        &providers.rate_limits,
+    )
+    .await?;
+    let json: Value = response.json().await.map_err(|e| {
+        LlmError::new(
+            ErrorClass::ServerError,
+            Some(&provider.name),
+            format!("{}: the model list is not valid JSON ({e}).", provider.name),
+        )
+    })?;
+    Ok(match provider.kind {
+        ProviderKind::Openai | ProviderKind::OpenaiCompatible => openai::model_ids(&json),
+        ProviderKind::Anthropic => anthropic::model_ids(&json),
+        ProviderKind::Gemini => gemini::model_ids(&json),
+    })
+}
+
+/// The models `provider` serves (its `models` endpoint).
+pub async fn list_models(providers: &Providers, provider: &str) -> Result<Vec<String>, LlmError> {
+    let (resolved, _) = providers.resolve(&format!("{provider}/-"))?;
+    list_models_of(providers, &resolved).await
+}
+
+/// Whether `provider` answers with these credentials: lists its models.
+pub async fn health_check(providers: &Providers, provider: &str) -> Result<usize, LlmError> {
+    list_models(providers, provider).await.map(|ids| ids.len())
 }
 
 /// Servers that never report usage still get a count, marked as estimated
@@ -148,11 +433,7 @@ pub async fn stream_chat(
 fn estimate_usage(req: &ChatRequest, answer: &str) -> message::Usage {
     let tokens = |s: &str| (s.chars().count() as u64).div_ceil(4);
     let prompt: u64 = req.system.as_deref().map(tokens).unwrap_or(0)
-        + req
-            .messages
-            .iter()
-            .map(|m| tokens(&m.plain_text()))
-            .sum::<u64>();
+        + req.messages.iter().map(|m| tokens(&m.plain_text())).sum::<u64>();
     message::Usage {
         input_tokens: prompt,
         output_tokens: tokens(answer),

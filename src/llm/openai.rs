@@ -1,53 +1,117 @@
 //! OpenAI Chat Completions: the request body and the streamed chunk decoder.
-//! OpenAI-compatible servers (Ollama, Groq, DeepSeek, OpenRouter, vLLM) use
-//! this same format with their own base URL.
+//! OpenAI-compatible servers (Ollama, Groq, DeepSeek, OpenRouter, vLLM, xAI)
+//! use this same format with their own base URL; their quirks live here too.
+
+use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
 use super::delta::{DecodeEvent, Delta};
-use super::error::{ErrorClass, LlmError};
-use super::message::{ChatRequest, Part, Role, StopReason, Usage};
+use super::error::{from_provider_error, ErrorClass, LlmError};
+use super::message::{ChatRequest, Message, Part, Role, StopReason, Usage};
 use super::stream::SseEvent;
 
-/// The JSON body of a streaming chat completion for `model` (the part after `provider/`).
-pub fn request_body(req: &ChatRequest, model: &str) -> Value {
+/// Differences between OpenAI itself and compatible servers that matter to the body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenAiOptions {
+    /// OpenAI proper wants `max_completion_tokens`; compatible servers know `max_tokens`.
+    pub max_completion_tokens: bool,
+}
+
+fn content_of(m: &Message) -> Value {
+    let only_text = m
+        .parts
+        .iter()
+        .all(|p| matches!(p, Part::Text { .. } | Part::Reasoning { .. } | Part::ToolCall { .. }));
+    if only_text {
+        return Value::String(m.plain_text());
+    }
+    Value::Array(
+        m.parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text { text } => Some(json!({ "type": "text", "text": text })),
+                Part::Image { media_type, data } => Some(json!({
+                    "type": "image_url",
+                    "image_url": { "url": format!("data:{media_type};base64,{data}") }
+                })),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// The JSON body of a chat completion for `model` (the part after `provider/`).
+/// Reasoning parts are not sent back: OpenAI-style servers reject or ignore them.
+pub fn request_body(req: &ChatRequest, model: &str, opts: OpenAiOptions, stream: bool) -> Value {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
         messages.push(json!({ "role": "system", "content": system }));
     }
     for m in &req.messages {
-        let role = match m.role {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
-        };
-        let only_text = m.parts.iter().all(|p| matches!(p, Part::Text { .. }));
-        let content = if only_text {
-            Value::String(m.plain_text())
-        } else {
-            Value::Array(
-                m.parts
+        match m.role {
+            Role::Tool => {
+                for p in &m.parts {
+                    if let Part::ToolResult {
+                        tool_call_id, content, ..
+                    } = p
+                    {
+                        messages.push(json!({ "role": "tool", "tool_call_id": tool_call_id, "content": content }));
+                    }
+                }
+            }
+            Role::User => messages.push(json!({ "role": "user", "content": content_of(m) })),
+            Role::Assistant => {
+                let calls: Vec<Value> = m
+                    .parts
                     .iter()
                     .filter_map(|p| match p {
-                        Part::Text { text } => Some(json!({ "type": "text", "text": text })),
-                        Part::Image { media_type, data } => Some(json!({
-                            "type": "image_url",
-                            "image_url": { "url": format!("data:{media_type};base64,{data}") }
+                        Part::ToolCall {
+                            id, name, arguments, ..
+                        } => Some(json!({
+                            "id": id,
+                            "type": "function",
+                            "function": { "name": name, "arguments": arguments.to_string() }
                         })),
                         _ => None,
                     })
-                    .collect(),
-            )
-        };
-        messages.push(json!({ "role": role, "content": content }));
+                    .collect();
+                let text = m.plain_text();
+                let mut msg = json!({ "role": "assistant" });
+                msg["content"] = if text.is_empty() && !calls.is_empty() {
+                    Value::Null
+                } else {
+                    Value::String(text)
+                };
+                if !calls.is_empty() {
+                    msg["tool_calls"] = Value::Array(calls);
+                }
+                messages.push(msg);
+            }
+        }
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
     body.insert("messages".into(), Value::Array(messages));
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({ "include_usage": true }));
+    if !req.tools.is_empty() {
+        let tools = req
+            .tools
+            .iter()
+            .map(|t| json!({ "type": "function", "function": { "name": t.name, "description": t.description, "parameters": t.parameters } }))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if stream {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({ "include_usage": true }));
+    }
     if let Some(max) = req.max_tokens {
-        body.insert("max_tokens".into(), json!(max));
+        let key = if opts.max_completion_tokens {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        };
+        body.insert(key.into(), json!(max));
     }
     if let Some(t) = req.temperature {
         body.insert("temperature".into(), json!(t));
@@ -55,16 +119,25 @@ pub fn request_body(req: &ChatRequest, model: &str) -> Value {
     Value::Object(body)
 }
 
+/// A tool call being assembled from index-keyed deltas.
+#[derive(Debug)]
+struct OpenCall {
+    id: String,
+    arguments: String,
+}
+
 /// Decodes the `data:` payloads of a chat-completions stream.
 #[derive(Debug, Default)]
 pub struct OpenAiDecoder {
     provider: String,
+    calls: BTreeMap<u64, OpenCall>,
 }
 
 impl OpenAiDecoder {
     pub fn new(provider: &str) -> Self {
         OpenAiDecoder {
             provider: provider.to_string(),
+            calls: BTreeMap::new(),
         }
     }
 
@@ -72,6 +145,7 @@ impl OpenAiDecoder {
     pub fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         let data = event.data.trim();
         if data == "[DONE]" {
+            self.close_calls(out);
             out.push(DecodeEvent::Terminal);
             return Ok(());
         }
@@ -83,52 +157,136 @@ impl OpenAiDecoder {
             LlmError::new(
                 ErrorClass::ServerError,
                 Some(&self.provider),
-                format!(
-                    "{}: the stream carried a malformed chunk ({e}): {start}",
-                    self.provider
-                ),
+                format!("{}: the stream carried a malformed chunk ({e}): {start}", self.provider),
             )
         })?;
+        self.decode_value(&chunk, out)
+    }
+
+    /// Decodes one parsed chunk (also used for whole non-streaming responses,
+    /// whose `message` takes the place of `delta`).
+    fn decode_value(&mut self, chunk: &Value, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         if let Some(err) = chunk.get("error") {
-            let message = err
-                .get("message")
+            let message = err.get("message").and_then(Value::as_str).unwrap_or("unknown error");
+            let kind = err
+                .get("type")
                 .and_then(Value::as_str)
-                .unwrap_or("unknown error");
-            return Err(LlmError::new(
-                ErrorClass::ServerError,
-                Some(&self.provider),
-                format!("{}: the stream reported an error: {message}", self.provider),
-            ));
+                .or_else(|| err.get("code").and_then(Value::as_str))
+                .unwrap_or("server_error");
+            return Err(from_provider_error(&self.provider, kind, message, None));
         }
         if let Some(choice) = chunk.pointer("/choices/0") {
-            let delta = choice.get("delta");
+            let delta = choice.get("delta").or_else(|| choice.get("message"));
             let text_of = |key: &str| {
                 delta
                     .and_then(|d| d.get(key))
                     .and_then(Value::as_str)
                     .filter(|s| !s.is_empty())
             };
-            if let Some(text) = text_of("reasoning_content") {
-                out.push(DecodeEvent::Delta(Delta::Reasoning {
-                    text: text.to_string(),
-                }));
+            // DeepSeek and vLLM send `reasoning_content`; OpenRouter and Ollama `reasoning`.
+            if let Some(text) = text_of("reasoning_content").or_else(|| text_of("reasoning")) {
+                out.push(DecodeEvent::Delta(Delta::Reasoning { text: text.to_string() }));
             }
             if let Some(text) = text_of("content") {
-                out.push(DecodeEvent::Delta(Delta::Text {
-                    text: text.to_string(),
-                }));
+                out.push(DecodeEvent::Delta(Delta::Text { text: text.to_string() }));
+            }
+            if let Some(calls) = delta.and_then(|d| d.get("tool_calls")).and_then(Value::as_array) {
+                for (position, call) in calls.iter().enumerate() {
+                    self.tool_call_delta(position as u64, call, out);
+                }
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+                self.close_calls(out);
                 out.push(DecodeEvent::Finish(stop_reason(reason)));
             }
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            out.push(DecodeEvent::Delta(Delta::Usage {
-                usage: usage_of(usage),
-            }));
+        // Groq has sent usage inside `x_groq` instead of at the top level.
+        let usage = chunk
+            .get("usage")
+            .filter(|u| u.is_object())
+            .or_else(|| chunk.pointer("/x_groq/usage").filter(|u| u.is_object()));
+        if let Some(usage) = usage {
+            out.push(DecodeEvent::Delta(Delta::Usage { usage: usage_of(usage) }));
         }
         Ok(())
     }
+
+    fn tool_call_delta(&mut self, position: u64, call: &Value, out: &mut Vec<DecodeEvent>) {
+        let index = call.get("index").and_then(Value::as_u64).unwrap_or(position);
+        let name = call.pointer("/function/name").and_then(Value::as_str);
+        let args = call.pointer("/function/arguments");
+        let entry = self.calls.entry(index).or_insert_with(|| {
+            let id = call
+                .get("id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("call_{index}"));
+            out.push(DecodeEvent::Delta(Delta::ToolCallStart {
+                id: id.clone(),
+                name: name.unwrap_or_default().to_string(),
+            }));
+            OpenCall {
+                id,
+                arguments: String::new(),
+            }
+        });
+        // Arguments are a JSON string in deltas; some servers send an object whole.
+        let piece = match args {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ Value::Object(_)) => v.to_string(),
+            _ => String::new(),
+        };
+        if !piece.is_empty() {
+            entry.arguments.push_str(&piece);
+            out.push(DecodeEvent::Delta(Delta::ToolCallDelta {
+                id: entry.id.clone(),
+                arguments_delta: piece,
+            }));
+        }
+    }
+
+    /// Ends every open tool call with its arguments parsed (unparseable
+    /// arguments travel as a string, so validation can report them).
+    fn close_calls(&mut self, out: &mut Vec<DecodeEvent>) {
+        for (_, call) in std::mem::take(&mut self.calls) {
+            out.push(DecodeEvent::Delta(Delta::ToolCallEnd {
+                id: call.id,
+                arguments: parse_arguments(&call.arguments),
+            }));
+        }
+    }
+}
+
+/// Tool arguments as JSON: empty means `{}`; text that is not JSON stays a string.
+pub fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// A whole (non-streaming) chat completion as the events a stream would give.
+pub fn parse_response(provider: &str, body: &Value) -> Result<Vec<DecodeEvent>, LlmError> {
+    let mut decoder = OpenAiDecoder::new(provider);
+    let mut out = Vec::new();
+    decoder.decode_value(body, &mut out)?;
+    decoder.close_calls(&mut out);
+    out.push(DecodeEvent::Terminal);
+    Ok(out)
+}
+
+/// Model ids from `GET /models`.
+pub fn model_ids(body: &Value) -> Vec<String> {
+    body.get("data")
+        .and_then(Value::as_array)
+        .map(|models| {
+            models
+                .iter()
+                .filter_map(|m| m.get("id")?.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn stop_reason(reason: &str) -> StopReason {
@@ -141,16 +299,30 @@ fn stop_reason(reason: &str) -> StopReason {
     }
 }
 
-/// OpenAI counts cached prompt tokens inside `prompt_tokens`; mia keeps them apart.
+/// OpenAI counts cached prompt tokens inside `prompt_tokens` and reasoning
+/// inside `completion_tokens`; mia keeps cache reads apart. xAI reports
+/// reasoning outside `completion_tokens` (prompt + completion + reasoning =
+/// total), which is detected from the total.
 fn usage_of(u: &Value) -> Usage {
-    let n = |ptr: &str| u.pointer(ptr).and_then(Value::as_u64).unwrap_or(0);
-    let cached = n("/prompt_tokens_details/cached_tokens");
+    let n = |ptr: &str| u.pointer(ptr).and_then(Value::as_u64);
+    let prompt = n("/prompt_tokens").unwrap_or(0);
+    let completion = n("/completion_tokens").unwrap_or(0);
+    let reasoning = n("/completion_tokens_details/reasoning_tokens").unwrap_or(0);
+    let cached = n("/prompt_tokens_details/cached_tokens")
+        .or_else(|| n("/prompt_cache_hit_tokens"))
+        .unwrap_or(0);
+    let reasoning_outside = reasoning > 0
+        && n("/total_tokens").is_some_and(|total| total == prompt + completion + reasoning && completion < reasoning);
     Usage {
-        input_tokens: n("/prompt_tokens").saturating_sub(cached),
-        output_tokens: n("/completion_tokens"),
+        input_tokens: prompt.saturating_sub(cached),
+        output_tokens: if reasoning_outside {
+            completion + reasoning
+        } else {
+            completion
+        },
         cache_read_tokens: cached,
         cache_write_tokens: 0,
-        reasoning_tokens: n("/completion_tokens_details/reasoning_tokens"),
+        reasoning_tokens: reasoning,
         estimated: false,
     }
 }
@@ -158,7 +330,7 @@ fn usage_of(u: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::llm::message::Message;
+    use crate::llm::message::ToolDef;
 
     fn decode_all(payloads: &[&str]) -> Result<Vec<DecodeEvent>, LlmError> {
         let mut d = OpenAiDecoder::new("openai");
@@ -204,39 +376,164 @@ mod tests {
     }
 
     #[test]
+    fn index_keyed_tool_call_deltas_are_assembled() {
+        let out = decode_all(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read_file","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"grep","arguments":"{\"q\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.rs\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":"\"x\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        ])
+        .unwrap();
+        let ends: Vec<_> = out
+            .iter()
+            .filter_map(|e| match e {
+                DecodeEvent::Delta(Delta::ToolCallEnd { id, arguments }) => Some((id.as_str(), arguments.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            ends,
+            vec![("call_a", json!({"path": "a.rs"})), ("call_b", json!({"q": "x"}))]
+        );
+        assert_eq!(out.last(), Some(&DecodeEvent::Finish(StopReason::ToolUse)));
+        assert_eq!(
+            out[0],
+            DecodeEvent::Delta(Delta::ToolCallStart {
+                id: "call_a".into(),
+                name: "read_file".into()
+            })
+        );
+    }
+
+    #[test]
+    fn unparseable_arguments_travel_as_a_string() {
+        assert_eq!(parse_arguments("{\"a\":"), Value::String("{\"a\":".into()));
+        assert_eq!(parse_arguments(""), json!({}));
+    }
+
+    #[test]
+    fn error_chunk_is_classified_by_its_type() {
+        let err = decode_all(&[r#"{"error":{"message":"Overloaded","type":"server_error"}}"#]).unwrap_err();
+        assert_eq!(err.class, ErrorClass::ServerError);
+        assert!(err.retryable);
+    }
+
+    #[test]
     fn malformed_chunk_is_a_clear_error() {
         let err = decode_all(&[r#"{"choices":[{"delta":{"content":"#]).unwrap_err();
         assert_eq!(err.class, ErrorClass::ServerError);
         assert!(
-            err.message
-                .starts_with("openai: the stream carried a malformed chunk"),
+            err.message.starts_with("openai: the stream carried a malformed chunk"),
             "{}",
             err.message
         );
     }
 
     #[test]
-    fn body_puts_system_first_and_asks_for_usage() {
-        let req = ChatRequest {
+    fn xai_reasoning_outside_completion_is_counted_as_output() {
+        let u = usage_of(&json!({"prompt_tokens":12,"completion_tokens":2,"total_tokens":354,
+            "prompt_tokens_details":{"cached_tokens":11},"completion_tokens_details":{"reasoning_tokens":340}}));
+        assert_eq!(
+            (u.input_tokens, u.cache_read_tokens, u.output_tokens, u.reasoning_tokens),
+            (1, 11, 342, 340)
+        );
+    }
+
+    fn round_trip_request() -> ChatRequest {
+        ChatRequest {
             model: "openai/gpt-4.1".into(),
             system: Some("be brief".into()),
-            messages: vec![Message::text(Role::User, "hello")],
-            tools: vec![],
+            messages: vec![
+                Message {
+                    role: Role::User,
+                    parts: vec![
+                        Part::Text {
+                            text: "what is in a.png?".into(),
+                        },
+                        Part::Image {
+                            media_type: "image/png".into(),
+                            data: "iVBORw0KGgo=".into(),
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::Assistant,
+                    parts: vec![
+                        Part::Reasoning {
+                            text: "look at it".into(),
+                            signature: None,
+                            redacted: false,
+                        },
+                        Part::ToolCall {
+                            id: "call_1".into(),
+                            name: "read_file".into(),
+                            arguments: json!({"path": "a.png"}),
+                            signature: None,
+                        },
+                    ],
+                },
+                Message {
+                    role: Role::Tool,
+                    parts: vec![Part::ToolResult {
+                        tool_call_id: "call_1".into(),
+                        content: "a cat".into(),
+                        is_error: false,
+                    }],
+                },
+            ],
+            tools: vec![ToolDef {
+                name: "read_file".into(),
+                description: "Read a file".into(),
+                parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+            }],
             max_tokens: Some(100),
             temperature: None,
-        };
+            extra_body: None,
+        }
+    }
+
+    #[test]
+    fn golden_body_with_system_tools_round_trip_and_image() {
+        let body = request_body(
+            &round_trip_request(),
+            "gpt-4.1",
+            OpenAiOptions {
+                max_completion_tokens: true,
+            },
+            true,
+        );
         assert_eq!(
-            request_body(&req, "gpt-4.1"),
+            body,
             json!({
                 "model": "gpt-4.1",
                 "messages": [
                     { "role": "system", "content": "be brief" },
-                    { "role": "user", "content": "hello" }
+                    { "role": "user", "content": [
+                        { "type": "text", "text": "what is in a.png?" },
+                        { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } }
+                    ] },
+                    { "role": "assistant", "content": null, "tool_calls": [
+                        { "id": "call_1", "type": "function", "function": { "name": "read_file", "arguments": "{\"path\":\"a.png\"}" } }
+                    ] },
+                    { "role": "tool", "tool_call_id": "call_1", "content": "a cat" }
                 ],
+                "tools": [ { "type": "function", "function": {
+                    "name": "read_file", "description": "Read a file",
+                    "parameters": { "type": "object", "properties": { "path": { "type": "string" } }, "required": ["path"] }
+                } } ],
                 "stream": true,
                 "stream_options": { "include_usage": true },
-                "max_tokens": 100
+                "max_completion_tokens": 100
             })
         );
+    }
+
+    #[test]
+    fn compatible_servers_get_max_tokens_and_no_stream_fields_when_not_streaming() {
+        let body = request_body(&round_trip_request(), "m", OpenAiOptions::default(), false);
+        assert_eq!(body["max_tokens"], json!(100));
+        assert!(body.get("stream").is_none() && body.get("max_completion_tokens").is_none());
     }
 }

@@ -35,6 +35,53 @@ pub struct ProviderConfig {
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub models: Vec<String>,
+    /// Anthropic only: mark the system prompt and the last user turn with
+    /// `cache_control`, so a repeated long prefix is billed at cache prices.
+    #[serde(default)]
+    pub prompt_caching: bool,
+}
+
+/// How failed requests are retried: exponential backoff with jitter, or the
+/// wait the provider asked for (`retry-after`, Gemini's `RetryInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct RetryConfig {
+    pub max_retries: u32,
+    pub initial_delay_ms: u64,
+    pub max_delay_ms: u64,
+    pub multiplier: f32,
+    pub jitter: bool,
+    /// A provider asking to wait longer than this gets an error instead.
+    pub max_wait_ms: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig {
+            max_retries: 4,
+            initial_delay_ms: 1000,
+            max_delay_ms: 30_000,
+            multiplier: 2.0,
+            jitter: true,
+            max_wait_ms: 120_000,
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The backoff delays, in order (the `backon` crate's exponential builder).
+    pub fn delays(&self) -> impl Iterator<Item = std::time::Duration> {
+        use backon::BackoffBuilder;
+        let mut builder = backon::ExponentialBuilder::default()
+            .with_min_delay(std::time::Duration::from_millis(self.initial_delay_ms))
+            .with_max_delay(std::time::Duration::from_millis(self.max_delay_ms))
+            .with_factor(self.multiplier)
+            .with_max_times(self.max_retries as usize);
+        if self.jitter {
+            builder = builder.with_jitter();
+        }
+        builder.build()
+    }
 }
 
 /// Network time limits, in milliseconds.
@@ -65,6 +112,7 @@ impl Default for Timeouts {
 pub struct CoreConfig {
     pub providers: BTreeMap<String, ProviderConfig>,
     pub timeouts: Timeouts,
+    pub retry: RetryConfig,
 }
 
 /// A provider ready to be called: its URL, credentials and headers.
@@ -76,6 +124,8 @@ pub struct ResolvedProvider {
     pub api_key: Option<String>,
     pub api_key_env: Option<String>,
     pub headers: BTreeMap<String, String>,
+    pub prompt_caching: bool,
+    pub models: Vec<String>,
 }
 
 fn builtin(kind: ProviderKind, base_url: &str, env: &str) -> ProviderConfig {
@@ -86,6 +136,7 @@ fn builtin(kind: ProviderKind, base_url: &str, env: &str) -> ProviderConfig {
         api_key: None,
         headers: BTreeMap::new(),
         models: Vec::new(),
+        prompt_caching: false,
     }
 }
 
@@ -102,11 +153,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
         ),
         (
             "openai".to_string(),
-            builtin(
-                ProviderKind::Openai,
-                "https://api.openai.com/v1",
-                "OPENAI_API_KEY",
-            ),
+            builtin(ProviderKind::Openai, "https://api.openai.com/v1", "OPENAI_API_KEY"),
         ),
         (
             "gemini".to_string(),
@@ -123,6 +170,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
 #[derive(Debug)]
 pub struct Providers {
     pub config: CoreConfig,
+    pub rate_limits: super::ratelimit::RateLimits,
     clients: Mutex<HashMap<String, reqwest::Client>>,
 }
 
@@ -131,10 +179,21 @@ impl Providers {
     /// an unused provider costs nothing.
     pub fn new(mut config: CoreConfig) -> Self {
         let mut all = builtin_providers();
-        all.append(&mut config.providers);
+        for (name, mut user) in std::mem::take(&mut config.providers) {
+            // An entry named like a built-in keeps the built-in's URL and key
+            // variable unless it sets its own.
+            if let Some(builtin) = all.get(&name) {
+                user.base_url = user.base_url.or_else(|| builtin.base_url.clone());
+                if user.api_key.is_none() {
+                    user.api_key_env = user.api_key_env.or_else(|| builtin.api_key_env.clone());
+                }
+            }
+            all.insert(name, user);
+        }
         config.providers = all;
         Providers {
             config,
+            rate_limits: Default::default(),
             clients: Mutex::new(HashMap::new()),
         }
     }
@@ -142,16 +201,11 @@ impl Providers {
     /// Splits `"provider/model"` at the first `/` (so `openrouter/anthropic/x`
     /// is model `anthropic/x` of `openrouter`) and finds the provider.
     pub fn resolve(&self, model: &str) -> Result<(ResolvedProvider, String), LlmError> {
-        let Some((name, model_id)) = model
-            .split_once('/')
-            .filter(|(p, m)| !p.is_empty() && !m.is_empty())
-        else {
+        let Some((name, model_id)) = model.split_once('/').filter(|(p, m)| !p.is_empty() && !m.is_empty()) else {
             return Err(LlmError::new(
                 ErrorClass::InvalidRequest,
                 None,
-                format!(
-                    "model `{model}` must be written \"provider/model\", e.g. \"openai/gpt-4.1\""
-                ),
+                format!("model `{model}` must be written \"provider/model\", e.g. \"openai/gpt-4.1\""),
             ));
         };
         let Some(cfg) = self.config.providers.get(name) else {
@@ -169,9 +223,7 @@ impl Providers {
             return Err(LlmError::new(
                 ErrorClass::InvalidRequest,
                 Some(name),
-                format!(
-                    "provider `{name}` has no base_url: set providers.{name}.base_url in setup()"
-                ),
+                format!("provider `{name}` has no base_url: set providers.{name}.base_url in setup()"),
             ));
         };
         let api_key = match (&cfg.api_key, &cfg.api_key_env) {
@@ -199,6 +251,8 @@ impl Providers {
                 api_key,
                 api_key_env: cfg.api_key_env.clone(),
                 headers: cfg.headers.clone(),
+                prompt_caching: cfg.prompt_caching,
+                models: cfg.models.clone(),
             },
             model_id.to_string(),
         ))
@@ -207,10 +261,7 @@ impl Providers {
     /// The pooled client of `provider`, built on first use (on the runtime,
     /// never on Neovim's main thread: building one loads the TLS roots).
     pub fn client(&self, provider: &str) -> Result<reqwest::Client, LlmError> {
-        let mut clients = self
-            .clients
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut clients = self.clients.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(c) = clients.get(provider) {
             return Ok(c.clone());
         }
@@ -223,6 +274,11 @@ impl Providers {
         })?;
         clients.insert(provider.to_string(), client.clone());
         Ok(client)
+    }
+
+    /// The names of every configured provider.
+    pub fn names(&self) -> Vec<String> {
+        self.config.providers.keys().cloned().collect()
     }
 
     /// How many HTTP clients exist (one per provider actually used).
@@ -252,6 +308,7 @@ mod tests {
             api_key: None,
             headers: BTreeMap::new(),
             models: vec![],
+            prompt_caching: false,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();
@@ -266,8 +323,7 @@ mod tests {
         let err = providers_with(&[]).resolve("nope/x").unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidRequest);
         assert!(
-            err.message
-                .contains("Configured providers: anthropic, gemini, openai"),
+            err.message.contains("Configured providers: anthropic, gemini, openai"),
             "{}",
             err.message
         );
@@ -275,17 +331,14 @@ mod tests {
 
     #[test]
     fn missing_key_names_the_env_var() {
-        let mut cfg = builtin(
-            ProviderKind::Openai,
-            "http://x",
-            "MIA_TEST_SURELY_UNSET_KEY",
-        );
+        let mut cfg = builtin(ProviderKind::Openai, "http://x", "MIA_TEST_SURELY_UNSET_KEY");
         cfg.api_key_env = Some("MIA_TEST_SURELY_UNSET_KEY".into());
-        let err = providers_with(&[("openai", cfg)])
-            .resolve("openai/gpt")
-            .unwrap_err();
+        let err = providers_with(&[("openai", cfg)]).resolve("openai/gpt").unwrap_err();
         assert_eq!(err.class, ErrorClass::AuthFailure);
-        assert_eq!(err.message, "openai: no API key. Set MIA_TEST_SURELY_UNSET_KEY in the environment Neovim starts from.");
+        assert_eq!(
+            err.message,
+            "openai: no API key. Set MIA_TEST_SURELY_UNSET_KEY in the environment Neovim starts from."
+        );
     }
 
     #[test]

@@ -114,7 +114,8 @@ mod tests {
 
     #[test]
     fn events_survive_every_chunk_size() {
-        let stream = "data: {\"t\":\"héllo 你好 🎉\"}\r\n\r\n: ping\n\nevent: message_stop\ndata: {}\n\ndata: [DONE]\n\n";
+        let stream =
+            "data: {\"t\":\"héllo 你好 🎉\"}\r\n\r\n: ping\n\nevent: message_stop\ndata: {}\n\ndata: [DONE]\n\n";
         let expected = vec![
             SseEvent {
                 event: None,

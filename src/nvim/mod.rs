@@ -38,7 +38,8 @@ fn to_lua<T: serde::Serialize>(lua: &Lua, value: &T) -> LuaResult<LuaValue> {
         value,
         SerializeOptions::new()
             .serialize_none_to_null(false)
-            .serialize_unit_to_null(false),
+            .serialize_unit_to_null(false)
+            .set_array_metatable(false),
     )
 }
 
@@ -71,9 +72,8 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
                 logging::init(&PathBuf::from(file), level.as_deref().unwrap_or("info"));
             }
         }
-        let queue = runtime::queue().map_err(|e| {
-            LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}"))
-        })?;
+        let queue = runtime::queue()
+            .map_err(|e| LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}")))?;
         Ok(i64::from(queue.fd()))
     })
 }
@@ -92,31 +92,68 @@ fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
     })
 }
 
+fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<crate::events::EventQueue>)> {
+    let rt = runtime::handle().map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
+    let queue =
+        runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}")))?;
+    Ok((rt, queue))
+}
+
+fn start_request(lua: &Lua, request: LuaValue, streaming: bool) -> LuaResult<StreamHandle> {
+    let what = if streaming { "mia.stream" } else { "mia.send" };
+    let request: ChatRequest = lua.from_value(request).map_err(|e| {
+        LuaError::RuntimeError(format!(
+            "{what}: invalid request: {}",
+            e.to_string().trim_start_matches("deserialize error: ")
+        ))
+    })?;
+    let (rt, queue) = runtime_and_queue()?;
+    let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+    let cancel = CancellationToken::new();
+    stream_task::spawn_stream(&rt, queue, runtime::providers(), id, request, streaming, cancel.clone());
+    Ok(StreamHandle { id, cancel })
+}
+
 /// `stream(request)` -> handle. Starts the runtime on first use.
 fn stream(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
-    guarded("stream", || {
-        let request: ChatRequest = lua.from_value(request).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "mia.stream: invalid request: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
-        let rt = runtime::handle()
-            .map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
-        let queue = runtime::queue().map_err(|e| {
-            LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}"))
-        })?;
+    guarded("stream", || start_request(lua, request, true))
+}
+
+/// `send(request)` -> handle: the same events over a non-streaming request.
+fn send(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
+    guarded("send", || start_request(lua, request, false))
+}
+
+/// Starts a one-shot job whose value arrives as one `result` event.
+fn start_job<F, Fut>(what: &str, job: F) -> LuaResult<StreamHandle>
+where
+    F: FnOnce(std::sync::Arc<crate::llm::providers::Providers>) -> Fut,
+    Fut: std::future::Future<Output = Result<serde_json::Value, crate::llm::error::LlmError>> + Send + 'static,
+{
+    guarded(what, || {
+        let (rt, queue) = runtime_and_queue()?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        stream_task::spawn_stream(
-            &rt,
-            queue,
-            runtime::providers(),
-            id,
-            request,
-            cancel.clone(),
-        );
+        stream_task::spawn_job(&rt, queue, id, cancel.clone(), job(runtime::providers()));
         Ok(StreamHandle { id, cancel })
+    })
+}
+
+/// `list_models(provider)` -> handle; its result is a list of model ids.
+fn list_models(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
+    start_job("list_models", move |providers| async move {
+        crate::llm::list_models(&providers, &provider)
+            .await
+            .map(|ids| serde_json::json!(ids))
+    })
+}
+
+/// `health_check(provider)` -> handle; its result is `{ models = n }`.
+fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
+    start_job("health_check", move |providers| async move {
+        crate::llm::health_check(&providers, &provider)
+            .await
+            .map(|n| serde_json::json!({ "models": n }))
     })
 }
 
@@ -152,6 +189,10 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
                     t.set("kind", "error")?;
                     t.set("data", to_lua(lua, error)?)?;
                 }
+                Event::Result { value, .. } => {
+                    t.set("kind", "result")?;
+                    t.set("data", to_lua(lua, value)?)?;
+                }
             }
             out.raw_set(i + 1, t)?;
         }
@@ -169,12 +210,14 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
     })
 }
 
-/// `status()` -> `{ runtime_started, clients }` for `:checkhealth` and tests.
+/// `status()` -> `{ runtime_started, clients, providers }` for `:checkhealth` and tests.
 fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
     guarded("status", || {
         let t = lua.create_table()?;
         t.set("runtime_started", runtime::started())?;
-        t.set("clients", runtime::providers().clients_built())?;
+        let providers = runtime::providers();
+        t.set("clients", providers.clients_built())?;
+        t.set("providers", providers.names())?;
         Ok(t)
     })
 }
@@ -190,6 +233,9 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("init", lua.create_function(init)?)?;
     m.set("configure", lua.create_function(configure)?)?;
     m.set("stream", lua.create_function(stream)?)?;
+    m.set("send", lua.create_function(send)?)?;
+    m.set("list_models", lua.create_function(list_models)?)?;
+    m.set("health_check", lua.create_function(health_check)?)?;
     m.set("ack", lua.create_function(ack)?)?;
     m.set("drain", lua.create_function(drain)?)?;
     m.set("shutdown", lua.create_function(shutdown)?)?;

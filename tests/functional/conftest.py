@@ -126,6 +126,8 @@ def scenario_setup(server: ScenarioServer, **extra):
     opts = {
         "model": "scn/echo",
         "providers": {"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
+        # quick, deterministic retries: 10 ms then 20 ms
+        "retry": {"initial_delay_ms": 10, "multiplier": 2, "jitter": False, "max_retries": 2},
     }
     opts.update(extra)
     return opts

@@ -89,7 +89,7 @@ def test_http_500_shows_one_clear_error(editor):
     assert editor.chat_text() == transcript(
         "http 500",
         "\n\n> **Error** (server_error): scn: server error (HTTP 500: The server had an error while processing "
-        "your request.). The provider is having trouble; try again shortly.",
+        "your request.). The provider is having trouble; try again shortly. (after 2 retries)",
     )
 
 
@@ -116,13 +116,14 @@ def test_server_gone_reports_a_network_error(editor_factory, tmp_path):
     ed = editor_factory(setup={
         "model": "gone/x",
         "providers": {"gone": {"kind": "openai_compatible", "base_url": f"http://127.0.0.1:{port}/v1"}},
+        "retry": {"initial_delay_ms": 10, "multiplier": 2, "jitter": False, "max_retries": 2},
     })
     ed.nvim.command("Mia prompt hello")
     ed.wait("require('mia.chat').state() == 'error'")
     assert ed.chat_text() == transcript(
         "hello",
         f"\n\n> **Error** (network_error): gone: cannot connect to http://127.0.0.1:{port}/v1 (Connection refused "
-        "(os error 111)). Check that the server is running and providers.gone.base_url is right.",
+        "(os error 111)). Check that the server is running and providers.gone.base_url is right. (after 2 retries)",
         model="gone/x",
     )
 

@@ -1,0 +1,70 @@
+--- Transform hooks: Lua functions that adjust a request before it is sent
+--- (`pre_request`) or an answer once it is complete (`post_response`).
+--- Both run on the main thread, in registration order.
+
+local M = {}
+
+--- @type { name: string, phase: string, fn: function }[]
+local hooks = {}
+
+local PHASES = { pre_request = true, post_response = true }
+
+--- @param hook { name: string, phase: string, fn: function }
+function M.register(hook)
+  vim.validate({
+    hook = { hook, "table" },
+    ["hook.name"] = { hook.name, "string" },
+    ["hook.fn"] = { hook.fn, "function" },
+  })
+  if not PHASES[hook.phase] then
+    error(string.format('mia.register_transform_hook: `phase` must be "pre_request" or "post_response" (got %s)', vim.inspect(hook.phase)), 2)
+  end
+  for i, h in ipairs(hooks) do
+    if h.name == hook.name then
+      hooks[i] = { name = hook.name, phase = hook.phase, fn = hook.fn }
+      return
+    end
+  end
+  hooks[#hooks + 1] = { name = hook.name, phase = hook.phase, fn = hook.fn }
+end
+
+--- True when any hook is registered for `phase`.
+function M.has(phase)
+  for _, h in ipairs(hooks) do
+    if h.phase == phase then
+      return true
+    end
+  end
+  return false
+end
+
+--- `{ provider, model, kind }` for a "provider/model" string.
+function M.info(model)
+  local provider, id = model:match("^([^/]+)/(.+)$")
+  local cfg = require("mia.config")
+  local p = cfg.get().providers[provider or ""] or cfg.builtin_providers[provider or ""]
+  return { provider = provider, model = id, kind = p and p.kind or nil }
+end
+
+--- Runs every hook of `phase` over `value`. A hook returning nil leaves the
+--- value as it was. A failing pre_request hook stops the request with its
+--- error; a failing post_response hook is reported and skipped.
+function M.run(phase, value, info)
+  for _, h in ipairs(hooks) do
+    if h.phase == phase then
+      local ok, result = pcall(h.fn, value, info)
+      if not ok then
+        local msg = string.format("mia: transform hook `%s` (%s) failed: %s", h.name, phase, tostring(result))
+        if phase == "pre_request" then
+          error(msg, 0)
+        end
+        vim.notify(msg, vim.log.levels.ERROR)
+      elseif result ~= nil then
+        value = result
+      end
+    end
+  end
+  return value
+end
+
+return M
