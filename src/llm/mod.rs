@@ -24,7 +24,7 @@ use error::{ErrorClass, LlmError};
 use http::WireRequest;
 use message::{ChatRequest, StopReason};
 use providers::{ProviderKind, Providers, ResolvedProvider};
-use stream::{SseDecoder, SseEvent};
+use stream::{FrameDecoder, SseEvent};
 
 /// The `anthropic-version` header value mia speaks.
 const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -345,8 +345,16 @@ async fn decode_stream(
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<(), LlmError> {
     let mut decoder = WireDecoder::new(provider.kind, &provider.name);
+    let content_type = response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("text/event-stream")
+        .to_string();
+    // Servers frame streams as SSE, NDJSON or a growing JSON array; every
+    // framing yields the same payloads for the wire decoder.
+    let mut sse = FrameDecoder::for_content_type(&content_type);
     let mut body = response.bytes_stream();
-    let mut sse = SseDecoder::new();
     let mut sse_events = Vec::new();
     let mut decoded = Vec::new();
     let idle = Duration::from_millis(timeouts.stream_idle_ms);

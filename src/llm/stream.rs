@@ -94,6 +94,165 @@ impl SseDecoder {
     }
 }
 
+/// Newline-delimited JSON (`application/x-ndjson`, Ollama's native API):
+/// each non-empty line is one event's data.
+#[derive(Debug, Default)]
+pub struct NdjsonDecoder {
+    buf: Vec<u8>,
+    scanned: usize,
+}
+
+impl NdjsonDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one network chunk; appends every complete line to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        self.buf.extend_from_slice(chunk);
+        let mut line_start = 0;
+        let mut i = self.scanned;
+        while let Some(offset) = memchr_newline(&self.buf[i..]) {
+            let end = i + offset;
+            Self::emit(&self.buf[line_start..end], out);
+            line_start = end + 1;
+            i = line_start;
+        }
+        self.buf.drain(..line_start);
+        self.scanned = self.buf.len();
+    }
+
+    /// Ends the stream: a last line without its newline still counts.
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+        let rest = std::mem::take(&mut self.buf);
+        Self::emit(&rest, out);
+        self.scanned = 0;
+    }
+
+    fn emit(line: &[u8], out: &mut Vec<SseEvent>) {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim();
+        if !text.is_empty() {
+            out.push(SseEvent {
+                event: None,
+                data: text.to_string(),
+            });
+        }
+    }
+}
+
+/// A JSON array whose elements arrive over time (Gemini's
+/// `streamGenerateContent` without `alt=sse`): each top-level element is one
+/// event's data. Structural characters are ASCII, so scanning bytes never
+/// splits a UTF-8 sequence; strings and escapes are tracked so braces inside
+/// text do not count.
+#[derive(Debug, Default)]
+pub struct JsonArrayDecoder {
+    buf: Vec<u8>,
+    pos: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    start: Option<usize>,
+}
+
+impl JsonArrayDecoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one network chunk; appends every complete element to `out`.
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        self.buf.extend_from_slice(chunk);
+        while self.pos < self.buf.len() {
+            let b = self.buf[self.pos];
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if b == b'\\' {
+                    self.escaped = true;
+                } else if b == b'"' {
+                    self.in_string = false;
+                }
+            } else {
+                match b {
+                    b'"' => self.in_string = true,
+                    b'{' | b'[' => {
+                        self.depth += 1;
+                        if self.depth == 2 {
+                            self.start = Some(self.pos);
+                        }
+                    }
+                    b'}' | b']' => {
+                        if self.depth == 2 {
+                            if let Some(start) = self.start.take() {
+                                let text = String::from_utf8_lossy(&self.buf[start..=self.pos]).into_owned();
+                                out.push(SseEvent {
+                                    event: None,
+                                    data: text,
+                                });
+                            }
+                        }
+                        self.depth = self.depth.saturating_sub(1);
+                    }
+                    _ => {}
+                }
+            }
+            self.pos += 1;
+        }
+        // Drop what no element still needs.
+        let keep_from = self.start.unwrap_or(self.pos);
+        self.buf.drain(..keep_from);
+        self.pos -= keep_from;
+        if let Some(start) = self.start.as_mut() {
+            *start -= keep_from;
+        }
+    }
+
+    /// True when the stream stopped inside an element (a truncated answer).
+    pub fn incomplete(&self) -> bool {
+        self.start.is_some()
+    }
+}
+
+/// How a streamed response body is framed, from its `content-type`.
+#[derive(Debug)]
+pub enum FrameDecoder {
+    Sse(SseDecoder),
+    Ndjson(NdjsonDecoder),
+    JsonArray(JsonArrayDecoder),
+}
+
+impl FrameDecoder {
+    /// SSE unless the content type says NDJSON or plain JSON.
+    pub fn for_content_type(content_type: &str) -> Self {
+        let ct = content_type.to_ascii_lowercase();
+        if ct.contains("ndjson") || ct.contains("jsonl") {
+            FrameDecoder::Ndjson(NdjsonDecoder::new())
+        } else if ct.contains("application/json") {
+            FrameDecoder::JsonArray(JsonArrayDecoder::new())
+        } else {
+            FrameDecoder::Sse(SseDecoder::new())
+        }
+    }
+
+    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
+        match self {
+            FrameDecoder::Sse(d) => d.push(chunk, out),
+            FrameDecoder::Ndjson(d) => d.push(chunk, out),
+            FrameDecoder::JsonArray(d) => d.push(chunk, out),
+        }
+    }
+
+    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+        match self {
+            FrameDecoder::Sse(d) => d.finish(out),
+            FrameDecoder::Ndjson(d) => d.finish(out),
+            FrameDecoder::JsonArray(_) => {}
+        }
+    }
+}
+
 fn memchr_newline(haystack: &[u8]) -> Option<usize> {
     haystack.iter().position(|&b| b == b'\n')
 }
@@ -161,6 +320,66 @@ mod tests {
                 data: "tail".into()
             }]
         );
+    }
+
+    fn frame_in_pieces(mut d: FrameDecoder, bytes: &[u8], piece: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for chunk in bytes.chunks(piece) {
+            d.push(chunk, &mut out);
+        }
+        d.finish(&mut out);
+        out.into_iter().map(|e| e.data).collect()
+    }
+
+    #[test]
+    fn ndjson_lines_survive_every_chunk_size() {
+        let stream = "{\"t\":\"héllo 🎉\"}\r\n\n{\"t\":\"a\\nb\"}\n{\"done\":true}";
+        for piece in 1..=stream.len() {
+            let got = frame_in_pieces(
+                FrameDecoder::for_content_type("application/x-ndjson"),
+                stream.as_bytes(),
+                piece,
+            );
+            assert_eq!(
+                got,
+                vec!["{\"t\":\"héllo 🎉\"}", "{\"t\":\"a\\nb\"}", "{\"done\":true}"],
+                "piece {piece}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_array_elements_survive_every_chunk_size() {
+        let stream = "[{\"t\":\"br{ace} \\\"q\\\" ]\", \"n\":[1,{\"x\":2}]}\r\n,\n{\"t\":\"你好\"}\n]";
+        let expected = vec![
+            "{\"t\":\"br{ace} \\\"q\\\" ]\", \"n\":[1,{\"x\":2}]}",
+            "{\"t\":\"你好\"}",
+        ];
+        for piece in 1..=stream.len() {
+            let got = frame_in_pieces(
+                FrameDecoder::for_content_type("application/json; charset=UTF-8"),
+                stream.as_bytes(),
+                piece,
+            );
+            assert_eq!(got, expected, "piece {piece}");
+        }
+    }
+
+    #[test]
+    fn a_json_array_cut_inside_an_element_is_incomplete() {
+        let mut d = JsonArrayDecoder::new();
+        let mut out = Vec::new();
+        d.push(b"[{\"a\":1},{\"b\":", &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(d.incomplete());
+    }
+
+    #[test]
+    fn event_stream_content_type_means_sse() {
+        assert!(matches!(
+            FrameDecoder::for_content_type("text/event-stream"),
+            FrameDecoder::Sse(_)
+        ));
     }
 
     #[test]

@@ -337,3 +337,28 @@ def test_switching_provider_keeps_the_conversation(editor_factory, server):
     assert "echo first turn" in str(anthropic_body["messages"][1]["content"])
     assert [c["role"] for c in gemini_body["contents"]] == ["user", "model", "user", "model", "user"]
     assert ed.chat_text().endswith("## mia · geminix/echo\n\necho third turn")
+
+
+def test_anthropic_prompt_caching_marks_system_and_last_user_turn(editor_factory, server):
+    cfg = provider_config("anthropic", server)
+    cfg["prompt_caching"] = True
+    ed = editor_factory(env=KEYS, setup={"model": "anthropicx/echo", "providers": {"anthropicx": cfg}})
+    ed.lua(RUN, {"model": "anthropicx/echo", "system": "long system prompt",
+                 "messages": [{"role": "user", "content": "echo cached"}]})
+    ed.wait("run.done ~= nil or run.err ~= nil")
+    body = chat_requests(server)[-1]["body"]
+    assert body["system"] == [{"type": "text", "text": "long system prompt", "cache_control": {"type": "ephemeral"}}]
+    assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_checkhealth_online_asks_each_provider(editor_factory, server):
+    opts = {"model": "openaix/echo", "providers": {f"{f}x": provider_config(f, server) for f in FORMATS}}
+    opts["providers"]["brokenx"] = {"kind": "anthropic", "base_url": f"http://127.0.0.1:{server.port}/nope",
+                                    "api_key_env": "MIA_TEST_ANTHROPIC_KEY"}
+    ed = editor_factory(env=KEYS, setup=opts)
+    ed.nvim.command("Mia health online")
+    report = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+    for f in FORMATS:
+        assert f"{f}x answers: " in report
+    assert "brokenx: " in report and "answers" not in report.split("brokenx: ")[1].split("\n")[0]
+    assert "secret" not in report
