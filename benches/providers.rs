@@ -269,6 +269,7 @@ fn memory_per_stream(root: &Path) {
         (heap1 - heap0, rss1.saturating_sub(rss0))
     });
     let _ = server.kill();
+    let _ = server.wait();
     println!("\n## Memory per active stream ({N} streams in flight, mid-answer)\n");
     println!(
         "- live heap: {:.1} KiB per stream; RSS: {:.1} KiB per stream",
