@@ -93,8 +93,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    used up for S seconds (default 60); none for Gemini.
   split SCENARIO   SCENARIO (the words after "split"), its response body
                    written in pseudo-random 1-16 byte pieces (seeded by seq;
-                   each its own HTTP chunk when chunked), each drained; echo
-                   still echoes the whole user text.
+                   each its own HTTP chunk when chunked), each drained (this
+                   replaces unicode's 3-byte trickle); echo still echoes the
+                   whole user text.
 Non-streaming requests get the same content in one reply (reset and stall
 misbehave the same way; truncate, malformed, unicode answer normally).
 "Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
@@ -364,8 +365,7 @@ class Stream:
 class Format:
     """One wire format: request parsing, replies, errors, streams."""
     name = ""
-    FINISH = {}
-    BROKEN = b""  # the malformed scenario's event, for block index 0
+    FINISH = {}  # plan finish -> this format's finish/stop reason
 
     def failure(self, error, req):
         """(status, body, headers) for a plan's error tuple."""

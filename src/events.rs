@@ -37,6 +37,24 @@ pub enum Event {
         stream: StreamId,
         value: serde_json::Value,
     },
+    /// The runtime asks Lua to do something (run a Lua tool, ask the user);
+    /// Lua answers with `reply(call, ...)`.
+    Call {
+        stream: StreamId,
+        call: u64,
+        kind: String,
+        payload: serde_json::Value,
+    },
+    /// A call the runtime no longer waits for (cancelled or timed out).
+    Abort {
+        stream: StreamId,
+        call: u64,
+    },
+    /// Progress of an agent run: tool-call status, new messages, notices.
+    Agent {
+        stream: StreamId,
+        value: serde_json::Value,
+    },
 }
 
 impl Event {
@@ -45,7 +63,10 @@ impl Event {
             Event::Delta { stream, .. }
             | Event::Done { stream, .. }
             | Event::Error { stream, .. }
-            | Event::Result { stream, .. } => *stream,
+            | Event::Result { stream, .. }
+            | Event::Call { stream, .. }
+            | Event::Abort { stream, .. }
+            | Event::Agent { stream, .. } => *stream,
         }
     }
 }

@@ -1,11 +1,14 @@
 //! mia's native core. Everything below `nvim/` is plain Rust, usable and
 //! testable without Neovim; `nvim/` is the only module that knows mlua.
 
+pub mod agent;
+pub mod calls;
 pub mod events;
 pub mod llm;
 pub mod logging;
 pub mod runtime;
 pub mod stream_task;
+pub mod tools;
 pub mod version;
 
 #[cfg(feature = "nvim")]

@@ -7,12 +7,16 @@ use std::time::Duration;
 
 use tokio::runtime::{Handle, Runtime};
 
+use crate::agent::AgentSettings;
 use crate::events::EventQueue;
 use crate::llm::providers::{CoreConfig, Providers};
+use crate::tools::registry::Registry;
 
 static RUNTIME: Mutex<Option<Runtime>> = Mutex::new(None);
 static QUEUE: OnceLock<Arc<EventQueue>> = OnceLock::new();
 static PROVIDERS: RwLock<Option<Arc<Providers>>> = RwLock::new(None);
+static AGENT: RwLock<Option<AgentSettings>> = RwLock::new(None);
+static REGISTRY: OnceLock<Arc<Registry>> = OnceLock::new();
 
 /// The runtime's handle, building the runtime on first call. Two worker
 /// threads: the work is I/O-bound and the editor needs the cores more.
@@ -71,4 +75,23 @@ pub fn providers() -> Arc<Providers> {
     let mut slot = PROVIDERS.write().unwrap_or_else(|p| p.into_inner());
     slot.get_or_insert_with(|| Arc::new(Providers::new(CoreConfig::default())))
         .clone()
+}
+
+/// Replaces the agent settings (permissions, limits, data directory).
+pub fn configure_agent(settings: AgentSettings) {
+    *AGENT.write().unwrap_or_else(|p| p.into_inner()) = Some(settings);
+}
+
+/// The agent settings in force.
+pub fn agent_settings() -> AgentSettings {
+    AGENT
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .unwrap_or_default()
+}
+
+/// The process-wide tool registry (built-in tools registered on first use).
+pub fn registry() -> Arc<Registry> {
+    REGISTRY.get_or_init(|| Arc::new(Registry::with_builtins())).clone()
 }

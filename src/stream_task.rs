@@ -46,6 +46,33 @@ pub fn spawn_stream(
     });
 }
 
+/// Starts an agent run (`:Mia prompt`). Unlike a plain stream it is not
+/// dropped on cancellation: the loop sees `cancel`, lets running tools
+/// return their partial results, and then ends with `cancelled`.
+pub fn spawn_agent(
+    rt: &Handle,
+    deps: crate::agent::AgentDeps,
+    stream: StreamId,
+    req: crate::agent::AgentRequest,
+    cancel: CancellationToken,
+) {
+    rt.spawn(async move {
+        let queue = deps.queue.clone();
+        let work = crate::agent::run(deps, stream, req, cancel);
+        let outcome = match AssertUnwindSafe(work).catch_unwind().await {
+            Ok(r) => r,
+            Err(panic) => Err(panic_error(panic)),
+        };
+        match outcome {
+            Ok(done) => queue.push(Event::Done {
+                stream,
+                done: Box::new(done),
+            }),
+            Err(error) => push_error(&queue, stream, error),
+        }
+    });
+}
+
 /// Runs a one-shot job (a model list, a health check) whose value ends in
 /// one `Result` event, or one error event.
 pub fn spawn_job<F>(rt: &Handle, queue: Arc<EventQueue>, stream: StreamId, cancel: CancellationToken, job: F)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -1160,7 +1161,6 @@ def test_ratelimited_window_headers(server):
     assert headers["anthropic-ratelimit-requests-remaining"] == "0"
     reset = headers["anthropic-ratelimit-requests-reset"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", reset)
-    from datetime import datetime
     stamp = datetime.strptime(reset, "%Y-%m-%dT%H:%M:%S%z").timestamp()
     assert before + 29 <= stamp <= time.time() + 31
     status, headers, body, _ = ask(c, "gemini", "ratelimited-window 5")

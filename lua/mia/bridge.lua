@@ -32,9 +32,9 @@ end
 
 --- Calls one callback in isolation: its error is reported, and the other
 --- callbacks and streams go on.
-local function call(fn, what, arg)
+local function call(fn, what, ...)
   if fn then
-    local ok, err = pcall(fn, arg)
+    local ok, err = pcall(fn, ...)
     if not ok then
       report(what, err)
     end
@@ -45,7 +45,19 @@ local function dispatch(events)
   for i = 1, #events do
     local ev = events[i]
     local cb = callbacks[ev.stream]
-    if cb then
+    if ev.kind == "call" then
+      if ev.call_kind == "tool" then
+        call(require("mia.tools").run, "a Lua tool", ev.call, ev.data)
+      elseif ev.call_kind == "permission" then
+        call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
+      end
+    elseif ev.kind == "abort" then
+      call(require("mia.tools").abort, "aborting a Lua tool", ev.call)
+    elseif ev.kind == "agent" then
+      if cb then
+        call(cb.on_agent, "on_agent", ev.data)
+      end
+    elseif cb then
       if ev.kind == "delta" then
         call(cb.on_delta, "on_delta", ev.data)
       elseif ev.kind == "done" or ev.kind == "result" then

@@ -126,6 +126,8 @@ function M.open()
   vim.wo[win].linebreak = true
   vim.wo[win].number = false
   vim.wo[win].relativenumber = false
+  vim.wo[win].foldmethod = "manual"
+  vim.wo[win].foldenable = true
   return b, win
 end
 
@@ -173,21 +175,35 @@ function M.prompt(text, opts)
   current = entry
   last_state = "streaming"
   local in_reasoning = false
-  entry.handle = mia.stream({ model = model, system = cfg.system, messages = vim.deepcopy(history) }, {
+  local after_block = false
+  local function on_text(text)
+    clear_status()
+    if in_reasoning or after_block then
+      in_reasoning, after_block = false, false
+      writer.append(buf, "\n\n")
+    end
+    answer[#answer + 1] = text
+    writer.append(buf, text)
+  end
+  entry.handle = mia._agent({
+    model = model,
+    system = cfg.system,
+    messages = vim.deepcopy(history),
+    mode = cfg.mode,
+    root = vim.fn.getcwd(),
+  }, {
     on_delta = function(d)
       if current ~= entry then
         return
       end
       if d.type == "text" then
-        clear_status()
-        if in_reasoning then
-          in_reasoning = false
-          writer.append(buf, "\n\n")
-        end
-        answer[#answer + 1] = d.text
-        writer.append(buf, d.text)
+        on_text(d.text)
       elseif d.type == "reasoning" then
         clear_status()
+        if after_block then
+          after_block = false
+          writer.append(buf, "\n\n")
+        end
         in_reasoning = true
         writer.append(buf, d.text, "MiaReasoning")
       elseif d.type == "retry" then
@@ -195,10 +211,30 @@ function M.prompt(text, opts)
         show_retry(d)
       end
     end,
-    on_done = function(done)
-      if done.message and done.message.parts and #done.message.parts > 0 then
-        table.insert(history, done.message)
+    on_agent = function(ev)
+      if ev.type == "message" then
+        table.insert(history, ev.message)
+        answer = {}
+        entry.text = answer
+      elseif ev.type == "tool" then
+        require("mia.chat.blocks").update(buf, ev, in_reasoning or #answer > 0 or after_block)
+        in_reasoning = false
+        after_block = true
+        if ev.status == "done" or ev.status == "failed" or ev.status == "rejected" or ev.status == "cancelled" then
+          api.nvim_exec_autocmds("User", {
+            pattern = "MiaToolInvoked",
+            data = { name = ev.name, status = ev.status, duration_ms = ev.duration_ms, id = ev.id },
+          })
+        end
+      elseif ev.type == "notice" then
+        if ev.text == "context compacted" and ev.messages then
+          history = ev.messages
+        end
+        writer.append(buf, "\n\n> _" .. ev.text .. "_")
+        after_block = true
       end
+    end,
+    on_done = function(done)
       entry.done = done
       finish("done", nil)
     end,
@@ -240,6 +276,7 @@ function M.clear()
   if valid(buf) then
     api.nvim_buf_set_lines(buf, 0, -1, false, {})
   end
+  require("mia.chat.blocks").reset()
   last_state = "idle"
 end
 

@@ -30,6 +30,12 @@ M.subcommands = {
       vim.api.nvim_set_current_win(win)
     end,
   },
+  tools = {
+    desc = "list every tool the model can call, grouped by source",
+    run = function()
+      require("mia.tools.view").show()
+    end,
+  },
   clear = {
     desc = "clear the chat and forget the conversation",
     run = function()

@@ -23,6 +23,22 @@
 --- @field jitter? boolean Randomize delays so clients do not retry in step (default true).
 --- @field max_wait_ms? integer A provider asking to wait longer than this gets an error instead (default 120000).
 
+--- @class mia.PermissionRule
+--- @field tool string Tool name or glob ("*" for all)
+--- @field pattern? string Glob on the path or command the tool acts on
+--- @field action "allow"|"ask"|"deny"
+--- @field mode? string Only in this mode
+
+--- @class mia.PermissionConfig
+--- @field modes? table<string, { read: string, write: string, execute: string }> Default action per mode and effect
+--- @field rules? mia.PermissionRule[] Checked before the mode's defaults; deny rules always win
+
+--- @class mia.ToolsConfig
+--- @field max_turns? integer Model turns per prompt before mia stops the loop (default 25)
+--- @field bash_timeout_ms? integer Default timeout of shell commands (default 120000)
+--- @field max_read_bytes? integer Largest file read whole (default 262144)
+--- @field output_cap_bytes? integer Most tool output returned to the model (default 32768)
+
 --- @class mia.ChatConfig
 --- @field position? "right"|"left"|"bottom"|"top" Where the chat split opens (default "right").
 --- @field size? integer Width (or height) of the split; 0 lets Neovim halve the window (default 0).
@@ -34,6 +50,8 @@
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
+--- @field permissions? mia.PermissionConfig What tools may do without asking.
+--- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
 --- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
 --- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
 --- @field log_level? "error"|"warn"|"info"|"debug"|"trace" How much goes to the log (default "info").
@@ -62,6 +80,8 @@ local function defaults()
     log_level = "info",
     system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
     chat = { position = "right", size = 0, synmaxcol = 1000 },
+    permissions = { rules = {} },
+    tools = { max_turns = 25, bash_timeout_ms = 120000, max_read_bytes = 262144, output_cap_bytes = 32768 },
     mode = "ask",
   }
 end
@@ -135,6 +155,29 @@ local function validate(opts)
     fail("log_level", "must be one of error, warn, info, debug, trace", opts.log_level)
   end
   check_type("system", opts.system, "string", true)
+  check_type("permissions", opts.permissions, "table", true)
+  local actions = { allow = true, ask = true, deny = true }
+  for i, r in ipairs((opts.permissions or {}).rules or {}) do
+    local path = string.format("permissions.rules[%d]", i)
+    check_type(path .. ".tool", r.tool, "string")
+    check_type(path .. ".pattern", r.pattern, "string", true)
+    if not actions[r.action] then
+      fail(path .. ".action", "must be allow, ask or deny", r.action)
+    end
+  end
+  for mode, p in pairs((opts.permissions or {}).modes or {}) do
+    for _, effect in ipairs({ "read", "write", "execute" }) do
+      if not actions[p[effect]] then
+        fail(string.format("permissions.modes.%s.%s", mode, effect), "must be allow, ask or deny", p[effect])
+      end
+    end
+  end
+  check_type("tools", opts.tools, "table", true)
+  for key, v in pairs(opts.tools or {}) do
+    if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) then
+      fail("tools." .. tostring(key), "must be a positive whole number", v)
+    end
+  end
   check_type("chat", opts.chat, "table", true)
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
     fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)
@@ -179,6 +222,31 @@ function M.core()
     providers[name] = entry
   end
   return { providers = next(providers) and providers or nil, timeouts = c.timeouts, retry = c.retry }
+end
+
+--- The part of the configuration the agent loop needs.
+function M.agent()
+  local c = M.get()
+  local permissions = { rules = c.permissions.rules or {} }
+  if c.permissions.modes then
+    -- user modes are merged over the core's defaults there
+    permissions.modes = vim.tbl_extend("force", {
+      ask = { read = "allow", write = "ask", execute = "ask" },
+      architect = { read = "allow", write = "deny", execute = "deny" },
+      code = { read = "allow", write = "allow", execute = "ask" },
+    }, c.permissions.modes)
+  end
+  if #permissions.rules == 0 then
+    permissions.rules = nil
+  end
+  return {
+    permissions = permissions.rules == nil and permissions.modes == nil and vim.empty_dict() or permissions,
+    data_dir = c.data_dir,
+    max_turns = c.tools.max_turns,
+    bash_timeout_ms = c.tools.bash_timeout_ms,
+    max_read_bytes = c.tools.max_read_bytes,
+    output_cap_bytes = c.tools.output_cap_bytes,
+  }
 end
 
 --- Built-in providers, as the core knows them (for :checkhealth).

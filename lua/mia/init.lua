@@ -11,8 +11,9 @@ function M.setup(opts)
   config.set(opts)
   -- Only reconfigure a core that is already running; never load it here.
   local core = package.loaded["mia.core"]
-  if core and core.is_loaded() then
+  if core and core.is_loaded() and M._started then
     core.call(core.get().configure, config.core())
+    core.call(core.get().configure_agent, config.agent())
   end
 end
 
@@ -25,17 +26,40 @@ function M._core()
   local bridge = require("mia.bridge")
   if not M._started then
     loader.call(core.configure, cfg.core())
+    loader.call(core.configure_agent, cfg.agent())
     bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
     M._started = true
+    require("mia.tools.editor").register()
+    require("mia.tools").flush()
   end
   return core
+end
+
+--- Starts an agent run (what :Mia prompt uses): the model may call tools;
+--- `callbacks.on_agent(event)` receives tool progress and new messages.
+--- @param request table
+--- @param callbacks mia.StreamCallbacks|{ on_agent?: fun(ev: table) }
+--- @return mia.StreamHandle
+function M._agent(request, callbacks)
+  local loader = require("mia.core")
+  local core = M._core()
+  require("mia.tools.project").load(request.root)
+  local native = loader.call(core.agent, request)
+  require("mia.bridge").watch(native.id, callbacks)
+  return M._handle_of(native)
+end
+
+--- Registers a tool the model can call; see |mia.register_tool()|.
+--- @param spec mia.ToolSpec
+function M.register_tool(spec)
+  return require("mia.tools").register(spec, "user")
 end
 
 --- @class mia.StreamHandle
 --- @field id integer
 --- @field cancel fun(self: mia.StreamHandle) Stops the stream; `on_error` gets class "cancelled".
 
-local function handle_of(native)
+function M._handle_of(native)
   return {
     id = native.id,
     cancel = function()
@@ -67,7 +91,7 @@ local function request_with_hooks(kind, request, callbacks)
     }, { __index = callbacks })
   end
   require("mia.bridge").watch(native.id, cbs)
-  return handle_of(native)
+  return M._handle_of(native)
 end
 
 --- Streams one answer. Callbacks run on the main thread; text deltas that
@@ -104,7 +128,7 @@ function M.list_models(provider, cb)
       cb(err, nil)
     end,
   })
-  return handle_of(native)
+  return M._handle_of(native)
 end
 
 --- Checks that `provider` answers with the configured credentials (lists its
@@ -124,7 +148,7 @@ function M.health_check(provider, cb)
       cb(err, nil)
     end,
   })
-  return handle_of(native)
+  return M._handle_of(native)
 end
 
 --- Registers a transform hook. `phase = "pre_request"`: `fn(request, info)`

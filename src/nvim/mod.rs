@@ -157,6 +157,94 @@ fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
     })
 }
 
+/// `agent(request)` -> handle: the agent loop behind `:Mia prompt`.
+fn agent(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
+    guarded("agent", || {
+        let request: crate::agent::AgentRequest = lua.from_value(request).map_err(|e| {
+            LuaError::RuntimeError(format!(
+                "mia.prompt: invalid request: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
+        let (rt, queue) = runtime_and_queue()?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let deps = crate::agent::AgentDeps {
+            providers: runtime::providers(),
+            registry: runtime::registry(),
+            queue,
+            calls: crate::calls::pending(),
+            settings: runtime::agent_settings(),
+        };
+        stream_task::spawn_agent(&rt, deps, id, request, cancel.clone());
+        Ok(StreamHandle { id, cancel })
+    })
+}
+
+/// `reply(call, ok, value)`: Lua's answer to a call event.
+fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool> {
+    guarded("reply", || {
+        let result = if ok {
+            Ok(lua
+                .from_value::<serde_json::Value>(value)
+                .unwrap_or(serde_json::Value::Null))
+        } else {
+            Err(match value {
+                LuaValue::String(s) => s.to_string_lossy(),
+                other => format!("{other:?}"),
+            })
+        };
+        Ok(crate::calls::pending().answer(call, result))
+    })
+}
+
+/// `register_tool(spec, source)`: a Lua tool's metadata (its code stays in Lua).
+fn register_tool(lua: &Lua, (spec, source): (LuaValue, String)) -> LuaResult<bool> {
+    guarded("register_tool", || {
+        let spec: crate::tools::lua_tool::LuaToolSpec = lua.from_value(spec).map_err(|e| {
+            LuaError::RuntimeError(format!(
+                "mia.register_tool: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
+        let source: crate::tools::registry::ToolSource = lua
+            .from_value(LuaValue::String(lua.create_string(&source)?))
+            .map_err(|e| LuaError::RuntimeError(format!("mia.register_tool: bad source: {e}")))?;
+        let tool = std::sync::Arc::new(crate::tools::lua_tool::LuaTool { spec });
+        Ok(runtime::registry().register(tool, source))
+    })
+}
+
+/// `unregister_tool(name, source)`.
+fn unregister_tool(lua: &Lua, (name, source): (String, String)) -> LuaResult<()> {
+    guarded("unregister_tool", || {
+        let source: crate::tools::registry::ToolSource = lua
+            .from_value(LuaValue::String(lua.create_string(&source)?))
+            .map_err(|e| LuaError::RuntimeError(format!("mia: bad tool source: {e}")))?;
+        runtime::registry().unregister(&name, source);
+        Ok(())
+    })
+}
+
+/// `tools()` -> every registered tool `{ name, description, parameters, source, effect }`.
+fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
+    guarded("tools", || to_lua(lua, &runtime::registry().list()))
+}
+
+/// `configure_agent(settings)`: permissions, limits, data directory.
+fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
+    guarded("configure_agent", || {
+        let settings: crate::agent::AgentSettings = lua.from_value(settings).map_err(|e| {
+            LuaError::RuntimeError(format!(
+                "mia: invalid agent configuration: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
+        runtime::configure_agent(settings);
+        Ok(())
+    })
+}
+
 /// `ack()`: clears the wake fd (called from the poll watcher, a fast event).
 fn ack(_: &Lua, (): ()) -> LuaResult<()> {
     guarded("ack", || {
@@ -191,6 +279,22 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
                 }
                 Event::Result { value, .. } => {
                     t.set("kind", "result")?;
+                    t.set("data", to_lua(lua, value)?)?;
+                }
+                Event::Call {
+                    call, kind, payload, ..
+                } => {
+                    t.set("kind", "call")?;
+                    t.set("call", *call)?;
+                    t.set("call_kind", kind.as_str())?;
+                    t.set("data", to_lua(lua, payload)?)?;
+                }
+                Event::Abort { call, .. } => {
+                    t.set("kind", "abort")?;
+                    t.set("call", *call)?;
+                }
+                Event::Agent { value, .. } => {
+                    t.set("kind", "agent")?;
                     t.set("data", to_lua(lua, value)?)?;
                 }
             }
@@ -234,6 +338,12 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("configure", lua.create_function(configure)?)?;
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
+    m.set("agent", lua.create_function(agent)?)?;
+    m.set("reply", lua.create_function(reply)?)?;
+    m.set("register_tool", lua.create_function(register_tool)?)?;
+    m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
+    m.set("tools", lua.create_function(tools)?)?;
+    m.set("configure_agent", lua.create_function(configure_agent)?)?;
     m.set("list_models", lua.create_function(list_models)?)?;
     m.set("health_check", lua.create_function(health_check)?)?;
     m.set("ack", lua.create_function(ack)?)?;

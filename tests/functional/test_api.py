@@ -97,12 +97,12 @@ def test_plugin_and_setup_do_not_load_the_native_library(editor):
 
 
 def test_subcommands_complete(editor):
-    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "stop", "open", "clear", "health"]
+    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "stop", "open", "tools", "clear", "health"]
     assert editor.lua("return vim.fn.getcompletion('Mia st', 'cmdline')") == ["stop"]
 
 
 def test_unknown_subcommand_lists_the_available_ones(editor):
-    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: clear, health, open, prompt, stop"):
+    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: clear, health, open, prompt, stop, tools"):
         editor.nvim.command("Mia frobnicate")
 
 

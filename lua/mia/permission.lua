@@ -1,0 +1,41 @@
+--- Permission questions from the agent loop, asked through vim.ui.select so
+--- the user's picker (telescope, snacks, fzf-lua, dressing) shows them. The
+--- answers are the Agent Client Protocol's permission option kinds.
+
+local M = {}
+
+--- Options in the order shown; `kind` is what the core receives.
+M.options = {
+  { name = "Allow once", kind = "allow_once" },
+  { name = "Allow always for this project", kind = "allow_always" },
+  { name = "Reject", kind = "reject_once" },
+}
+
+local VERBS = { read = "read with", write = "change files with", execute = "run" }
+
+--- The question for one call.
+function M.prompt_for(data)
+  local verb = VERBS[data.effect] or "use"
+  if data.effect == "execute" and data.subject then
+    return string.format("mia wants to run `%s`: %s", data.tool, data.subject)
+  end
+  if data.subject then
+    return string.format("mia wants to %s `%s` on %s", verb, data.tool, data.subject)
+  end
+  return string.format("mia wants to %s `%s`", verb, data.tool)
+end
+
+--- Asks the user about call `call`; answers the core with the chosen kind
+--- (a dismissed picker rejects).
+function M.ask(call, data)
+  local names = vim.tbl_map(function(o)
+    return o.name
+  end, M.options)
+  vim.ui.select(names, { prompt = M.prompt_for(data), kind = "mia_permission" }, function(_, idx)
+    local kind = idx and M.options[idx].kind or "reject_once"
+    local loader = require("mia.core")
+    pcall(loader.get().reply, call, true, kind)
+  end)
+end
+
+return M

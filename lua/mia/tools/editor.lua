@@ -1,0 +1,127 @@
+--- Editor-aware tools written in Lua: they read what only Neovim knows
+--- (open buffers, unsaved text, diagnostics) and edit open buffers as one
+--- undo step. Registered as built-in tools when the core starts.
+
+local M = {}
+
+local api = vim.api
+
+local function buffer_by_path(path)
+  local want = vim.fn.fnamemodify(path, ":p")
+  for _, b in ipairs(api.nvim_list_bufs()) do
+    if api.nvim_buf_is_loaded(b) and vim.fn.fnamemodify(api.nvim_buf_get_name(b), ":p") == want then
+      return b
+    end
+  end
+  return nil
+end
+
+M.tools = {
+  {
+    name = "list_buffers",
+    description = "List the files open in the editor, with unsaved-changes flags.",
+    parameters = { type = "object", properties = vim.empty_dict() },
+    effect = "read",
+    execute = function()
+      local out = {}
+      for _, b in ipairs(api.nvim_list_bufs()) do
+        local name = api.nvim_buf_get_name(b)
+        if api.nvim_buf_is_loaded(b) and name ~= "" and vim.bo[b].buftype == "" then
+          out[#out + 1] = string.format("%s%s", vim.fn.fnamemodify(name, ":."), vim.bo[b].modified and " [modified]" or "")
+        end
+      end
+      return table.concat(out, "\n")
+    end,
+  },
+  {
+    name = "read_buffer",
+    description = "Read the current text of a file open in the editor, including unsaved changes.",
+    parameters = {
+      type = "object",
+      properties = { path = { type = "string", description = "Path of the open file" } },
+      required = { "path" },
+    },
+    effect = "read",
+    execute = function(args, ctx)
+      local b = buffer_by_path(args.path)
+      if not b then
+        error(string.format("`%s` is not open in the editor; use read_file for files on disk", args.path), 0)
+      end
+      local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+      for i, l in ipairs(lines) do
+        lines[i] = string.format("%6d\t%s", i, l)
+      end
+      ctx.metadata({ summary = string.format("📖 read buffer %s (%d lines)", args.path, #lines) })
+      return table.concat(lines, "\n")
+    end,
+  },
+  {
+    name = "diagnostics",
+    description = "List the editor's diagnostics (LSP errors and warnings) for a file, or for all open files.",
+    parameters = {
+      type = "object",
+      properties = { path = { type = "string", description = "Limit to this file" } },
+    },
+    effect = "read",
+    execute = function(args)
+      local bufnr = nil
+      if args.path then
+        bufnr = buffer_by_path(args.path)
+        if not bufnr then
+          return "no open buffer for " .. args.path
+        end
+      end
+      local out = {}
+      for _, d in ipairs(vim.diagnostic.get(bufnr)) do
+        out[#out + 1] = string.format(
+          "%s:%d:%d: %s: %s",
+          vim.fn.fnamemodify(api.nvim_buf_get_name(d.bufnr), ":."),
+          d.lnum + 1,
+          d.col + 1,
+          vim.diagnostic.severity[d.severity] or "?",
+          d.message
+        )
+      end
+      return #out > 0 and table.concat(out, "\n") or "no diagnostics"
+    end,
+  },
+  {
+    name = "apply_buffer_edit",
+    description = "Replace lines of a file open in the editor (1-based, inclusive) with new text, as one undo step. The change is not saved.",
+    parameters = {
+      type = "object",
+      properties = {
+        path = { type = "string" },
+        start_line = { type = "integer", minimum = 1 },
+        end_line = { type = "integer", minimum = 0, description = "Last line replaced; start_line - 1 inserts" },
+        text = { type = "string", description = "The new lines" },
+      },
+      required = { "path", "start_line", "end_line", "text" },
+    },
+    effect = "write",
+    execute = function(args, ctx)
+      local b = buffer_by_path(args.path)
+      if not b then
+        error(string.format("`%s` is not open in the editor", args.path), 0)
+      end
+      local count = api.nvim_buf_line_count(b)
+      if args.end_line > count or args.start_line > count + 1 or args.end_line < args.start_line - 1 then
+        error(string.format("lines %d-%d are outside %s (%d lines)", args.start_line, args.end_line, args.path, count), 0)
+      end
+      local lines = vim.split(args.text, "\n", { plain = true })
+      -- one nvim_buf_set_lines call is one undo step
+      api.nvim_buf_set_lines(b, args.start_line - 1, args.end_line, true, lines)
+      ctx.metadata({ summary = string.format("✏ edited buffer %s (%d lines)", args.path, #lines) })
+      return string.format("replaced lines %d-%d of %s with %d lines", args.start_line, args.end_line, args.path, #lines)
+    end,
+  },
+}
+
+--- Registers the editor tools (source "builtin").
+function M.register()
+  for _, spec in ipairs(M.tools) do
+    require("mia.tools").register(spec, "builtin")
+  end
+end
+
+return M

@@ -1,0 +1,235 @@
+--- Tools written in Lua: registration, and running them when the model
+--- calls them. A tool runs on the main thread inside a coroutine, so it may
+--- wait (ctx.ask, an LSP request) without freezing the editor; it completes
+--- by returning a value or by calling ctx.done(value) later.
+
+local M = {}
+
+local api = vim.api
+
+--- @class mia.ToolSpec
+--- @field name string
+--- @field description string
+--- @field parameters? table JSON Schema of the arguments (an object schema)
+--- @field effect? "read"|"write"|"execute" What running it may do (default "read"); decides permissions
+--- @field timeout_ms? integer How long it may take (default 60000)
+--- @field execute fun(args: table, ctx: mia.ToolContext): any
+
+--- @class mia.ToolContext
+--- @field session_id string
+--- @field message_id string
+--- @field call_id string
+--- @field agent { name: string, mode: string }
+--- @field root string The project root
+--- @field aborted fun(): boolean True once the user stopped the answer
+--- @field on_abort fun(fn: fun()) Runs fn when the user stops the answer
+--- @field ask fun(question: string, opts?: { choices?: string[], default?: string, timeout?: integer, allow_freeform?: boolean }): string?
+--- @field metadata fun(tbl: table) Shown in the chat with the call (e.g. { summary = "…" })
+--- @field done fun(value: any) Completes the call (for tools that finish later)
+
+--- @type table<string, { spec: mia.ToolSpec, source: string }>
+local registered = {}
+--- registrations not yet sent to the core (it loads on first use)
+local unsent = {}
+--- @type table<integer, table> running calls by call id
+local running = {}
+
+local SOURCES = { builtin = true, plugin = true, user = true, project = true }
+
+local function meta(spec)
+  return {
+    name = spec.name,
+    description = spec.description,
+    parameters = spec.parameters or { type = "object", properties = vim.empty_dict() },
+    effect = spec.effect or "read",
+    timeout_ms = spec.timeout_ms,
+  }
+end
+
+local function send(spec, source)
+  local loader = require("mia.core")
+  local core = loader.get()
+  loader.call(core.register_tool, meta(spec), source)
+end
+
+--- Registers a Lua tool. `source` is "user" (default), "plugin", "project" or "builtin".
+--- @param spec mia.ToolSpec
+--- @param source? string
+function M.register(spec, source)
+  source = source or "user"
+  vim.validate({
+    spec = { spec, "table" },
+    ["spec.name"] = { spec.name, "string" },
+    ["spec.description"] = { spec.description, "string" },
+    ["spec.execute"] = { spec.execute, "function" },
+    ["spec.parameters"] = { spec.parameters, "table", true },
+  })
+  if not spec.name:match("^[%w_%-]+$") then
+    error(string.format("mia.register_tool: `name` may hold only letters, digits, _ and - (got %q)", spec.name), 2)
+  end
+  if spec.effect ~= nil and not ({ read = true, write = true, execute = true })[spec.effect] then
+    error(string.format('mia.register_tool: `effect` must be "read", "write" or "execute" (got %s)', vim.inspect(spec.effect)), 2)
+  end
+  if not SOURCES[source] then
+    error("mia.register_tool: unknown source " .. vim.inspect(source), 2)
+  end
+  local existing = registered[spec.name]
+  local order = { builtin = 1, plugin = 2, user = 3, project = 4 }
+  if existing and order[existing.source] > order[source] then
+    return false
+  end
+  registered[spec.name] = { spec = spec, source = source }
+  if require("mia.core").is_loaded() and require("mia")._started then
+    send(spec, source)
+  else
+    unsent[#unsent + 1] = { spec = spec, source = source }
+  end
+  api.nvim_exec_autocmds("User", { pattern = "MiaToolRegistered", data = { name = spec.name, source = source } })
+  return true
+end
+
+--- Sends registrations made before the core was loaded.
+function M.flush()
+  local pending = unsent
+  unsent = {}
+  for _, r in ipairs(pending) do
+    send(r.spec, r.source)
+  end
+end
+
+--- Forgets the tool `name` registered from `source`.
+function M.unregister(name, source)
+  local r = registered[name]
+  if r and r.source == source then
+    registered[name] = nil
+    if require("mia.core").is_loaded() and require("mia")._started then
+      local loader = require("mia.core")
+      loader.call(loader.get().unregister_tool, name, source)
+    end
+  end
+end
+
+local function reply(call, ok, value)
+  local loader = require("mia.core")
+  pcall(loader.get().reply, call, ok, value)
+end
+
+--- What the model sees: strings as they are, anything else as JSON.
+local function output_of(value, metadata)
+  local content
+  if type(value) == "string" then
+    content = value
+  elseif value == nil then
+    content = ""
+  else
+    local ok, json = pcall(vim.json.encode, value)
+    content = ok and json or vim.inspect(value)
+  end
+  return { content = content, metadata = metadata }
+end
+
+--- Runs call `call` (from the core) of Lua tool `data.name`.
+function M.run(call, data)
+  local entry = registered[data.name]
+  if not entry then
+    reply(call, false, "no Lua tool named `" .. tostring(data.name) .. "` is registered")
+    return
+  end
+  local state = { finished = false, aborted = false, abort_handlers = {}, metadata = nil }
+  running[call] = state
+  local function finish(ok, value)
+    if state.finished then
+      return
+    end
+    state.finished = true
+    running[call] = nil
+    if ok then
+      reply(call, true, output_of(value, state.metadata))
+    else
+      reply(call, false, tostring(value))
+    end
+  end
+  local co
+  local function step(...)
+    local ok, result = coroutine.resume(co, ...)
+    if not ok then
+      finish(false, result)
+    elseif coroutine.status(co) == "dead" and result ~= nil then
+      finish(true, result)
+    end
+  end
+  local ctx = vim.tbl_extend("force", {}, data.ctx or {})
+  ctx.aborted = function()
+    return state.aborted
+  end
+  ctx.on_abort = function(fn)
+    table.insert(state.abort_handlers, fn)
+  end
+  ctx.metadata = function(tbl)
+    state.metadata = tbl
+  end
+  ctx.done = function(value)
+    finish(true, value)
+  end
+  ctx.ask = function(question, opts)
+    opts = opts or {}
+    local me = coroutine.running()
+    if me ~= co then
+      error("ctx.ask must be called from the tool's own execute function", 2)
+    end
+    local answered = false
+    local function answer(choice)
+      if answered then
+        return
+      end
+      answered = true
+      vim.schedule(function()
+        if not state.finished and coroutine.status(co) == "suspended" then
+          step(choice)
+        end
+      end)
+    end
+    if opts.timeout then
+      vim.defer_fn(function()
+        answer(opts.default)
+      end, opts.timeout)
+    end
+    if opts.allow_freeform and not opts.choices then
+      vim.ui.input({ prompt = question .. " ", default = opts.default }, function(text)
+        answer(text or opts.default)
+      end)
+    else
+      vim.ui.select(opts.choices or { "Yes", "No" }, { prompt = question }, function(choice)
+        answer(choice or opts.default)
+      end)
+    end
+    return coroutine.yield()
+  end
+  co = coroutine.create(function()
+    return entry.spec.execute(data.arguments or {}, ctx)
+  end)
+  step()
+end
+
+--- The core stopped waiting for `call` (cancelled or timed out).
+function M.abort(call)
+  local state = running[call]
+  if not state then
+    return
+  end
+  state.aborted = true
+  state.finished = true
+  running[call] = nil
+  for _, fn in ipairs(state.abort_handlers) do
+    pcall(fn)
+  end
+end
+
+--- Every registered tool (Rust and Lua) grouped by source, as the core knows them.
+function M.list()
+  local loader = require("mia.core")
+  require("mia")._core()
+  return loader.call(loader.get().tools)
+end
+
+return M

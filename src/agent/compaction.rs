@@ -1,0 +1,74 @@
+//! Compaction: when the conversation no longer fits the model's context, the
+//! older turns are summarized by the same model and replaced by the summary.
+
+use crate::llm::error::LlmError;
+use crate::llm::message::{ChatRequest, Message, Part, Role};
+use crate::llm::providers::Providers;
+
+/// How many of the latest messages are kept verbatim.
+const KEEP_RECENT: usize = 2;
+
+fn transcript(messages: &[Message]) -> String {
+    let mut out = String::new();
+    for m in messages {
+        let who = match m.role {
+            Role::User => "User",
+            Role::Assistant => "Assistant",
+            Role::Tool => "Tool",
+        };
+        for p in &m.parts {
+            let text = match p {
+                Part::Text { text } => text.clone(),
+                Part::ToolCall { name, arguments, .. } => format!("[called {name} with {arguments}]"),
+                Part::ToolResult { content, .. } => {
+                    let short: String = content.chars().take(2000).collect();
+                    format!("[tool result: {short}]")
+                }
+                Part::Image { .. } => "[image]".to_string(),
+                Part::Reasoning { .. } => continue,
+            };
+            out.push_str(&format!("{who}: {text}\n"));
+        }
+    }
+    out
+}
+
+/// The history with everything but the latest messages replaced by a summary.
+pub async fn compact(providers: &Providers, model: &str, history: &[Message]) -> Result<Vec<Message>, LlmError> {
+    let mut split = history.len().saturating_sub(KEEP_RECENT);
+    // Never separate tool results from the call that asked for them.
+    while split > 0 && history.get(split).is_some_and(|m| m.role == Role::Tool) {
+        split -= 1;
+    }
+    let (older, recent) = history.split_at(split);
+    if older.is_empty() {
+        return Err(LlmError::new(
+            crate::llm::error::ErrorClass::ContextOverflow,
+            None,
+            "the latest messages alone are too long for the model; nothing older can be compacted. Start a new chat with a shorter prompt.",
+        ));
+    }
+    let req = ChatRequest {
+        model: model.to_string(),
+        system: Some(
+            "You compress conversations between a user and a coding assistant. Keep every decision, file name, \
+             code fact and open task; drop pleasantries. Answer with the summary only."
+                .into(),
+        ),
+        messages: vec![Message::text(
+            Role::User,
+            format!("Summarize the conversation so far:\n\n{}", transcript(older)),
+        )],
+        tools: vec![],
+        max_tokens: None,
+        temperature: None,
+        extra_body: None,
+    };
+    let done = crate::llm::send_chat(providers, &req, &mut |_| {}).await?;
+    let mut out = vec![Message::text(
+        Role::User,
+        format!("(Summary of the earlier conversation)\n{}", done.text),
+    )];
+    out.extend_from_slice(recent);
+    Ok(out)
+}

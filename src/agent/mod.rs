@@ -1,0 +1,239 @@
+//! The agent loop behind `:Mia prompt`: request → stream → tool calls →
+//! permission → results → next request, until the model stops or
+//! `max_turns`. Context overflow triggers one compaction (older turns
+//! summarized by the same model) and a retry.
+
+mod compaction;
+mod tool_round;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::calls::PendingCalls;
+use crate::events::{Event, EventQueue, StreamId};
+use crate::llm::delta::StreamDone;
+use crate::llm::error::{ErrorClass, LlmError};
+use crate::llm::message::{ChatRequest, Message, ToolDef, Usage};
+use crate::llm::providers::Providers;
+use crate::tools::permissions::{PermissionConfig, Remembered};
+use crate::tools::registry::Registry;
+use crate::tools::{AgentInfo, ToolLimits};
+
+/// `setup()` options for the agent (`core.configure_agent`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct AgentSettings {
+    pub permissions: PermissionConfig,
+    /// Where remembered permissions are kept.
+    pub data_dir: Option<PathBuf>,
+    pub max_turns: u32,
+    pub bash_timeout_ms: u64,
+    pub max_read_bytes: u64,
+    pub output_cap_bytes: usize,
+    /// How long a permission question may wait for the user.
+    pub ask_timeout_ms: u64,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        let limits = ToolLimits::default();
+        AgentSettings {
+            permissions: PermissionConfig::default(),
+            data_dir: None,
+            max_turns: 25,
+            bash_timeout_ms: limits.bash_timeout_ms,
+            max_read_bytes: limits.max_read_bytes,
+            output_cap_bytes: limits.output_cap_bytes,
+            ask_timeout_ms: 600_000,
+        }
+    }
+}
+
+/// One `:Mia prompt` run, as Lua sends it.
+#[derive(Debug, Clone, Deserialize)]
+pub struct AgentRequest {
+    pub model: String,
+    #[serde(default)]
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    /// Project root (default: the working directory).
+    #[serde(default)]
+    pub root: Option<String>,
+    #[serde(default)]
+    pub session_id: String,
+    #[serde(default)]
+    pub max_turns: Option<u32>,
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+}
+
+fn default_mode() -> String {
+    "ask".to_string()
+}
+
+/// What a run needs from the rest of the core.
+#[derive(Clone)]
+pub struct AgentDeps {
+    pub providers: Arc<Providers>,
+    pub registry: Arc<Registry>,
+    pub queue: Arc<EventQueue>,
+    pub calls: Arc<PendingCalls>,
+    pub settings: AgentSettings,
+}
+
+/// Sends agent progress to Lua.
+pub(crate) fn notify(queue: &EventQueue, stream: StreamId, value: serde_json::Value) {
+    queue.push(Event::Agent { stream, value });
+}
+
+/// The system prompt with the tools the model may use and where it works.
+fn system_prompt(base: Option<&str>, tools: &[ToolDef], root: &std::path::Path) -> String {
+    let mut s = base.unwrap_or_default().to_string();
+    s.push_str(&format!(
+        "\n\nThe project root is {}. File paths are relative to it.",
+        root.display()
+    ));
+    if !tools.is_empty() {
+        s.push_str("\nTools you can call:\n");
+        for t in tools {
+            let first_line = t.description.lines().next().unwrap_or_default();
+            s.push_str(&format!("- {}: {}\n", t.name, first_line));
+        }
+    }
+    s
+}
+
+fn add_usage(total: &mut Usage, u: &Usage) {
+    total.input_tokens += u.input_tokens;
+    total.output_tokens += u.output_tokens;
+    total.cache_read_tokens += u.cache_read_tokens;
+    total.cache_write_tokens += u.cache_write_tokens;
+    total.reasoning_tokens += u.reasoning_tokens;
+    total.estimated |= u.estimated;
+}
+
+/// Runs the loop. Text deltas of every turn go to `stream` as they arrive;
+/// tool progress and new history messages go as agent events. Returns the
+/// last turn's answer with `usage` summed over the run.
+pub async fn run(
+    deps: AgentDeps,
+    stream: StreamId,
+    req: AgentRequest,
+    cancel: CancellationToken,
+) -> Result<StreamDone, LlmError> {
+    let root = match &req.root {
+        Some(r) => PathBuf::from(r),
+        None => std::env::current_dir().map_err(|e| {
+            LlmError::new(
+                ErrorClass::InvalidRequest,
+                None,
+                format!("mia: no project root ({e}); pass `root`."),
+            )
+        })?,
+    };
+    let root = tokio::fs::canonicalize(&root).await.unwrap_or(root);
+    let mut remembered = match &deps.settings.data_dir {
+        Some(dir) => Remembered::load(dir).await.for_project(&root),
+        None => Vec::new(),
+    };
+    let agent = AgentInfo {
+        name: "mia".into(),
+        mode: req.mode.clone(),
+    };
+    let max_turns = req.max_turns.unwrap_or(deps.settings.max_turns).max(1);
+    let mut history = req.messages.clone();
+    let mut total = Usage::default();
+    let mut compacted = false;
+    let mut turn = 0;
+    let mut last: Option<StreamDone> = None;
+    while turn < max_turns {
+        turn += 1;
+        let tools = deps.registry.available(&req.mode, &deps.settings.permissions);
+        let defs: Vec<ToolDef> = tools
+            .iter()
+            .map(|t| ToolDef {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                parameters: t.parameters(),
+            })
+            .collect();
+        let chat = ChatRequest {
+            model: req.model.clone(),
+            system: Some(system_prompt(req.system.as_deref(), &defs, &root)),
+            messages: history.clone(),
+            tools: defs,
+            max_tokens: req.max_tokens,
+            temperature: req.temperature,
+            extra_body: None,
+        };
+        notify(&deps.queue, stream, json!({ "type": "turn", "turn": turn }));
+        let q = deps.queue.clone();
+        let mut emit = |delta| q.push(Event::Delta { stream, delta });
+        let result = tokio::select! {
+            r = crate::llm::stream_chat(&deps.providers, &chat, &mut emit) => r,
+            _ = cancel.cancelled() => Err(LlmError::cancelled()),
+        };
+        let done = match result {
+            Ok(done) => done,
+            Err(e) if e.class == ErrorClass::ContextOverflow && !compacted => {
+                compacted = true;
+                turn -= 1;
+                history = compaction::compact(&deps.providers, &req.model, &history).await?;
+                notify(
+                    &deps.queue,
+                    stream,
+                    json!({ "type": "notice", "text": "context compacted", "messages": history }),
+                );
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        add_usage(&mut total, &done.usage);
+        if !done.message.parts.is_empty() {
+            history.push(done.message.clone());
+            notify(
+                &deps.queue,
+                stream,
+                json!({ "type": "message", "message": done.message }),
+            );
+        }
+        if done.tool_calls.is_empty() {
+            let mut done = done;
+            done.usage = total;
+            return Ok(done);
+        }
+        let results = tool_round::run(
+            &deps,
+            stream,
+            &agent,
+            &root,
+            &req.session_id,
+            &done,
+            &mut remembered,
+            &cancel,
+        )
+        .await;
+        history.push(results.clone());
+        notify(&deps.queue, stream, json!({ "type": "message", "message": results }));
+        if cancel.is_cancelled() {
+            return Err(LlmError::cancelled());
+        }
+        last = Some(done);
+    }
+    notify(
+        &deps.queue,
+        stream,
+        json!({ "type": "notice", "text": format!("stopped after {max_turns} turns (max_turns)") }),
+    );
+    let mut done = last.ok_or_else(LlmError::cancelled)?;
+    done.usage = total;
+    Ok(done)
+}

@@ -1,0 +1,143 @@
+//! Calls from the runtime into Lua: a Lua tool to run, a question for the
+//! user. The runtime queues an [`Event::Call`] and awaits a oneshot that the
+//! main thread completes by answering with the call's id; nothing on the
+//! runtime ever touches Lua.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use crate::events::{Event, EventQueue, StreamId};
+
+/// How a call ended on the Lua side.
+pub type CallResult = Result<Value, String>;
+
+/// Calls waiting for their answer from the main thread.
+#[derive(Debug, Default)]
+pub struct PendingCalls {
+    next: AtomicU64,
+    waiting: Mutex<HashMap<u64, oneshot::Sender<CallResult>>>,
+}
+
+/// Why a call got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("no answer within {0} ms")]
+    TimedOut(u64),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("Neovim is shutting down")]
+    Gone,
+}
+
+impl PendingCalls {
+    /// Asks Lua to do `kind` with `payload` for `stream` and waits for the
+    /// answer, at most `timeout`, or until `cancel` fires. On timeout or
+    /// cancellation Lua is told to abort the call.
+    pub async fn call(
+        &self,
+        queue: &EventQueue,
+        stream: StreamId,
+        kind: &str,
+        payload: Value,
+        timeout: Duration,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<CallResult, CallError> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = oneshot::channel();
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner()).insert(id, tx);
+        queue.push(Event::Call {
+            stream,
+            call: id,
+            kind: kind.to_string(),
+            payload,
+        });
+        let outcome = tokio::select! {
+            r = rx => r.map_err(|_| CallError::Gone),
+            _ = tokio::time::sleep(timeout) => Err(CallError::TimedOut(timeout.as_millis() as u64)),
+            _ = cancel.cancelled() => Err(CallError::Cancelled),
+        };
+        if outcome.is_err() {
+            self.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+            queue.push(Event::Abort { stream, call: id });
+        }
+        outcome
+    }
+
+    /// Completes call `id` (from the main thread). False if nobody waits for it any more.
+    pub fn answer(&self, id: u64, result: CallResult) -> bool {
+        let sender = self.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
+        match sender {
+            Some(tx) => tx.send(result).is_ok(),
+            None => false,
+        }
+    }
+}
+
+/// The process-wide pending calls.
+pub fn pending() -> Arc<PendingCalls> {
+    static PENDING: std::sync::OnceLock<Arc<PendingCalls>> = std::sync::OnceLock::new();
+    PENDING.get_or_init(|| Arc::new(PendingCalls::default())).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio_util::sync::CancellationToken;
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_answer_completes_the_call() {
+        let q = Arc::new(EventQueue::new().unwrap());
+        let calls = Arc::new(PendingCalls::default());
+        let (q2, c2) = (q.clone(), calls.clone());
+        let answered = std::thread::spawn(move || loop {
+            for e in q2.drain() {
+                if let Event::Call { call, payload, .. } = e {
+                    c2.answer(call, Ok(payload));
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        });
+        let got = rt().block_on(calls.call(
+            &q,
+            1,
+            "tool",
+            serde_json::json!({"x": 1}),
+            Duration::from_secs(5),
+            &CancellationToken::new(),
+        ));
+        answered.join().unwrap();
+        assert_eq!(got, Ok(Ok(serde_json::json!({"x": 1}))));
+    }
+
+    #[test]
+    fn a_call_without_answer_times_out_and_tells_lua_to_abort() {
+        let q = EventQueue::new().unwrap();
+        let calls = PendingCalls::default();
+        let got = rt().block_on(calls.call(
+            &q,
+            7,
+            "tool",
+            Value::Null,
+            Duration::from_millis(20),
+            &CancellationToken::new(),
+        ));
+        assert_eq!(got, Err(CallError::TimedOut(20)));
+        let events = q.drain();
+        assert!(matches!(events.last(), Some(Event::Abort { stream: 7, call: 1 })));
+        assert!(!calls.answer(1, Ok(Value::Null)), "a late answer finds nobody waiting");
+    }
+}

@@ -1,0 +1,69 @@
+//! `write_file`: creates or replaces a whole file, atomically.
+
+use futures_util::future::BoxFuture;
+use serde_json::{json, Value};
+
+use super::atomic::write_atomically;
+use super::{human_bytes, object_schema, prop, required_str, resolve, run_blocking, shown, subject_of, Outcome};
+use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
+
+/// Writes a file's full content, creating parent directories.
+pub struct WriteFile;
+
+const NAME: &str = "write_file";
+
+impl Tool for WriteFile {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn description(&self) -> &str {
+        "Create a file or replace its entire content. Parent directories are created as needed. \
+         To change part of an existing file, prefer edit_file."
+    }
+
+    fn parameters(&self) -> Value {
+        object_schema(
+            json!({
+                "path": prop("string", "File to write, relative to the project root (or absolute inside it)."),
+                "content": prop("string", "The complete new content of the file."),
+            }),
+            &["path", "content"],
+        )
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::Write
+    }
+
+    fn subject(&self, args: &Value) -> Option<String> {
+        subject_of(args, "path", None)
+    }
+
+    fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
+        run_blocking(NAME, move || write(&args, &ctx))
+    }
+}
+
+fn write(args: &Value, ctx: &ToolContext) -> Outcome {
+    let requested = required_str(NAME, args, "path")?;
+    let content = required_str(NAME, args, "content")?;
+    let path = resolve(ctx, requested)?;
+    let name = shown(ctx, &path);
+    let existed = write_atomically(&path, content.as_bytes())
+        .map_err(|e| ToolOutput::error(format!("`{name}` could not be written ({e})")))?;
+    let bytes = content.len() as u64;
+    let size = human_bytes(bytes);
+    let lines = content.lines().count();
+    if existed {
+        Ok(
+            ToolOutput::ok(format!("Overwrote `{name}` ({bytes} bytes, {lines} lines)."))
+                .with_summary(format!("✏ wrote {size} to {name}")),
+        )
+    } else {
+        Ok(
+            ToolOutput::ok(format!("Created `{name}` ({bytes} bytes, {lines} lines)."))
+                .with_summary(format!("✏ created {name} ({size})")),
+        )
+    }
+}

@@ -1,0 +1,189 @@
+//! The tool registry: every tool by name, with where it came from. Sources
+//! register in the order built-in, plugin, user, project; a tool registered
+//! under an existing name replaces it unless it comes from an earlier source.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::permissions::PermissionConfig;
+use super::{SharedTool, ToolEffect};
+
+/// Where a tool was registered from, in override order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolSource {
+    Builtin,
+    Plugin,
+    User,
+    Project,
+}
+
+/// What `list()` shows of a tool.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolInfo {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    pub source: ToolSource,
+    pub effect: ToolEffect,
+}
+
+/// No tool of that name.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("no tool named `{name}`; available tools: {known}")]
+pub struct ToolNotFound {
+    pub name: String,
+    pub known: String,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    tools: RwLock<BTreeMap<String, (SharedTool, ToolSource)>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry").field("tools", &self.names()).finish()
+    }
+}
+
+impl Registry {
+    /// A registry holding the built-in tools.
+    pub fn with_builtins() -> Self {
+        let r = Registry::default();
+        for tool in super::builtin::all() {
+            r.register(tool, ToolSource::Builtin);
+        }
+        r
+    }
+
+    /// Adds `tool`; returns false (and keeps the existing one) when a tool of
+    /// that name came from a later source.
+    pub fn register(&self, tool: SharedTool, source: ToolSource) -> bool {
+        let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
+        let name = tool.name().to_string();
+        if let Some((_, existing)) = tools.get(&name) {
+            if *existing > source {
+                return false;
+            }
+        }
+        tools.insert(name, (tool, source));
+        true
+    }
+
+    /// Removes the tool `name` registered from `source` (e.g. project tools
+    /// when leaving a project).
+    pub fn unregister(&self, name: &str, source: ToolSource) {
+        let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
+        if tools.get(name).is_some_and(|(_, s)| *s == source) {
+            tools.remove(name);
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.tools
+            .read()
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every tool, sorted by source then name.
+    pub fn list(&self) -> Vec<ToolInfo> {
+        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<ToolInfo> = tools
+            .values()
+            .map(|(t, source)| ToolInfo {
+                name: t.name().to_string(),
+                description: t.description().to_string(),
+                parameters: t.parameters(),
+                source: *source,
+                effect: t.effect(),
+            })
+            .collect();
+        out.sort_by(|a, b| (a.source, &a.name).cmp(&(b.source, &b.name)));
+        out
+    }
+
+    pub fn get(&self, name: &str) -> Result<SharedTool, ToolNotFound> {
+        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        tools.get(name).map(|(t, _)| t.clone()).ok_or_else(|| ToolNotFound {
+            name: name.to_string(),
+            known: tools.keys().cloned().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// The tools `mode` may be offered under `permissions`.
+    pub fn available(&self, mode: &str, permissions: &PermissionConfig) -> Vec<SharedTool> {
+        let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
+        tools
+            .values()
+            .filter(|(t, _)| permissions.offered(mode, t.name(), t.effect()))
+            .map(|(t, _)| t.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::{Tool, ToolContext, ToolOutput};
+    use futures_util::future::BoxFuture;
+    use std::sync::Arc;
+
+    struct Fake(&'static str, &'static str, ToolEffect);
+    impl Tool for Fake {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn description(&self) -> &str {
+            self.1
+        }
+        fn parameters(&self) -> Value {
+            serde_json::json!({"type": "object"})
+        }
+        fn effect(&self) -> ToolEffect {
+            self.2
+        }
+        fn call(&self, _: Value, _: ToolContext) -> BoxFuture<'static, ToolOutput> {
+            Box::pin(async { ToolOutput::ok("") })
+        }
+    }
+
+    #[test]
+    fn later_sources_override_earlier_ones_and_not_the_reverse() {
+        let r = Registry::default();
+        assert!(r.register(Arc::new(Fake("t", "builtin", ToolEffect::Read)), ToolSource::Builtin));
+        assert!(r.register(Arc::new(Fake("t", "user", ToolEffect::Read)), ToolSource::User));
+        assert!(!r.register(Arc::new(Fake("t", "plugin", ToolEffect::Read)), ToolSource::Plugin));
+        assert!(r.register(Arc::new(Fake("t", "project", ToolEffect::Read)), ToolSource::Project));
+        assert_eq!(r.get("t").unwrap().description(), "project");
+        assert_eq!(r.list()[0].source, ToolSource::Project);
+    }
+
+    #[test]
+    fn unknown_tool_lists_the_known_ones() {
+        let r = Registry::default();
+        r.register(Arc::new(Fake("a", "", ToolEffect::Read)), ToolSource::User);
+        let err = r.get("b").err().unwrap();
+        assert_eq!(err.to_string(), "no tool named `b`; available tools: a");
+    }
+
+    #[test]
+    fn available_filters_by_mode() {
+        let r = Registry::default();
+        r.register(Arc::new(Fake("read", "", ToolEffect::Read)), ToolSource::Builtin);
+        r.register(Arc::new(Fake("write", "", ToolEffect::Write)), ToolSource::Builtin);
+        let p = PermissionConfig::default();
+        let names = |mode| {
+            r.available(mode, &p)
+                .iter()
+                .map(|t| t.name().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names("architect"), vec!["read"]);
+        assert_eq!(names("ask"), vec!["read", "write"]);
+    }
+}

@@ -1,0 +1,76 @@
+//! Argument validation: a tool only runs with arguments that match its JSON
+//! Schema; anything else goes back to the model as a tool error it can fix.
+
+use serde_json::Value;
+
+/// Checks `args` against `schema`; the error lists every problem in one
+/// message written for the model ("`path`: … is a required property").
+pub fn validate(tool: &str, schema: &Value, args: &Value) -> Result<(), String> {
+    if let Value::String(raw) = args {
+        let start: String = raw.chars().take(200).collect();
+        return Err(format!(
+            "Invalid arguments for `{tool}`: they are not valid JSON ({start}). Call `{tool}` again with a JSON object."
+        ));
+    }
+    let validator = match jsonschema::validator_for(schema) {
+        Ok(v) => v,
+        Err(e) => {
+            return Err(format!(
+                "`{tool}` has an invalid parameter schema ({e}); it cannot be called."
+            ))
+        }
+    };
+    let problems: Vec<String> = validator
+        .iter_errors(args)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("`{at}`: {e}")
+            }
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "Invalid arguments for `{tool}`: {}. Fix the arguments and call `{tool}` again.",
+            problems.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+               "required": ["path"], "additionalProperties": false})
+    }
+
+    #[test]
+    fn valid_arguments_pass() {
+        assert_eq!(
+            validate("read_file", &schema(), &json!({"path": "a", "limit": 3})),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn every_problem_is_named_for_the_model() {
+        let err = validate("read_file", &schema(), &json!({"limit": "x", "nope": 1})).unwrap_err();
+        assert!(err.starts_with("Invalid arguments for `read_file`: "), "{err}");
+        assert!(err.contains("\"path\" is a required property"), "{err}");
+        assert!(err.contains("`/limit`"), "{err}");
+        assert!(err.ends_with("Fix the arguments and call `read_file` again."), "{err}");
+    }
+
+    #[test]
+    fn unparseable_arguments_are_refused() {
+        let err = validate("read_file", &schema(), &Value::String("{\"path\":".into())).unwrap_err();
+        assert!(err.contains("not valid JSON"), "{err}");
+    }
+}

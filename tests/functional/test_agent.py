@@ -1,0 +1,261 @@
+"""The agent loop behind :Mia prompt: Lua and Rust tools, validation,
+permissions, cancellation, project tools, compaction — in a real Neovim
+against the scenario server."""
+
+import json
+import os
+import time
+
+import pytest
+
+from conftest import scenario_setup
+
+
+@pytest.fixture
+def project(tmp_path):
+    p = tmp_path / "project"
+    p.mkdir()
+    (p / "a.txt").write_text("foo\n")
+    return p
+
+
+@pytest.fixture
+def agent(editor_factory, server, project):
+    def make(**extra):
+        ed = editor_factory(setup=scenario_setup(server, **extra))
+        ed.lua("vim.cmd.cd(...)", str(project))
+        return ed
+    return make
+
+
+def tool_results(server):
+    """The tool results each chat request carried (OpenAI wire format)."""
+    out = []
+    for r in server.requests():
+        if r["method"] == "POST" and r["body"]:
+            out.append([m for m in r["body"]["messages"] if m["role"] == "tool"])
+    return out
+
+
+def prompt(ed, text, state="done"):
+    ed.nvim.command("Mia prompt " + text)
+    ed.wait(f"require('mia.chat').state() == '{state}'")
+
+
+def test_lua_tool_runs_and_its_result_reaches_the_next_request(agent, server):
+    ed = agent()
+    ed.lua("""
+      _G.seen = nil
+      require('mia').register_tool({
+        name = 'count_errors', description = 'Count errors',
+        parameters = { type = 'object', properties = { kind = { type = 'string' } }, required = { 'kind' } },
+        execute = function(args, ctx) _G.seen = { args = args, mode = ctx.agent.mode, root = ctx.root }; return '3 ' .. args.kind end,
+      })
+    """)
+    prompt(ed, 'tool count_errors {"kind": "errors"}')
+    assert ed.lua("return seen.args.kind") == "errors"
+    assert ed.lua("return seen.mode") == "ask"
+    last = tool_results(server)[-1]
+    assert last[0]["content"] == "3 errors"
+    text = ed.chat_text()
+    assert "⚙ **count_errors**\n    input: {\"kind\":\"errors\"}\n    output:\n    3 errors" in text
+    assert text.endswith("tool said: 3 errors")
+    assert ed.lua("return require('mia.chat.blocks').status_text(...)", last[0]["tool_call_id"]).startswith("✓ done (")
+
+
+def test_rust_tool_edits_a_file_in_the_project(agent, server, project):
+    ed = agent(mode="code")
+    prompt(ed, 'tool edit_file {"path": "a.txt", "old_string": "foo", "new_string": "bar"}')
+    assert (project / "a.txt").read_text() == "bar\n"
+    assert tool_results(server)[-1][0]["content"]
+    assert "⚙ **edit_file** `a.txt`" in ed.chat_text()
+
+
+def test_invalid_arguments_go_back_to_the_model_and_the_loop_continues(agent, server):
+    ed = agent()
+    prompt(ed, 'tool read_file {"nope": 1}')
+    result = tool_results(server)[-1][0]["content"]
+    assert result.startswith("Invalid arguments for `read_file`: ")
+    assert "\"path\" is a required property" in result
+    assert ed.chat_text().endswith("tool said: " + result.split("\n")[0]) or "tool said: Invalid arguments" in ed.chat_text()
+
+
+def test_a_failing_lua_tool_becomes_a_failed_result(agent, server):
+    ed = agent()
+    ed.lua("require('mia').register_tool({ name = 'boom', description = 'fails', execute = function() error('it broke', 0) end })")
+    prompt(ed, "tool boom {}")
+    result = tool_results(server)[-1][0]["content"]
+    assert result == "`boom` failed: it broke"
+    call_id = tool_results(server)[-1][0]["tool_call_id"]
+    assert ed.lua("return require('mia.chat.blocks').status_text(...)", call_id) == "✗ `boom` failed: it broke"
+
+
+def test_a_lua_tool_that_never_completes_times_out(agent, server):
+    ed = agent()
+    ed.lua("""
+      _G.aborted = false
+      require('mia').register_tool({ name = 'hang', description = 'never ends', timeout_ms = 300,
+        execute = function(_, ctx) ctx.on_abort(function() _G.aborted = true end) end })
+    """)
+    prompt(ed, "tool hang {}")
+    assert tool_results(server)[-1][0]["content"].startswith("`hang` did not complete within 300 ms")
+    assert ed.lua("return aborted") is True
+
+
+def test_a_lua_tool_can_finish_later_with_done(agent, server):
+    ed = agent()
+    ed.lua("""
+      require('mia').register_tool({ name = 'later', description = 'async',
+        execute = function(_, ctx) vim.defer_fn(function() ctx.done({ ok = true }) end, 50) end })
+    """)
+    prompt(ed, "tool later {}")
+    assert tool_results(server)[-1][0]["content"] == '{"ok":true}'
+
+
+def test_ask_is_answered_through_vim_ui_select(agent, server):
+    ed = agent()
+    ed.lua("""
+      vim.ui.select = function(items, opts, cb) _G.asked = opts.prompt; vim.defer_fn(function() cb(items[2], 2) end, 20) end
+      require('mia').register_tool({ name = 'confirm', description = 'asks',
+        execute = function(_, ctx) local a = ctx.ask('Proceed?', { choices = { 'yes', 'no' } }); return 'answer: ' .. a end })
+    """)
+    prompt(ed, "tool confirm {}")
+    assert ed.lua("return asked") == "Proceed?"
+    assert tool_results(server)[-1][0]["content"] == "answer: no"
+
+
+@pytest.mark.parametrize("choice,expected", [(1, "written"), (3, "rejected")])
+def test_writes_ask_first_in_ask_mode(agent, server, project, choice, expected):
+    ed = agent()
+    ed.lua("""
+      local choice = ...
+      vim.ui.select = function(items, opts, cb) _G.asked = { prompt = opts.prompt, items = items }; cb(items[choice], choice) end
+    """, choice)
+    prompt(ed, 'tool write_file {"path": "new.txt", "content": "hello"}')
+    asked = ed.lua("return asked")
+    assert asked["prompt"] == "mia wants to change files with `write_file` on new.txt"
+    assert asked["items"] == ["Allow once", "Allow always for this project", "Reject"]
+    if expected == "written":
+        assert (project / "new.txt").read_text() == "hello"
+    else:
+        assert not (project / "new.txt").exists()
+        assert tool_results(server)[-1][0]["content"] == "The user rejected this call. Ask what they want instead."
+
+
+def test_allow_always_is_remembered_for_the_project(agent, server, project):
+    ed = agent()
+    ed.lua("_G.asks = 0; vim.ui.select = function(items, opts, cb) _G.asks = asks + 1; cb(items[2], 2) end")
+    prompt(ed, 'tool write_file {"path": "one.txt", "content": "1"}')
+    prompt(ed, 'tool write_file {"path": "two.txt", "content": "2"}')
+    assert ed.lua("return asks") == 1
+    assert (project / "two.txt").read_text() == "2"
+    saved = json.loads((ed.home / "data" / "nvim" / "mia" / "permissions.json").read_text())
+    assert saved["projects"][str(project.resolve())] == [{"tool": "write_file", "action": "allow"}]
+
+
+def test_file_tools_refuse_paths_outside_the_project(agent, server, project, tmp_path):
+    (tmp_path / "secret.txt").write_text("s3cret")
+    os.symlink(tmp_path / "secret.txt", project / "link.txt")
+    ed = agent()
+    prompt(ed, 'tool read_file {"path": "../secret.txt"}')
+    prompt(ed, 'tool read_file {"path": "link.txt"}')
+    results = [r[-1]["content"] for r in tool_results(server) if r]
+    assert any("outside the project root" in r for r in results[:2]), results
+    assert all("s3cret" not in r for r in results)
+    assert sum("outside the project root" in r for r in results) >= 2
+
+
+def test_stop_during_a_long_command_kills_its_process_group(agent, server, project):
+    ed = agent(mode="code", permissions={"rules": [{"tool": "bash", "action": "allow"}]})
+    cmd = "sleep 30 & echo $! > child.pid; sleep 30; wait"
+    ed.nvim.command("Mia prompt tool bash " + json.dumps({"command": cmd}))
+    for _ in range(500):
+        if (project / "child.pid").exists() and (project / "child.pid").read_text().strip():
+            break
+        time.sleep(0.01)
+    child = int((project / "child.pid").read_text())
+    os.kill(child, 0)  # running
+    ed.nvim.command("Mia stop")
+    ed.wait("require('mia.chat').state() == 'cancelled'")
+    for _ in range(500):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        with open(f"/proc/{child}/stat") as f:
+            if f.read().split()[2] == "Z":
+                break
+        time.sleep(0.01)
+    else:
+        pytest.fail("the background child of the command survived :Mia stop")
+    assert ed.chat_text().endswith("*[cancelled]*")
+
+
+def test_architect_mode_offers_no_write_tools(agent, server):
+    ed = agent(mode="architect")
+    prompt(ed, "echo plan it")
+    tools = {t["function"]["name"] for t in server.requests()[-1]["body"]["tools"]}
+    assert {"read_file", "grep", "list_dir"} <= tools
+    assert not tools & {"write_file", "edit_file", "bash", "apply_buffer_edit"}
+
+
+def test_project_tools_load_only_after_the_directory_is_trusted(agent, server, project):
+    tools_dir = project / ".mia" / "tools"
+    tools_dir.mkdir(parents=True)
+    (tools_dir / "hello.lua").write_text(
+        "return { name = 'hello', description = 'says hello', execute = function() return 'hello from the project' end }\n")
+    ed = agent()
+    ed.lua("_G.answer = 2; vim.ui.select = function(items, opts, cb) _G.asked = opts.prompt; cb(items[answer], answer) end")
+    prompt(ed, "echo first")
+    assert "holds project tools" in ed.lua("return asked")
+    names = ed.lua("return vim.tbl_map(function(t) return t.name end, require('mia.tools').list())")
+    assert "hello" not in names
+    ed.lua("_G.answer = 1; package.loaded['mia.tools.project'] = nil")
+    prompt(ed, "tool hello {}")
+    assert tool_results(server)[-1][0]["content"] == "hello from the project"
+    listed = {t["name"]: t["source"] for t in ed.lua("return require('mia.tools').list()")}
+    assert listed["hello"] == "project"
+    trusted = json.loads((ed.home / "data" / "nvim" / "mia" / "trusted.json").read_text())
+    assert trusted[str(tools_dir)] == "trust"
+
+
+def test_tools_listing_groups_by_source(agent):
+    ed = agent()
+    ed.lua("require('mia').register_tool({ name = 'mine', description = 'My tool', parameters = { type = 'object', properties = { x = { type = 'string' } }, required = { 'x' } }, execute = function() end })")
+    ed.lua("require('mia')._core()")
+    lines = ed.lua("return require('mia.tools.view').lines()")
+    text = "\n".join(lines)
+    assert text.index("## Built-in") < text.index("## User")
+    assert "- **read_file**(" in text and "- **list_buffers**(" in text
+    assert "- **mine**(x: string) [read]" in text
+
+
+def test_tool_registered_and_invoked_autocmds_fire(agent, server):
+    ed = agent()
+    ed.lua("""
+      _G.events = {}
+      vim.api.nvim_create_autocmd('User', { pattern = { 'MiaToolRegistered', 'MiaToolInvoked' }, callback = function(a)
+        table.insert(events, { a.match, a.data.name, a.data.status, a.data.duration_ms }) end })
+      require('mia').register_tool({ name = 'ping', description = 'p', execute = function() return 'pong' end })
+    """)
+    prompt(ed, "tool ping {}")
+    events = ed.lua("return events")
+    assert ["MiaToolRegistered", "ping"] == events[0][:2]
+    invoked = [e for e in events if e[0] == "MiaToolInvoked"]
+    assert invoked[0][1:3] == ["ping", "done"] and invoked[0][3] >= 0
+
+
+def test_context_overflow_compacts_once_then_reports(agent, server):
+    ed = agent()
+    prompt(ed, "echo some earlier turn")
+    ed.nvim.command("Mia prompt context")
+    ed.wait("require('mia.chat').state() == 'error'")
+    bodies = [r["body"] for r in server.requests() if r["method"] == "POST"]
+    last_user = [b["messages"][-1]["content"] for b in bodies]
+    assert last_user[1] == "context"
+    assert last_user[2].startswith("Summarize the conversation so far:")
+    assert last_user[3] == "context"
+    assert "(Summary of the earlier conversation)" in bodies[3]["messages"][1]["content"]
+    text = ed.chat_text()
+    assert "> _context compacted_" in text
+    assert "**Error** (context_overflow)" in text
