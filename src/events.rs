@@ -202,6 +202,9 @@ pub struct EventQueue {
     rx: Mutex<Receiver<Event>>,
     /// True from the wake signal until the consumer starts a drain.
     wake_pending: AtomicBool,
+    /// Set by events that someone waits on (calls into Lua): the main thread
+    /// drains them at once instead of at the next frame.
+    urgent: AtomicBool,
     wake: WakeFd,
 }
 
@@ -212,6 +215,7 @@ impl EventQueue {
             tx,
             rx: Mutex::new(rx),
             wake_pending: AtomicBool::new(false),
+            urgent: AtomicBool::new(false),
             wake: WakeFd::new()?,
         })
     }
@@ -222,19 +226,27 @@ impl EventQueue {
     }
 
     /// Queues `event`; signals the wake fd only if no wake is outstanding.
+    /// A call into Lua (someone waits on its answer) signals even when a wake
+    /// is pending, so the main thread can drain it before the next frame.
     pub fn push(&self, event: Event) {
+        let urgent = matches!(event, Event::Call { .. } | Event::Abort { .. });
+        if urgent {
+            self.urgent.store(true, Ordering::SeqCst);
+        }
         if self.tx.send(event).is_err() {
             return; // the receiver lives as long as the queue: cannot happen
         }
-        if !self.wake_pending.swap(true, Ordering::SeqCst) {
+        if !self.wake_pending.swap(true, Ordering::SeqCst) || urgent {
             self.wake.signal();
         }
     }
 
     /// Resets the wake fd so a level-triggered poll stops firing. Does not
-    /// touch the queue: events stay until `drain`.
-    pub fn ack(&self) {
+    /// touch the queue: events stay until `drain`. Returns true when an
+    /// urgent event (a call someone waits on) is among them.
+    pub fn ack(&self) -> bool {
         self.wake.clear();
+        self.urgent.swap(false, Ordering::SeqCst)
     }
 
     /// Takes every pending event, coalesced. Re-arms the wake before taking,
@@ -309,6 +321,26 @@ mod tests {
         assert!(!q.wake_pending());
         q.push(text(1, "c"));
         assert!(readable(q.fd()), "after a drain the next push wakes again");
+    }
+
+    #[test]
+    fn a_call_into_lua_wakes_even_while_a_wake_is_pending_and_is_flagged_urgent() {
+        let q = EventQueue::new().unwrap();
+        q.push(text(1, "a"));
+        assert!(!q.ack(), "text is not urgent");
+        q.push(Event::Call {
+            stream: 1,
+            call: 9,
+            kind: "tool".into(),
+            payload: serde_json::Value::Null,
+        });
+        assert!(
+            readable(q.fd()),
+            "the call signals although the text's wake is still pending"
+        );
+        assert!(q.ack(), "ack reports the urgent call");
+        assert!(!q.ack(), "the flag is cleared by the ack that saw it");
+        assert_eq!(q.drain().len(), 2);
     }
 
     #[test]

@@ -635,7 +635,7 @@ async fn bash_times_out_and_kills_the_whole_process_group() {
     let out = p
         .call(
             "bash",
-            json!({"command": "echo started; sleep 30 & echo $! > gc.pid; sleep 30; wait", "timeout_ms": 300}),
+            json!({"command": "echo started; sleep 30 & echo $! > gc.pid; sleep 30; wait", "timeout_ms": 1000}),
         )
         .await;
     assert!(
@@ -645,10 +645,10 @@ async fn bash_times_out_and_kills_the_whole_process_group() {
     );
     assert!(out.is_error, "{out:?}");
     assert!(out.content.starts_with("started\n"), "{}", out.content);
-    assert!(out.content.contains("(timed out after 300 ms"), "{}", out.content);
+    assert!(out.content.contains("(timed out after 1000 ms"), "{}", out.content);
     assert_eq!(
         summary(&out),
-        "⚙ `echo started; sleep 30 & echo $! > gc.pid; sleep 30; wait` timed out after 300 ms"
+        "⚙ `echo started; sleep 30 & echo $! > gc.pid; sleep 30; wait` timed out after 1000 ms"
     );
     let grandchild = pid_from(&p.root.join("gc.pid")).await;
     assert!(
@@ -699,7 +699,7 @@ async fn bash_kills_processes_that_ignore_sigterm_after_the_grace_period() {
     let started = Instant::now();
     let out = call_with(
         "bash",
-        json!({"command": "trap '' TERM; sleep 30 & echo $! > gc.pid; sleep 30", "timeout_ms": 200}),
+        json!({"command": "trap '' TERM; sleep 30 & echo $! > gc.pid; sleep 30", "timeout_ms": 1000}),
         ctx,
     )
     .await;
@@ -711,4 +711,42 @@ async fn bash_kills_processes_that_ignore_sigterm_after_the_grace_period() {
     );
     let grandchild = pid_from(&p.root.join("gc.pid")).await;
     assert!(is_gone(grandchild), "TERM-ignoring process {grandchild} survived");
+}
+
+#[tokio::test]
+async fn bash_call_dropped_midway_kills_its_process_group() {
+    let p = Project::new();
+    let call = call_with(
+        "bash",
+        json!({"command": "sleep 30 & echo $! > gc.pid; sleep 30; wait"}),
+        p.ctx(),
+    );
+    let gc_file = p.root.join("gc.pid");
+    let dropped = tokio::time::timeout(Duration::from_secs(10), async {
+        tokio::select! {
+            _ = call => {}
+            _ = pid_from(&gc_file) => {}
+        }
+    })
+    .await;
+    assert!(dropped.is_ok(), "the command never started");
+    let grandchild = pid_from(&gc_file).await;
+    let until = Instant::now() + Duration::from_secs(2);
+    while !is_gone(grandchild) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        is_gone(grandchild),
+        "background process {grandchild} outlived the dropped call"
+    );
+}
+
+#[tokio::test]
+async fn bash_does_not_start_a_command_after_an_abort() {
+    let p = Project::new();
+    let ctx = p.ctx();
+    ctx.abort.cancel();
+    let out = call_with("bash", json!({"command": "touch ran"}), ctx).await;
+    assert!(out.content.contains("cancelled"), "{}", out.content);
+    assert!(!p.root.join("ran").exists());
 }

@@ -92,13 +92,15 @@ local function on_readable(err)
     report("the wake watcher", err)
     return
   end
-  core.ack()
-  if scheduled then
+  local urgent = core.ack()
+  if scheduled and not urgent then
     return
   end
   scheduled = true
   local wait_ns = last_drain + FRAME_NS - uv.hrtime()
-  if wait_ns <= 0 then
+  -- Text waits for the next frame; a call into Lua (a tool, a question) does not.
+  if wait_ns <= 0 or urgent then
+    timer:stop()
     vim.schedule(drain)
   else
     timer:start(math.ceil(wait_ns / 1e6), 0, function()

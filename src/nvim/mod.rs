@@ -181,6 +181,56 @@ fn agent(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
+/// `run_tool(name, args, root, times?)` -> handle whose result is
+/// `{ content, is_error, metadata, elapsed_us }`: runs one registered tool
+/// directly (`times` times in a row, default 1), without a model or
+/// permission checks: the caller is the user's own Lua. Used by scripts and
+/// by the tool round-trip benchmark.
+fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Option<u32>)) -> LuaResult<StreamHandle> {
+    let args: serde_json::Value = lua.from_value(args).unwrap_or(serde_json::Value::Null);
+    let (rt, queue) = guarded("run_tool", runtime_and_queue)?;
+    let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+    let cancel = CancellationToken::new();
+    let abort = cancel.clone();
+    stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
+        let tool = runtime::registry().get(&name).map_err(|e| {
+            crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+        })?;
+        if let Err(problem) = crate::tools::schema::validate(&name, &tool.parameters(), &args) {
+            return Ok(serde_json::json!({ "content": problem, "is_error": true }));
+        }
+        let settings = runtime::agent_settings();
+        let ctx = crate::tools::ToolContext {
+            stream: id,
+            session_id: String::new(),
+            message_id: String::new(),
+            call_id: format!("run-{id}"),
+            agent: crate::tools::AgentInfo {
+                name: "mia".into(),
+                mode: "script".into(),
+            },
+            root: std::path::PathBuf::from(root),
+            abort,
+            limits: crate::tools::ToolLimits {
+                max_read_bytes: settings.max_read_bytes,
+                output_cap_bytes: settings.output_cap_bytes,
+                bash_timeout_ms: settings.bash_timeout_ms,
+                ..crate::tools::ToolLimits::default()
+            },
+            metadata: std::sync::Arc::new(|_| {}),
+        };
+        let started = std::time::Instant::now();
+        let mut out = tool.call(args.clone(), ctx.clone()).await;
+        for _ in 1..times.unwrap_or(1).max(1) {
+            out = tool.call(args.clone(), ctx.clone()).await;
+        }
+        let mut value = serde_json::to_value(out).unwrap_or(serde_json::Value::Null);
+        value["elapsed_us"] = serde_json::json!(started.elapsed().as_micros() as u64);
+        Ok(value)
+    });
+    Ok(StreamHandle { id, cancel })
+}
+
 /// `reply(call, ok, value)`: Lua's answer to a call event.
 fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool> {
     guarded("reply", || {
@@ -245,14 +295,10 @@ fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
     })
 }
 
-/// `ack()`: clears the wake fd (called from the poll watcher, a fast event).
-fn ack(_: &Lua, (): ()) -> LuaResult<()> {
-    guarded("ack", || {
-        if let Ok(q) = runtime::queue() {
-            q.ack();
-        }
-        Ok(())
-    })
+/// `ack()` -> urgent: clears the wake fd (called from the poll watcher, a
+/// fast event); true when a call into Lua waits in the queue.
+fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
+    guarded("ack", || Ok(runtime::queue().map(|q| q.ack()).unwrap_or(false)))
 }
 
 /// `drain()` -> list of `{ stream, kind = "delta"|"done"|"error", data }`.
@@ -340,6 +386,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("send", lua.create_function(send)?)?;
     m.set("agent", lua.create_function(agent)?)?;
     m.set("reply", lua.create_function(reply)?)?;
+    m.set("run_tool", lua.create_function(run_tool)?)?;
     m.set("register_tool", lua.create_function(register_tool)?)?;
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
     m.set("tools", lua.create_function(tools)?)?;

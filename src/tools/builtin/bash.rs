@@ -100,6 +100,11 @@ async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> 
         )));
     }
 
+    let shown_command = shorten(command.lines().next().unwrap_or(""), 60);
+    if ctx.abort.is_cancelled() {
+        return Ok(ToolOutput::ok("(cancelled before the command started)")
+            .with_summary(format!("⚙ `{shown_command}` cancelled")));
+    }
     let (mut child, reader) = spawn(command, ctx).map_err(|e| {
         ToolOutput::error(format!(
             "bash could not be started ({e}); check that bash is installed and on PATH"
@@ -140,7 +145,6 @@ async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> 
     if content.is_empty() {
         content.push_str("(no output)");
     }
-    let shown_command = shorten(command.lines().next().unwrap_or(""), 60);
     let out = match end {
         End::Exited(_) => {
             let how = describe_status(status);
@@ -165,6 +169,7 @@ async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> 
 /// writing to one pipe whose read end is returned.
 fn spawn(command: &str, ctx: &ToolContext) -> io::Result<(Child, pipe::Receiver)> {
     let (read_end, write_end) = io::pipe()?;
+    let receiver = pipe::Receiver::from_owned_fd(OwnedFd::from(read_end))?;
     let mut cmd = Command::new("bash");
     cmd.arg("-c")
         .arg(command)
@@ -177,7 +182,6 @@ fn spawn(command: &str, ctx: &ToolContext) -> io::Result<(Child, pipe::Receiver)
     // The command holds our copies of the write end; without dropping it the
     // pipe would never report end of file.
     drop(cmd);
-    let receiver = pipe::Receiver::from_owned_fd(OwnedFd::from(read_end))?;
     Ok((child, receiver))
 }
 

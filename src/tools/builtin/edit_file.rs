@@ -79,6 +79,11 @@ fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
 
     let path = resolve(ctx, requested)?;
     let name = shown(ctx, &path);
+    if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
+        return Err(ToolOutput::error(format!(
+            "`{name}` is not a regular file (a device, socket or pipe); edit_file only edits files"
+        )));
+    }
     let original = std::fs::read(&path).map_err(|e| {
         ToolOutput::error(match e.kind() {
             io::ErrorKind::NotFound => format!("`{name}` does not exist; to create it, use write_file"),

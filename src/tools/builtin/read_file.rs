@@ -67,6 +67,11 @@ fn read(args: &Value, ctx: &ToolContext) -> Outcome {
             "`{name}` is a directory, not a file; use list_dir to see what it contains"
         )));
     }
+    if !meta.is_file() {
+        return Err(ToolOutput::error(format!(
+            "`{name}` is not a regular file (a device, socket or pipe); read_file only reads files"
+        )));
+    }
     let offset = optional_u64(args, "offset").unwrap_or(1).max(1);
     let limit = optional_u64(args, "limit");
     let ranged = args.get("offset").is_some() || limit.is_some();
