@@ -5,7 +5,7 @@ if vim.g.loaded_mia then
 end
 vim.g.loaded_mia = true
 
-local names = { "prompt", "stop", "open", "tools", "clear", "health" }
+local names = { "prompt", "stop", "open", "new", "mode", "tools", "costs", "clear", "health" }
 
 vim.api.nvim_create_user_command("Mia", function(opts)
   require("mia.commands").run(opts)
@@ -15,6 +15,20 @@ end, {
   desc = "mia: AI coding assistant (:Mia prompt {text}, :Mia stop, ...)",
   complete = function(arglead, cmdline)
     local before = cmdline:match("^%S*%s+(.*)$") or ""
+    local sub = before:match("^(%S+)%s")
+    if sub == "costs" and not before:match("^costs%s+%S+%s") then
+      return vim.tbl_filter(function(n)
+        return vim.startswith(n, arglead)
+      end, { "session", "daily", "weekly", "model", "provider" })
+    elseif sub == "mode" and not before:match("^mode%s+%S+%s") then
+      return vim.tbl_filter(function(n)
+        return vim.startswith(n, arglead)
+      end, vim.tbl_map(function(m)
+        return m.id
+      end, require("mia").modes().availableModes))
+    elseif sub == "health" and not before:match("^health%s+%S+%s") then
+      return vim.startswith("online", arglead) and { "online" } or {}
+    end
     if before:find("%s") then
       return {}
     end
@@ -23,3 +37,12 @@ end, {
     end, names)
   end,
 })
+
+vim.api.nvim_create_user_command("MiaCosts", function()
+  local ok, err = pcall(function()
+    require("mia.costs").open()
+  end)
+  if not ok then
+    vim.notify(tostring(err), vim.log.levels.ERROR)
+  end
+end, { desc = "mia: cost report window (session, today, this week, by model)" })

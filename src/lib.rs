@@ -3,10 +3,12 @@
 
 pub mod agent;
 pub mod calls;
+pub mod cost;
 pub mod events;
 pub mod llm;
 pub mod logging;
 pub mod runtime;
+pub mod store;
 pub mod stream_task;
 pub mod tools;
 pub mod version;

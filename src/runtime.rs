@@ -95,3 +95,18 @@ pub fn agent_settings() -> AgentSettings {
 pub fn registry() -> Arc<Registry> {
     REGISTRY.get_or_init(|| Arc::new(Registry::with_builtins())).clone()
 }
+
+static SESSION_MODES: Mutex<Option<std::collections::HashMap<String, String>>> = Mutex::new(None);
+
+/// Records the mode of `session` (read by agent runs at every request).
+pub fn set_session_mode(session: &str, mode: &str) {
+    let mut map = SESSION_MODES.lock().unwrap_or_else(|p| p.into_inner());
+    map.get_or_insert_with(Default::default)
+        .insert(session.to_string(), mode.to_string());
+}
+
+/// The mode last set for `session`, if any.
+pub fn session_mode(session: &str) -> Option<String> {
+    let map = SESSION_MODES.lock().unwrap_or_else(|p| p.into_inner());
+    map.as_ref()?.get(session).cloned()
+}

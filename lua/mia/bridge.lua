@@ -50,6 +50,8 @@ local function dispatch(events)
         call(require("mia.tools").run, "a Lua tool", ev.call, ev.data)
       elseif ev.call_kind == "permission" then
         call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
+      elseif ev.call_kind == "confirm" then
+        call(require("mia.permission").confirm, "a question", ev.call, ev.data)
       end
     elseif ev.kind == "abort" then
       call(require("mia.tools").abort, "aborting a Lua tool", ev.call)

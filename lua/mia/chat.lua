@@ -13,6 +13,66 @@ local history = {}
 local current = nil
 --- "idle" | "streaming" | "done" | "cancelled" | "error"
 local last_state = "idle"
+--- the chat's session (a new one after :Mia clear)
+local session = { id = nil, cost_usd = 0, title = nil }
+
+local function new_session_id()
+  return string.format("%s-%04x%04x", os.date("!%Y%m%dT%H%M%S"), math.random(0, 0xffff), math.random(0, 0xffff))
+end
+
+--- The id of the chat's session (created on first use).
+function M.session_id()
+  if not session.id then
+    session.id = new_session_id()
+  end
+  return session.id
+end
+
+--- The conversation so far (internal message format).
+function M.history()
+  return history
+end
+
+--- The chat's current mode (the configured default until changed).
+function M.mode()
+  return session.mode or require("mia.config").get().mode
+end
+
+--- Sets the chat's mode (see mia.set_mode, which validates and announces it).
+function M.set_mode(id)
+  session.mode = id
+end
+
+--- Starts a fresh session: an empty chat with a new id.
+function M.new_session()
+  M.clear()
+end
+
+--- Summarizes the conversation so far (the model of the session does it).
+function M.compact()
+  if #history == 0 then
+    error("mia: nothing to compact: the chat is empty", 0)
+  end
+  local mia = require("mia")
+  local loader = require("mia.core")
+  local core = mia._core()
+  local h = loader.call(core.compact, { model = require("mia.config").get().model, messages = history })
+  require("mia.bridge").watch(h.id, {
+    on_done = function(messages)
+      history = messages
+      writer.append(M.buffer(), "\n\n> _context compacted_")
+      writer.flush()
+    end,
+    on_error = function(err)
+      vim.notify("mia: /compact failed: " .. err.message, vim.log.levels.ERROR)
+    end,
+  })
+end
+
+--- What the statusline shows of the session.
+function M.session_cost()
+  return session.cost_usd
+end
 
 local CANCELLED = "\n\n*[cancelled]*"
 local status_ns = api.nvim_create_namespace("mia_chat_status")
@@ -185,12 +245,16 @@ function M.prompt(text, opts)
     answer[#answer + 1] = text
     writer.append(buf, text)
   end
+  session.title = session.title or vim.trim(text):sub(1, 80)
   entry.handle = mia._agent({
     model = model,
     system = cfg.system,
     messages = vim.deepcopy(history),
-    mode = cfg.mode,
+    mode = M.mode(),
     root = vim.fn.getcwd(),
+    session_id = M.session_id(),
+    title = session.title,
+    utc_offset_s = require("mia.costs").utc_offset(),
   }, {
     on_delta = function(d)
       if current ~= entry then
@@ -226,6 +290,12 @@ function M.prompt(text, opts)
             data = { name = ev.name, status = ev.status, duration_ms = ev.duration_ms, id = ev.id },
           })
         end
+      elseif ev.type == "usage" then
+        session.cost_usd = ev.session_cost_usd or session.cost_usd
+        entry.footer = ev.footer
+        vim.cmd.redrawstatus({ bang = true })
+      elseif ev.type == "warning" then
+        vim.notify(ev.text, vim.log.levels.WARN)
       elseif ev.type == "notice" then
         if ev.text == "context compacted" and ev.messages then
           history = ev.messages
@@ -236,6 +306,10 @@ function M.prompt(text, opts)
     end,
     on_done = function(done)
       entry.done = done
+      local footer = done.footer or entry.footer
+      if footer then
+        writer.append(buf, "\n\n" .. footer, "MiaCost")
+      end
       finish("done", nil)
     end,
     on_error = function(err)
@@ -273,6 +347,7 @@ function M.clear()
     current.handle:cancel()
   end
   history = {}
+  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode }
   if valid(buf) then
     api.nvim_buf_set_lines(buf, 0, -1, false, {})
   end

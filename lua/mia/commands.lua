@@ -14,6 +14,9 @@ M.subcommands = {
         local ft = vim.bo.filetype
         context = string.format("```%s\n%s\n```", ft, table.concat(lines, "\n"))
       end
+      if not context and require("mia.slash").dispatch(args) then
+        return
+      end
       require("mia.chat").prompt(args, { context = context })
     end,
   },
@@ -24,16 +27,49 @@ M.subcommands = {
     end,
   },
   open = {
-    desc = "open the chat window",
+    desc = "open the chat window with its prompt",
     run = function()
-      local _, win = require("mia.chat").open()
-      vim.api.nvim_set_current_win(win)
+      require("mia.prompt").open()
+    end,
+  },
+  new = {
+    desc = "start a new session",
+    run = function()
+      require("mia.chat").new_session()
+    end,
+  },
+  mode = {
+    desc = "show or switch the mode: :Mia mode {id}",
+    run = function(args)
+      require("mia.slash").dispatch("/mode " .. args)
     end,
   },
   tools = {
     desc = "list every tool the model can call, grouped by source",
     run = function()
       require("mia.tools.view").show()
+    end,
+  },
+  costs = {
+    desc = "cost report: session, daily, weekly, model {id}, provider {id}",
+    run = function(args)
+      local words = vim.split(vim.trim(args), "%s+", { trimempty = true })
+      local scope = words[1] or "session"
+      local query
+      if scope == "model" or scope == "provider" then
+        if not words[2] then
+          error("mia: usage: :Mia costs " .. scope .. " {id}", 0)
+        end
+        query = { scope = "days", days = 30, [scope] = words[2] }
+      elseif scope == "session" or scope == "daily" or scope == "weekly" then
+        query = { scope = scope }
+      else
+        error("mia: unknown cost report `" .. scope .. "`. Use session, daily, weekly, model {id} or provider {id}", 0)
+      end
+      local costs = require("mia.costs")
+      local report = costs.get(query)
+      report.title = table.concat(words, " ")
+      vim.api.nvim_echo({ { table.concat(costs.lines(report), "\n") } }, true, {})
     end,
   },
   clear = {

@@ -58,6 +58,7 @@
 --- @field system? string System prompt for :Mia prompt.
 --- @field chat? mia.ChatConfig The chat window.
 --- @field mode? string Starting mode (default "ask").
+--- @field modes? table<string, { name?: string, description?: string, system?: string, permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code.
 
 local M = {}
 
@@ -179,6 +180,8 @@ local function validate(opts)
     end
   end
   check_type("chat", opts.chat, "table", true)
+  check_type("modes", opts.modes, "table", true)
+  check_type("mode", opts.mode, "string", true)
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
     fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)
   end
@@ -227,26 +230,71 @@ end
 --- The part of the configuration the agent loop needs.
 function M.agent()
   local c = M.get()
-  local permissions = { rules = c.permissions.rules or {} }
-  if c.permissions.modes then
-    -- user modes are merged over the core's defaults there
-    permissions.modes = vim.tbl_extend("force", {
-      ask = { read = "allow", write = "ask", execute = "ask" },
-      architect = { read = "allow", write = "deny", execute = "deny" },
-      code = { read = "allow", write = "allow", execute = "ask" },
-    }, c.permissions.modes)
+  local modes = M.modes()
+  local policies, prompts = {}, {}
+  for id, m in pairs(modes.by_id) do
+    policies[id] = vim.tbl_extend("force", m.permissions, (c.permissions.modes or {})[id] or {})
+    if m.system then
+      prompts[id] = m.system
+    end
   end
-  if #permissions.rules == 0 then
-    permissions.rules = nil
+  local rules = vim.deepcopy(c.permissions.rules or {})
+  -- switch_mode belongs to architect mode only
+  for id in pairs(modes.by_id) do
+    if id ~= "architect" then
+      rules[#rules + 1] = { tool = "switch_mode", action = "deny", mode = id }
+    end
   end
   return {
-    permissions = permissions.rules == nil and permissions.modes == nil and vim.empty_dict() or permissions,
+    permissions = { modes = policies, rules = rules },
+    mode_prompts = next(prompts) and prompts or vim.empty_dict(),
     data_dir = c.data_dir,
     max_turns = c.tools.max_turns,
     bash_timeout_ms = c.tools.bash_timeout_ms,
     max_read_bytes = c.tools.max_read_bytes,
     output_cap_bytes = c.tools.output_cap_bytes,
   }
+end
+
+local BUILTIN_MODES = {
+  ask = {
+    name = "Ask",
+    description = "Asks before any change to files or any command",
+    permissions = { read = "allow", write = "ask", execute = "ask" },
+  },
+  architect = {
+    name = "Architect",
+    description = "Plans and designs with read-only tools; proposes switching mode when the plan is ready",
+    permissions = { read = "allow", write = "deny", execute = "deny" },
+    system = "You are in architect mode: study the code with the read-only tools and produce a concrete plan. "
+      .. "When the plan is ready, call switch_mode with the plan so the user can approve it.",
+  },
+  code = {
+    name = "Code",
+    description = "Full tool access; file changes inside the project are accepted without asking",
+    permissions = { read = "allow", write = "allow", execute = "ask" },
+  },
+}
+
+--- Every mode (built-in ones first, then the user's), with its policy.
+--- @return { order: string[], by_id: table<string, { name: string, description: string, permissions: table, system?: string }> }
+function M.modes()
+  local by_id = vim.deepcopy(BUILTIN_MODES)
+  local order = { "ask", "architect", "code" }
+  local user = M.get().modes or {}
+  local names = vim.tbl_keys(user)
+  table.sort(names)
+  for _, id in ipairs(names) do
+    if not by_id[id] then
+      order[#order + 1] = id
+    end
+    by_id[id] = vim.tbl_deep_extend("force", by_id[id] or {
+      name = id,
+      description = "",
+      permissions = { read = "allow", write = "ask", execute = "ask" },
+    }, user[id])
+  end
+  return { order = order, by_id = by_id }
 end
 
 --- Built-in providers, as the core knows them (for :checkhealth).

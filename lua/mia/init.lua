@@ -179,17 +179,65 @@ function M.open()
   require("mia.chat").open()
 end
 
---- A short statusline string: model and state of the chat.
+--- A short statusline string: mode, model and the session's cost so far
+--- ("…" while an answer streams). Never loads the native library.
 --- @return string
 function M.statusline()
   local cfg = require("mia.config").get()
   local chat = package.loaded["mia.chat"]
   local state = chat and chat.state() or "idle"
   local model = (cfg.model:match("/(.+)$") or cfg.model)
+  local cost = chat and chat.session_cost() or 0
+  local mode = chat and chat.mode() or cfg.mode
+  local s = string.format("mia %s %s %s", mode, model, require("mia.costs").usd(cost))
   if state == "streaming" then
-    return string.format("mia %s %s …", cfg.mode, model)
+    s = s .. " …"
   end
-  return string.format("mia %s %s", cfg.mode, model)
+  return s
+end
+
+--- The session's modes in ACP's SessionModeState shape.
+--- @return { currentModeId: string, availableModes: { id: string, name: string, description: string }[] }
+function M.modes()
+  local modes = require("mia.config").modes()
+  local list = {}
+  for _, id in ipairs(modes.order) do
+    local m = modes.by_id[id]
+    list[#list + 1] = { id = id, name = m.name, description = m.description }
+  end
+  local chat = package.loaded["mia.chat"]
+  return { currentModeId = chat and chat.mode() or require("mia.config").get().mode, availableModes = list }
+end
+
+--- Switches the chat's mode; takes effect at the next request, also while
+--- an answer streams. Fires `User MiaModeChanged`.
+--- @param id string
+function M.set_mode(id)
+  local modes = require("mia.config").modes()
+  if not modes.by_id[id] then
+    error(string.format("mia: unknown mode `%s`. Modes: %s", tostring(id), table.concat(modes.order, ", ")), 0)
+  end
+  local chat = require("mia.chat")
+  local previous = chat.mode()
+  chat.set_mode(id)
+  local loader = package.loaded["mia.core"]
+  if loader and loader.is_loaded() and M._started then
+    loader.call(loader.get().set_mode, chat.session_id(), id)
+  end
+  vim.api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = id, previousModeId = previous } })
+  vim.cmd.redrawstatus({ bang = true })
+end
+
+--- Registers a slash command; see |mia.register_command()|.
+--- @param cmd mia.Command
+function M.register_command(cmd)
+  require("mia.slash").register(cmd)
+end
+
+--- A cost report as a table; see |mia.costs()|.
+--- @param query { scope: "session"|"daily"|"weekly"|"days", session_id?: string, model?: string, provider?: string, days?: integer }
+function M.costs(query)
+  return require("mia.costs").get(query or { scope = "session" })
 end
 
 return M

@@ -38,4 +38,14 @@ function M.ask(call, data)
   end)
 end
 
+--- Asks a yes/no question whose default is no (e.g. a budget limit):
+--- `data.message` ends with "[y/N]"; only an answer starting with y says yes.
+function M.confirm(call, data)
+  vim.ui.input({ prompt = data.message .. " " }, function(answer)
+    local yes = answer ~= nil and answer:match("^%s*[yY]") ~= nil
+    local loader = require("mia.core")
+    pcall(loader.get().reply, call, true, yes)
+  end)
+end
+
 return M

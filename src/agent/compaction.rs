@@ -5,8 +5,8 @@ use crate::llm::error::LlmError;
 use crate::llm::message::{ChatRequest, Message, Part, Role};
 use crate::llm::providers::Providers;
 
-/// How many of the latest messages are kept verbatim.
-const KEEP_RECENT: usize = 2;
+/// How many of the latest messages an automatic compaction keeps verbatim.
+pub const KEEP_RECENT: usize = 2;
 
 fn transcript(messages: &[Message]) -> String {
     let mut out = String::new();
@@ -33,9 +33,15 @@ fn transcript(messages: &[Message]) -> String {
     out
 }
 
-/// The history with everything but the latest messages replaced by a summary.
-pub async fn compact(providers: &Providers, model: &str, history: &[Message]) -> Result<Vec<Message>, LlmError> {
-    let mut split = history.len().saturating_sub(KEEP_RECENT);
+/// The history with everything but the latest `keep_recent` messages
+/// replaced by a summary.
+pub async fn compact(
+    providers: &Providers,
+    model: &str,
+    history: &[Message],
+    keep_recent: usize,
+) -> Result<Vec<Message>, LlmError> {
+    let mut split = history.len().saturating_sub(keep_recent);
     // Never separate tool results from the call that asked for them.
     while split > 0 && history.get(split).is_some_and(|m| m.role == Role::Tool) {
         split -= 1;

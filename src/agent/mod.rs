@@ -6,6 +6,8 @@
 mod compaction;
 mod tool_round;
 
+pub use compaction::compact;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,6 +38,8 @@ pub struct AgentSettings {
     pub output_cap_bytes: usize,
     /// How long a permission question may wait for the user.
     pub ask_timeout_ms: u64,
+    /// Extra system prompt per mode (e.g. architect's planning instructions).
+    pub mode_prompts: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for AgentSettings {
@@ -49,6 +53,7 @@ impl Default for AgentSettings {
             max_read_bytes: limits.max_read_bytes,
             output_cap_bytes: limits.output_cap_bytes,
             ask_timeout_ms: 600_000,
+            mode_prompts: Default::default(),
         }
     }
 }
@@ -95,8 +100,8 @@ pub(crate) fn notify(queue: &EventQueue, stream: StreamId, value: serde_json::Va
 }
 
 /// The system prompt with the tools the model may use and where it works.
-fn system_prompt(base: Option<&str>, tools: &[ToolDef], root: &std::path::Path) -> String {
-    let mut s = base.unwrap_or_default().to_string();
+fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Path) -> String {
+    let mut s = parts.iter().flatten().copied().collect::<Vec<_>>().join("\n\n");
     s.push_str(&format!(
         "\n\nThe project root is {}. File paths are relative to it.",
         root.display()
@@ -144,7 +149,7 @@ pub async fn run(
         Some(dir) => Remembered::load(dir).await.for_project(&root),
         None => Vec::new(),
     };
-    let agent = AgentInfo {
+    let mut agent = AgentInfo {
         name: "mia".into(),
         mode: req.mode.clone(),
     };
@@ -156,7 +161,9 @@ pub async fn run(
     let mut last: Option<StreamDone> = None;
     while turn < max_turns {
         turn += 1;
-        let tools = deps.registry.available(&req.mode, &deps.settings.permissions);
+        // The mode may change while the run goes on (`set_mode`); each request uses the current one.
+        agent.mode = crate::runtime::session_mode(&req.session_id).unwrap_or_else(|| req.mode.clone());
+        let tools = deps.registry.available(&agent.mode, &deps.settings.permissions);
         let defs: Vec<ToolDef> = tools
             .iter()
             .map(|t| ToolDef {
@@ -167,7 +174,14 @@ pub async fn run(
             .collect();
         let chat = ChatRequest {
             model: req.model.clone(),
-            system: Some(system_prompt(req.system.as_deref(), &defs, &root)),
+            system: Some(system_prompt(
+                &[
+                    req.system.as_deref(),
+                    deps.settings.mode_prompts.get(&agent.mode).map(String::as_str),
+                ],
+                &defs,
+                &root,
+            )),
             messages: history.clone(),
             tools: defs,
             max_tokens: req.max_tokens,
@@ -186,7 +200,7 @@ pub async fn run(
             Err(e) if e.class == ErrorClass::ContextOverflow && !compacted => {
                 compacted = true;
                 turn -= 1;
-                history = compaction::compact(&deps.providers, &req.model, &history).await?;
+                history = compaction::compact(&deps.providers, &req.model, &history, compaction::KEEP_RECENT).await?;
                 notify(
                     &deps.queue,
                     stream,

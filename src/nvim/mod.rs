@@ -231,6 +231,30 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
     Ok(StreamHandle { id, cancel })
 }
 
+/// `set_mode(session_id, mode)`: the mode agent runs of that session use from their next request.
+fn set_mode(_: &Lua, (session, mode): (String, String)) -> LuaResult<()> {
+    guarded("set_mode", || {
+        runtime::set_session_mode(&session, &mode);
+        Ok(())
+    })
+}
+
+/// `compact({ model, messages })` -> handle whose result is the compacted message list.
+fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
+    #[derive(serde::Deserialize)]
+    struct Req {
+        model: String,
+        messages: Vec<crate::llm::message::Message>,
+    }
+    let req: Req = lua
+        .from_value(request)
+        .map_err(|e| LuaError::RuntimeError(format!("mia: invalid compact request: {e}")))?;
+    start_job("compact", move |providers| async move {
+        let messages = crate::agent::compact(&providers, &req.model, &req.messages, 0).await?;
+        Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
+    })
+}
+
 /// `reply(call, ok, value)`: Lua's answer to a call event.
 fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool> {
     guarded("reply", || {
@@ -387,6 +411,8 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("agent", lua.create_function(agent)?)?;
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
+    m.set("set_mode", lua.create_function(set_mode)?)?;
+    m.set("compact", lua.create_function(compact)?)?;
     m.set("register_tool", lua.create_function(register_tool)?)?;
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
     m.set("tools", lua.create_function(tools)?)?;

@@ -93,16 +93,17 @@ def test_plugin_and_setup_do_not_load_the_native_library(editor):
     assert editor.lua("return vim.fn.exists(':Mia')") == 2
     editor.nvim.command("Mia prompt echo now")
     editor.wait("require('mia.chat').state() == 'done'")
-    assert "libmia_core" in open(f"/proc/{editor.pid}/maps").read()
+    lib_name = os.path.basename(editor.lua("return require('mia.core').lib_path()"))
+    assert lib_name in open(f"/proc/{editor.pid}/maps").read()
 
 
 def test_subcommands_complete(editor):
-    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "stop", "open", "tools", "clear", "health"]
+    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "stop", "open", "new", "mode", "tools", "costs", "clear", "health"]
     assert editor.lua("return vim.fn.getcompletion('Mia st', 'cmdline')") == ["stop"]
 
 
 def test_unknown_subcommand_lists_the_available_ones(editor):
-    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: clear, health, open, prompt, stop, tools"):
+    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: clear, costs, health, mode, new, open, prompt, stop, tools"):
         editor.nvim.command("Mia frobnicate")
 
 
@@ -139,7 +140,7 @@ def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_p
     shutil.copy(LIB, lib)
     old = time.time() - 3600
     os.utime(lib, (old, old))
-    ed = editor_factory(setup=None)
+    ed = editor_factory(setup=None, env={"MIA_CORE_PATH": ""})
     ed.lua("vim.opt.rtp:remove(...); vim.opt.rtp:prepend(select(2, ...))", str(ROOT), str(plugin))
     ed.lua("for k in pairs(package.loaded) do if k:match('^mia') then package.loaded[k] = nil end end")
     ed.lua("require('mia').setup(...)", scenario_setup(server))

@@ -117,11 +117,46 @@ M.tools = {
   },
 }
 
+--- Architect mode's way out: the plan is shown and the user picks the next
+--- mode with the Agent Client Protocol's permission options.
+M.switch_mode = {
+  name = "switch_mode",
+  description = "When your plan is ready, show it to the user and ask to switch to a mode that can carry it out.",
+  parameters = {
+    type = "object",
+    properties = {
+      plan = { type = "string", description = "The plan, in Markdown" },
+    },
+    required = { "plan" },
+  },
+  effect = "read",
+  timeout_ms = 3600000,
+  execute = function(args, ctx)
+    local options = {
+      { name = "Yes, and auto-accept all actions", kind = "allow_always", mode = "code" },
+      { name = "Yes, and manually accept actions", kind = "allow_once", mode = "ask" },
+      { name = "No, stay in architect mode", kind = "reject_once" },
+    }
+    local names = vim.tbl_map(function(o)
+      return o.name
+    end, options)
+    local choice = ctx.ask("Plan ready:\n" .. args.plan .. "\n\nSwitch mode?", { choices = names, default = names[3] })
+    for _, o in ipairs(options) do
+      if o.name == choice and o.mode then
+        require("mia").set_mode(o.mode)
+        return string.format("The user approved the plan (%s); mode is now %s. Carry out the plan.", o.kind, o.mode)
+      end
+    end
+    return "The user chose to stay in architect mode (reject_once). Refine the plan or ask what to change."
+  end,
+}
+
 --- Registers the editor tools (source "builtin").
 function M.register()
   for _, spec in ipairs(M.tools) do
     require("mia.tools").register(spec, "builtin")
   end
+  require("mia.tools").register(M.switch_mode, "builtin")
 end
 
 return M

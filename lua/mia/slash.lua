@@ -1,0 +1,273 @@
+--- Slash commands: `/help`, `/costs`, `/tools`, `/mode`, `/model`,
+--- `/sessions`, `/new`, `/clear`, `/compact` and the user's own
+--- (`mia.register_command`). A line starting with `/` is a command, never a
+--- message to the model; an unknown one says so and suggests close names.
+--- Their shape follows the Agent Client Protocol's AvailableCommand.
+
+local M = {}
+
+--- @class mia.Command
+--- @field name string without the slash
+--- @field description string
+--- @field input_hint? string shown after the name while typing its input
+--- @field run fun(input: string, ctx: { session_id: string })
+--- @field available? fun(): boolean false hides the command (e.g. /compact on an empty chat)
+--- @field complete? fun(arglead: string): string[]
+
+--- @type table<string, mia.Command>
+local commands = {}
+local order = {}
+
+local function add(cmd)
+  if not commands[cmd.name] then
+    order[#order + 1] = cmd.name
+  end
+  commands[cmd.name] = cmd
+end
+
+local function chat()
+  return require("mia.chat")
+end
+
+local function lines_message(lines)
+  vim.api.nvim_echo({ { table.concat(lines, "\n") } }, true, {})
+end
+
+add({
+  name = "help",
+  description = "list the slash commands",
+  run = function()
+    local lines = { "mia slash commands:" }
+    for _, c in ipairs(M.available()) do
+      lines[#lines + 1] = string.format("  /%-10s %s%s", c.name, c.description, c.input and ("  (" .. c.input.hint .. ")") or "")
+    end
+    lines_message(lines)
+  end,
+})
+add({
+  name = "costs",
+  description = "cost report",
+  input_hint = "session | daily | weekly | model {id} | provider {id}",
+  run = function(input)
+    require("mia.commands").subcommands.costs.run(input ~= "" and input or "session")
+  end,
+  complete = function()
+    return { "session", "daily", "weekly", "model ", "provider " }
+  end,
+})
+add({
+  name = "tools",
+  description = "list the tools the model can call",
+  run = function()
+    require("mia.tools.view").show()
+  end,
+})
+add({
+  name = "mode",
+  description = "switch mode (ask, architect, code, …)",
+  input_hint = "mode id",
+  run = function(input)
+    if input == "" then
+      local m = require("mia").modes()
+      lines_message({ "mode: " .. m.currentModeId })
+      return
+    end
+    require("mia").set_mode(input)
+  end,
+  complete = function()
+    return vim.tbl_map(function(m)
+      return m.id
+    end, require("mia").modes().availableModes)
+  end,
+})
+add({
+  name = "model",
+  description = "show or switch the model",
+  input_hint = "provider/model",
+  run = function(input)
+    local config = require("mia.config")
+    if input == "" then
+      lines_message({ "model: " .. config.get().model })
+      return
+    end
+    if not input:match("^[^/]+/.+") then
+      error('mia: /model needs "provider/model", e.g. /model openai/gpt-4.1', 0)
+    end
+    config.get().model = input
+    vim.cmd.redrawstatus({ bang = true })
+  end,
+  complete = function()
+    local out = {}
+    for name, p in pairs(require("mia.config").get().providers) do
+      for _, m in ipairs(p.models or {}) do
+        out[#out + 1] = name .. "/" .. m
+      end
+    end
+    table.sort(out)
+    return out
+  end,
+})
+add({
+  name = "sessions",
+  description = "pick a past session to resume",
+  run = function()
+    require("mia.sessions").pick()
+  end,
+})
+add({
+  name = "new",
+  description = "start a new session",
+  run = function()
+    chat().new_session()
+  end,
+})
+add({
+  name = "clear",
+  description = "clear the chat (starts a new session)",
+  run = function()
+    chat().clear()
+  end,
+})
+add({
+  name = "compact",
+  description = "summarize the conversation so far to save context",
+  available = function()
+    return #chat().history() > 0
+  end,
+  run = function()
+    chat().compact()
+  end,
+})
+
+--- The commands available now, in ACP's AvailableCommand shape.
+--- @return { name: string, description: string, input?: { hint: string } }[]
+function M.available()
+  local out = {}
+  for _, name in ipairs(order) do
+    local c = commands[name]
+    if not c.available or c.available() then
+      out[#out + 1] = { name = c.name, description = c.description, input = c.input_hint and { hint = c.input_hint } or nil }
+    end
+  end
+  return out
+end
+
+local last_announced = nil
+
+--- Fires `User MiaCommandsChanged` (ACP's available_commands_update) when the
+--- list of available commands differs from the last one announced.
+function M.announce()
+  local list = M.available()
+  local key = vim.inspect(list)
+  if key == last_announced then
+    return
+  end
+  last_announced = key
+  vim.api.nvim_exec_autocmds("User", {
+    pattern = "MiaCommandsChanged",
+    data = { sessionUpdate = "available_commands_update", availableCommands = list },
+  })
+end
+
+--- Registers a user command (replaces one of the same name).
+--- @param cmd mia.Command
+function M.register(cmd)
+  vim.validate({
+    cmd = { cmd, "table" },
+    ["cmd.name"] = { cmd.name, "string" },
+    ["cmd.description"] = { cmd.description, "string" },
+    ["cmd.run"] = { cmd.run, "function" },
+    ["cmd.input_hint"] = { cmd.input_hint, "string", true },
+  })
+  if not cmd.name:match("^[%w_%-]+$") then
+    error("mia.register_command: `name` may hold only letters, digits, _ and - (got " .. vim.inspect(cmd.name) .. ")", 2)
+  end
+  add(cmd)
+  M.announce()
+end
+
+local function distance(a, b)
+  local la, lb = #a, #b
+  local prev = {}
+  for j = 0, lb do
+    prev[j] = j
+  end
+  for i = 1, la do
+    local cur = { [0] = i }
+    for j = 1, lb do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[lb]
+end
+
+--- Names close to `name` (prefix, or at most two edits away).
+function M.close_matches(name)
+  local out = {}
+  for _, c in ipairs(M.available()) do
+    if vim.startswith(c.name, name) or distance(c.name, name) <= 2 then
+      out[#out + 1] = "/" .. c.name
+    end
+  end
+  return out
+end
+
+--- Runs `text` if it is a slash command. Returns true when it was one (run
+--- or refused); false means it is a message for the model.
+--- @param text string
+function M.dispatch(text)
+  local name, input = text:match("^%s*/([%w_%-]*)%s*(.-)%s*$")
+  if not name then
+    return false
+  end
+  local cmd = commands[name]
+  if not cmd or (cmd.available and not cmd.available()) then
+    local close = M.close_matches(name)
+    local hint = #close > 0 and (" Did you mean " .. table.concat(close, ", ") .. "?") or " Type /help for the list."
+    if cmd then
+      error(string.format("mia: /%s is not available now.%s", name, hint), 0)
+    end
+    error(string.format("mia: unknown command /%s.%s", name, hint), 0)
+  end
+  cmd.run(input, { session_id = chat().session_id() })
+  M.announce()
+  return true
+end
+
+--- Completion items for the text before the cursor (used by the prompt
+--- buffer's omnifunc/completefunc): command names with descriptions, then
+--- the command's input hint and values.
+--- @param before string the line up to the cursor
+--- @return integer start_col (0-based), table[] items
+function M.complete(before)
+  local name_part = before:match("^%s*/([%w_%-]*)$")
+  if name_part then
+    local items = {}
+    for _, c in ipairs(M.available()) do
+      if vim.startswith(c.name, name_part) then
+        items[#items + 1] = { word = "/" .. c.name, menu = c.description, info = c.input and c.input.hint or "" }
+      end
+    end
+    return before:find("/") - 1, items
+  end
+  local name, arg = before:match("^%s*/([%w_%-]+)%s+(.*)$")
+  local cmd = name and commands[name]
+  if not cmd then
+    return -1, {}
+  end
+  local items = {}
+  local values = cmd.complete and cmd.complete(arg) or {}
+  for _, v in ipairs(values) do
+    if vim.startswith(v, arg) then
+      items[#items + 1] = { word = v, menu = cmd.input_hint }
+    end
+  end
+  if #items == 0 and cmd.input_hint then
+    items[1] = { word = arg, abbr = cmd.input_hint, menu = "input", empty = 1, dup = 1 }
+  end
+  return #before - #arg, items
+end
+
+return M

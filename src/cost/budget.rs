@@ -1,0 +1,158 @@
+//! Spending limits and warnings (`setup({ costs = { ... } })`).
+//!
+//! Limits are checked before a request ([`gate`]): a soft limit asks the user,
+//! a hard one refuses. Warnings are checked after a request
+//! ([`crossed_warnings`]) and fire only when that request crossed the
+//! threshold, so each shows once instead of after every later answer.
+
+use serde::{Deserialize, Serialize};
+
+use super::format::usd;
+
+/// The user's cost thresholds, in USD. Any of them may be unset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(default)]
+pub struct BudgetConfig {
+    pub session_warning_usd: Option<f64>,
+    pub session_limit_usd: Option<f64>,
+    pub daily_warning_usd: Option<f64>,
+    pub daily_limit_usd: Option<f64>,
+    /// `true`: a reached limit refuses further requests. `false` (default):
+    /// it asks for confirmation, so a long task is not cut off unasked.
+    pub hard_limit: bool,
+}
+
+/// What has been spent so far: in this chat session, and today (local day).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spend {
+    pub session_usd: f64,
+    pub day_usd: f64,
+}
+
+/// Whether a request may be sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Gate {
+    Proceed,
+    /// A soft limit is reached: send only if the user answers yes to `message`.
+    Confirm {
+        message: String,
+    },
+    /// A hard limit is reached: do not send; show `message`.
+    Refuse {
+        message: String,
+    },
+}
+
+/// Which threshold a warning is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningKind {
+    Session,
+    Daily,
+}
+
+/// A threshold the last request crossed, with the notification to show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub kind: WarningKind,
+    pub message: String,
+}
+
+/// Decides, before a request, whether a limit stands in the way.
+///
+/// A limit is reached when the spend is at or above it. The session limit is
+/// checked first: it is the narrower one, and the one a new session resets.
+/// The caller owns what a confirmation means (e.g. not asking again for the
+/// rest of the session).
+pub fn gate(cfg: &BudgetConfig, spend: Spend) -> Gate {
+    let reached = |limit: Option<f64>, spent: f64| limit.filter(|l| spent >= *l);
+    if let Some(limit) = reached(cfg.session_limit_usd, spend.session_usd) {
+        return if cfg.hard_limit {
+            Gate::Refuse {
+                message: format!(
+                    "mia: this session has cost {}, reaching your {} session limit. \
+                     Raise `costs.session_limit_usd` in setup() or start a new session to continue.",
+                    usd(spend.session_usd),
+                    usd(limit)
+                ),
+            }
+        } else {
+            Gate::Confirm {
+                message: format!("Session cost limit reached ({}). Continue? [y/N]", usd(limit)),
+            }
+        };
+    }
+    if let Some(limit) = reached(cfg.daily_limit_usd, spend.day_usd) {
+        return if cfg.hard_limit {
+            Gate::Refuse {
+                message: format!(
+                    "mia: today's requests have cost {}, reaching your {} daily limit. \
+                     Raise `costs.daily_limit_usd` in setup() to continue today.",
+                    usd(spend.day_usd),
+                    usd(limit)
+                ),
+            }
+        } else {
+            Gate::Confirm {
+                message: format!("Daily cost limit reached ({}). Continue? [y/N]", usd(limit)),
+            }
+        };
+    }
+    Gate::Proceed
+}
+
+/// The warnings whose threshold lies between the spend `before` a request
+/// (exclusive) and `after` it (inclusive), session first.
+pub fn crossed_warnings(cfg: &BudgetConfig, before: Spend, after: Spend) -> Vec<Warning> {
+    let crossed = |threshold: Option<f64>, from: f64, to: f64| threshold.filter(|t| from < *t && *t <= to);
+    let mut warnings = Vec::new();
+    if let Some(t) = crossed(cfg.session_warning_usd, before.session_usd, after.session_usd) {
+        warnings.push(Warning {
+            kind: WarningKind::Session,
+            message: format!(
+                "mia: this session has cost {}, past your {} warning",
+                usd(after.session_usd),
+                usd(t)
+            ),
+        });
+    }
+    if let Some(t) = crossed(cfg.daily_warning_usd, before.day_usd, after.day_usd) {
+        warnings.push(Warning {
+            kind: WarningKind::Daily,
+            message: format!(
+                "mia: today's requests have cost {}, past your {} daily warning",
+                usd(after.day_usd),
+                usd(t)
+            ),
+        });
+    }
+    warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_fields_default_to_unset_and_soft() {
+        let cfg: BudgetConfig = serde_json::from_str(r#"{ "session_limit_usd": 5 }"#).unwrap();
+        assert_eq!(
+            cfg,
+            BudgetConfig {
+                session_limit_usd: Some(5.0),
+                ..BudgetConfig::default()
+            }
+        );
+        assert!(!cfg.hard_limit);
+    }
+
+    #[test]
+    fn no_limits_always_proceed() {
+        let spend = Spend {
+            session_usd: 1e6,
+            day_usd: 1e6,
+        };
+        assert_eq!(gate(&BudgetConfig::default(), spend), Gate::Proceed);
+    }
+}

@@ -1,0 +1,523 @@
+//! Cost and token reports over the usage table: the `:Mia usage` report,
+//! daily cost buckets for a chart, and the spend check budgets make before
+//! every request.
+//!
+//! Every time filter is on `usage.created_at_ms` (when the call was
+//! recorded), half-open: `from_ms <= t < to_ms`. Only rows with
+//! `cost_known` contribute money; rows without a price still count as
+//! requests and tokens, and are also counted apart so the UI can say how much
+//! of the usage has no price.
+//!
+//! The SQL side only sums per `(agent, provider, model, cost_known)` group;
+//! turning groups into totals, breakdowns and percentages is the pure
+//! [`assemble`], tested without a database.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rusqlite::{params, params_from_iter, Connection, ToSql};
+use serde::{Deserialize, Serialize};
+
+use super::error::{from_sqlite, StoreError};
+
+/// What to report on; every field narrows the rows, `None` means "all".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReportQuery {
+    /// Inclusive lower bound on `created_at_ms`.
+    pub from_ms: Option<i64>,
+    /// Exclusive upper bound on `created_at_ms`.
+    pub to_ms: Option<i64>,
+    pub session_id: Option<String>,
+    /// Exact model name as recorded (without the provider prefix).
+    pub model: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// The answer to a [`ReportQuery`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    pub totals: Totals,
+    pub by_agent: Vec<Breakdown>,
+    pub by_model: Vec<Breakdown>,
+    pub by_provider: Vec<Breakdown>,
+    pub by_cost_type: CostTypes,
+}
+
+/// Sums over every matching row. Token counts include rows without a known
+/// price; `cost_usd` does not (see `unknown_cost`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Sum of `total_usd` over rows with `cost_known`.
+    pub cost_usd: f64,
+    /// Rows, i.e. provider calls.
+    pub requests: u64,
+    /// Distinct non-null `message_id`s.
+    pub messages: u64,
+    /// Distinct non-null `session_id`s.
+    pub sessions: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub reasoning_tokens: u64,
+    /// Sum of call durations (time spent waiting on providers).
+    pub duration_ms: u64,
+    /// Earliest and latest `created_at_ms`; `None` when nothing matched.
+    pub first_at_ms: Option<i64>,
+    pub last_at_ms: Option<i64>,
+    /// The calls whose price was unknown, and what they consumed.
+    pub unknown_cost: UnknownCost,
+}
+
+/// Calls recorded without a price (a model missing from the price table).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnknownCost {
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+}
+
+/// One agent, model or provider's share.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Breakdown {
+    pub key: String,
+    pub cost_usd: f64,
+    pub requests: u64,
+    /// Of `requests`, how many had no known price.
+    pub unknown_cost_requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Share of the report's known cost, 0–100; 0 when that cost is 0.
+    pub percent: f64,
+}
+
+/// Known cost split by what was paid for. Percentages are of the report's
+/// known total, so they add up to 100 when each row's `total_usd` is the sum
+/// of its four parts (as the pricing code writes them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CostTypes {
+    pub input_usd: f64,
+    pub output_usd: f64,
+    pub cache_read_usd: f64,
+    pub cache_write_usd: f64,
+    pub input_percent: f64,
+    pub output_percent: f64,
+    pub cache_read_percent: f64,
+    pub cache_write_percent: f64,
+}
+
+/// One local calendar day of [`crate::store::Store::daily_costs`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DayCost {
+    /// `YYYY-MM-DD` in the caller's local time.
+    pub day: String,
+    /// Known cost recorded that day.
+    pub cost_usd: f64,
+    /// Every call recorded that day, priced or not.
+    pub requests: u64,
+}
+
+/// What has been spent so far, for budget checks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Spend {
+    /// Known cost of every call made for the session, ever.
+    pub session_usd: f64,
+    /// Known cost of every call in `[day_start_ms, day_end_ms)`, in every
+    /// session and by every process sharing the file.
+    pub day_usd: f64,
+}
+
+/// Sums for one `(agent, provider, model, cost_known)` group, as SQL returns them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct GroupSums {
+    pub agent: String,
+    pub provider: String,
+    pub model: String,
+    pub cost_known: bool,
+    pub requests: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read_tokens: u64,
+    pub cache_write_tokens: u64,
+    pub reasoning_tokens: u64,
+    pub input_usd: f64,
+    pub output_usd: f64,
+    pub cache_read_usd: f64,
+    pub cache_write_usd: f64,
+    pub total_usd: f64,
+    pub duration_ms: u64,
+}
+
+/// The figures that cannot be summed per group.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Distinct {
+    pub messages: u64,
+    pub sessions: u64,
+    pub first_at_ms: Option<i64>,
+    pub last_at_ms: Option<i64>,
+}
+
+/// The WHERE clause and its arguments for a query (shared by both report queries).
+fn filter(q: &ReportQuery) -> (String, Vec<&dyn ToSql>) {
+    let mut clauses = Vec::new();
+    let mut args: Vec<&dyn ToSql> = Vec::new();
+    if let Some(from) = &q.from_ms {
+        clauses.push("created_at_ms >= ?");
+        args.push(from);
+    }
+    if let Some(to) = &q.to_ms {
+        clauses.push("created_at_ms < ?");
+        args.push(to);
+    }
+    if let Some(session) = &q.session_id {
+        clauses.push("session_id = ?");
+        args.push(session);
+    }
+    if let Some(model) = &q.model {
+        clauses.push("model = ?");
+        args.push(model);
+    }
+    if let Some(provider) = &q.provider {
+        clauses.push("provider = ?");
+        args.push(provider);
+    }
+    if clauses.is_empty() {
+        (String::new(), args)
+    } else {
+        (format!("WHERE {}", clauses.join(" AND ")), args)
+    }
+}
+
+fn count(v: i64) -> u64 {
+    v.max(0) as u64
+}
+
+pub(crate) fn usage_report(conn: &Connection, path: &Path, q: &ReportQuery) -> Result<UsageReport, StoreError> {
+    let err = |e: rusqlite::Error| from_sqlite(path, "building a usage report", &e);
+    // One read transaction so both queries see the same rows even while
+    // other processes keep recording.
+    let tx = conn.unchecked_transaction().map_err(err)?;
+    let (where_clause, args) = filter(q);
+    let groups_sql = format!(
+        "SELECT agent, provider, model, cost_known, count(*),
+             total(input_tokens), total(output_tokens), total(cache_read_tokens), total(cache_write_tokens),
+             total(reasoning_tokens), total(input_usd), total(output_usd), total(cache_read_usd),
+             total(cache_write_usd), total(total_usd), total(duration_ms)
+         FROM usage {where_clause}
+         GROUP BY agent, provider, model, cost_known"
+    );
+    let groups = tx
+        .prepare_cached(&groups_sql)
+        .and_then(|mut s| {
+            s.query_map(params_from_iter(&args), |r| {
+                // total() sums in floating point, exact for counts below 2^53.
+                let n = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, f64>(i)?.max(0.0) as u64) };
+                Ok(GroupSums {
+                    agent: r.get(0)?,
+                    provider: r.get(1)?,
+                    model: r.get(2)?,
+                    cost_known: r.get(3)?,
+                    requests: count(r.get(4)?),
+                    input_tokens: n(5)?,
+                    output_tokens: n(6)?,
+                    cache_read_tokens: n(7)?,
+                    cache_write_tokens: n(8)?,
+                    reasoning_tokens: n(9)?,
+                    input_usd: r.get(10)?,
+                    output_usd: r.get(11)?,
+                    cache_read_usd: r.get(12)?,
+                    cache_write_usd: r.get(13)?,
+                    total_usd: r.get(14)?,
+                    duration_ms: n(15)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(err)?;
+    let distinct_sql = format!(
+        "SELECT count(DISTINCT message_id), count(DISTINCT session_id), min(created_at_ms), max(created_at_ms)
+         FROM usage {where_clause}"
+    );
+    let distinct = tx
+        .prepare_cached(&distinct_sql)
+        .and_then(|mut s| {
+            s.query_row(params_from_iter(&args), |r| {
+                Ok(Distinct {
+                    messages: count(r.get(0)?),
+                    sessions: count(r.get(1)?),
+                    first_at_ms: r.get(2)?,
+                    last_at_ms: r.get(3)?,
+                })
+            })
+        })
+        .map_err(err)?;
+    Ok(assemble(&groups, distinct))
+}
+
+/// Builds the report from per-group sums: totals, the three breakdowns
+/// (sorted by cost, then requests, then key, so equal rows keep a stable
+/// order) and the cost-type split.
+pub(crate) fn assemble(groups: &[GroupSums], distinct: Distinct) -> UsageReport {
+    let mut totals = Totals {
+        messages: distinct.messages,
+        sessions: distinct.sessions,
+        first_at_ms: distinct.first_at_ms,
+        last_at_ms: distinct.last_at_ms,
+        ..Totals::default()
+    };
+    let mut types = CostTypes::default();
+    let mut agents: HashMap<&str, Breakdown> = HashMap::new();
+    let mut models: HashMap<&str, Breakdown> = HashMap::new();
+    let mut providers: HashMap<&str, Breakdown> = HashMap::new();
+    for g in groups {
+        totals.requests += g.requests;
+        totals.input_tokens += g.input_tokens;
+        totals.output_tokens += g.output_tokens;
+        totals.cache_read_tokens += g.cache_read_tokens;
+        totals.cache_write_tokens += g.cache_write_tokens;
+        totals.reasoning_tokens += g.reasoning_tokens;
+        totals.duration_ms += g.duration_ms;
+        if g.cost_known {
+            totals.cost_usd += g.total_usd;
+            types.input_usd += g.input_usd;
+            types.output_usd += g.output_usd;
+            types.cache_read_usd += g.cache_read_usd;
+            types.cache_write_usd += g.cache_write_usd;
+        } else {
+            let u = &mut totals.unknown_cost;
+            u.requests += g.requests;
+            u.input_tokens += g.input_tokens;
+            u.output_tokens += g.output_tokens;
+            u.cache_read_tokens += g.cache_read_tokens;
+            u.cache_write_tokens += g.cache_write_tokens;
+        }
+        for (map, key) in [
+            (&mut agents, g.agent.as_str()),
+            (&mut models, g.model.as_str()),
+            (&mut providers, g.provider.as_str()),
+        ] {
+            let b = map.entry(key).or_insert_with(|| Breakdown {
+                key: key.to_string(),
+                ..Breakdown::default()
+            });
+            b.requests += g.requests;
+            b.input_tokens += g.input_tokens;
+            b.output_tokens += g.output_tokens;
+            if g.cost_known {
+                b.cost_usd += g.total_usd;
+            } else {
+                b.unknown_cost_requests += g.requests;
+            }
+        }
+    }
+    let total = totals.cost_usd;
+    types.input_percent = percent(types.input_usd, total);
+    types.output_percent = percent(types.output_usd, total);
+    types.cache_read_percent = percent(types.cache_read_usd, total);
+    types.cache_write_percent = percent(types.cache_write_usd, total);
+    UsageReport {
+        totals,
+        by_agent: ranked(agents, total),
+        by_model: ranked(models, total),
+        by_provider: ranked(providers, total),
+        by_cost_type: types,
+    }
+}
+
+/// `part` as a percentage of `whole`; 0 when there is nothing to divide.
+pub(crate) fn percent(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        part / whole * 100.0
+    } else {
+        0.0
+    }
+}
+
+fn ranked(map: HashMap<&str, Breakdown>, total: f64) -> Vec<Breakdown> {
+    let mut rows: Vec<Breakdown> = map
+        .into_values()
+        .map(|mut b| {
+            b.percent = percent(b.cost_usd, total);
+            b
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        b.cost_usd
+            .total_cmp(&a.cost_usd)
+            .then(b.requests.cmp(&a.requests))
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    rows
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Most days one `daily_costs` call returns (a century); beyond that the
+/// caller almost certainly passed a bad number.
+pub const MAX_DAYS: u32 = 36_600;
+
+/// The window of `days` local calendar days starting with the day that
+/// contains `from_ms`, as `(start_ms, first_day_index)`: `start_ms` is that
+/// day's local midnight in UTC milliseconds, `first_day_index` its number of
+/// days since 1970-01-01 (local).
+pub(crate) fn day_window(from_ms: i64, tz_offset_s: i32) -> (i64, i64) {
+    let tz_ms = i64::from(tz_offset_s) * 1000;
+    let first_day = from_ms.saturating_add(tz_ms).div_euclid(DAY_MS);
+    (first_day * DAY_MS - tz_ms, first_day)
+}
+
+/// `YYYY-MM-DD` of a day counted from 1970-01-01.
+pub(crate) fn day_label(days_since_epoch: i64) -> String {
+    const UNIX_EPOCH_JULIAN_DAY: i64 = 2_440_588;
+    i32::try_from(days_since_epoch + UNIX_EPOCH_JULIAN_DAY)
+        .ok()
+        .and_then(|jd| time::Date::from_julian_day(jd).ok())
+        .map(|d| format!("{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day()))
+        .unwrap_or_else(|| format!("day {days_since_epoch}"))
+}
+
+pub(crate) fn daily_costs(
+    conn: &Connection,
+    path: &Path,
+    from_ms: i64,
+    days: u32,
+    tz_offset_s: i32,
+) -> Result<Vec<DayCost>, StoreError> {
+    if days > MAX_DAYS {
+        return Err(StoreError::InvalidInput {
+            detail: format!("daily_costs for {days} days; at most {MAX_DAYS} are supported"),
+        });
+    }
+    let (start_ms, first_day) = day_window(from_ms, tz_offset_s);
+    let end_ms = start_ms.saturating_add(i64::from(days) * DAY_MS);
+    let mut out: Vec<DayCost> = (0..i64::from(days))
+        .map(|i| DayCost {
+            day: day_label(first_day + i),
+            cost_usd: 0.0,
+            requests: 0,
+        })
+        .collect();
+    // Offsets from the window start are never negative, so integer division
+    // is a floor and each row lands in its local day.
+    let sums = conn
+        .prepare_cached(
+            "SELECT (created_at_ms - ?1) / 86400000 AS day,
+                 total(CASE WHEN cost_known THEN total_usd END), count(*)
+             FROM usage WHERE created_at_ms >= ?1 AND created_at_ms < ?2
+             GROUP BY day",
+        )
+        .and_then(|mut s| {
+            s.query_map(params![start_ms, end_ms], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, f64>(1)?, r.get::<_, i64>(2)?))
+            })?
+            .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| from_sqlite(path, "summing daily costs", &e))?;
+    for (day, cost, requests) in sums {
+        if let Some(slot) = usize::try_from(day).ok().and_then(|i| out.get_mut(i)) {
+            slot.cost_usd = cost;
+            slot.requests = count(requests);
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn spend(
+    conn: &Connection,
+    path: &Path,
+    session_id: &str,
+    day_start_ms: i64,
+    day_end_ms: i64,
+) -> Result<Spend, StoreError> {
+    let err = |e: rusqlite::Error| from_sqlite(path, "reading spend", &e);
+    let session_usd = conn
+        .prepare_cached("SELECT total(total_usd) FROM usage WHERE session_id = ?1 AND cost_known = 1")
+        .and_then(|mut s| s.query_row([session_id], |r| r.get(0)))
+        .map_err(err)?;
+    let day_usd = conn
+        .prepare_cached(
+            "SELECT total(total_usd) FROM usage WHERE created_at_ms >= ?1 AND created_at_ms < ?2 AND cost_known = 1",
+        )
+        .and_then(|mut s| s.query_row([day_start_ms, day_end_ms], |r| r.get(0)))
+        .map_err(err)?;
+    Ok(Spend { session_usd, day_usd })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(agent: &str, provider: &str, model: &str, known: bool, requests: u64, usd: f64) -> GroupSums {
+        GroupSums {
+            agent: agent.into(),
+            provider: provider.into(),
+            model: model.into(),
+            cost_known: known,
+            requests,
+            input_tokens: 100 * requests,
+            output_tokens: 10 * requests,
+            input_usd: usd * 0.25,
+            output_usd: usd * 0.75,
+            total_usd: usd,
+            ..GroupSums::default()
+        }
+    }
+
+    #[test]
+    fn breakdowns_merge_groups_and_rank_by_cost() {
+        let groups = [
+            group("main", "openai", "gpt", true, 2, 3.0),
+            group("main", "anthropic", "claude", true, 1, 1.0),
+            group("title", "openai", "gpt", true, 5, 0.0),
+            group("main", "local", "llama", false, 4, 0.0),
+        ];
+        let r = assemble(&groups, Distinct::default());
+        assert_eq!(r.totals.cost_usd, 4.0);
+        assert_eq!(r.totals.requests, 12);
+        assert_eq!(r.totals.unknown_cost.requests, 4);
+        assert_eq!(r.totals.unknown_cost.input_tokens, 400);
+        let models: Vec<(&str, f64, u64)> = r
+            .by_model
+            .iter()
+            .map(|b| (b.key.as_str(), b.percent, b.requests))
+            .collect();
+        assert_eq!(models, [("gpt", 75.0, 7), ("claude", 25.0, 1), ("llama", 0.0, 4)]);
+        assert_eq!(r.by_agent[0].key, "main");
+        assert_eq!(r.by_agent[0].unknown_cost_requests, 4);
+        assert_eq!(r.by_agent[1].key, "title");
+        assert_eq!(r.by_cost_type.input_percent, 25.0);
+        assert_eq!(r.by_cost_type.output_percent, 75.0);
+    }
+
+    #[test]
+    fn zero_cost_gives_zero_percentages() {
+        let r = assemble(&[group("main", "local", "llama", false, 3, 0.0)], Distinct::default());
+        assert_eq!(r.by_model[0].percent, 0.0);
+        assert_eq!(r.by_cost_type.input_percent, 0.0);
+        assert!(assemble(&[], Distinct::default()).by_agent.is_empty());
+    }
+
+    #[test]
+    fn day_window_starts_at_local_midnight() {
+        // 2024-03-10T23:30:00Z is 2024-03-11 01:30 at UTC+2: that day starts 2024-03-10T22:00Z.
+        let t = 1_710_113_400_000;
+        let (start, day) = day_window(t, 7200);
+        assert_eq!(start, 1_710_108_000_000);
+        assert_eq!(day_label(day), "2024-03-11");
+        // At UTC-5 the same instant is 2024-03-10 18:30, a day starting 05:00Z.
+        let (start, day) = day_window(t, -18_000);
+        assert_eq!(start, 1_710_046_800_000);
+        assert_eq!(day_label(day), "2024-03-10");
+    }
+
+    #[test]
+    fn day_labels_cross_months_leap_days_and_the_epoch() {
+        assert_eq!(day_label(0), "1970-01-01");
+        assert_eq!(day_label(-1), "1969-12-31");
+        assert_eq!(day_label(19_782), "2024-02-29");
+        assert_eq!(day_label(19_783), "2024-03-01");
+    }
+}

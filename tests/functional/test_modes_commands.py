@@ -1,0 +1,128 @@
+"""Modes (ask, architect, code), the switch_mode flow, and slash commands
+with their completion — in a real Neovim against the scenario server."""
+
+import pytest
+from pynvim.api.common import NvimError
+
+from conftest import scenario_setup
+
+
+@pytest.fixture
+def ed(editor_factory, server, tmp_path):
+    e = editor_factory(setup=scenario_setup(server))
+    e.lua("vim.cmd.cd(...)", str(tmp_path))
+    return e
+
+
+def posts(server):
+    return [r for r in server.requests() if r["method"] == "POST"]
+
+
+def test_modes_use_acp_shape_and_switching_fires_an_event(ed):
+    modes = ed.lua("return require('mia').modes()")
+    assert modes["currentModeId"] == "ask"
+    assert [m["id"] for m in modes["availableModes"]] == ["ask", "architect", "code"]
+    assert all(m["name"] and m["description"] for m in modes["availableModes"])
+    ed.lua("""_G.changed = nil
+      vim.api.nvim_create_autocmd('User', { pattern = 'MiaModeChanged', callback = function(a) _G.changed = a.data end })""")
+    ed.nvim.command("Mia mode code")
+    assert ed.lua("return changed") == {"modeId": "code", "previousModeId": "ask"}
+    assert ed.lua("return require('mia').modes().currentModeId") == "code"
+    assert ed.lua("return require('mia').statusline()").startswith("mia code echo $")
+    with pytest.raises(NvimError, match="unknown mode `nope`. Modes: ask, architect, code"):
+        ed.lua("require('mia').set_mode('nope')")
+
+
+def test_a_mode_switch_mid_run_takes_effect_at_the_next_request(ed, server):
+    ed.lua("""require('mia').register_tool({ name = 'go_architect', description = 'switch',
+      execute = function() require('mia').set_mode('architect'); return 'switched' end })""")
+    ed.nvim.command("Mia prompt tool go_architect {}")
+    ed.wait("require('mia.chat').state() == 'done'")
+    first, second = posts(server)[-2:]
+    names = lambda body: {t["function"]["name"] for t in body.get("tools", [])}
+    assert "write_file" in names(first["body"])
+    assert "write_file" not in names(second["body"]) and "bash" not in names(second["body"])
+    assert "switch_mode" in names(second["body"])
+    assert "architect mode" in second["body"]["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("option,mode,reply", [
+    (1, "code", "The user approved the plan (allow_always); mode is now code."),
+    (2, "ask", "The user approved the plan (allow_once); mode is now ask."),
+    (3, "architect", "The user chose to stay in architect mode (reject_once)."),
+])
+def test_switch_mode_offers_the_three_acp_options(ed, server, option, mode, reply):
+    ed.nvim.command("Mia mode architect")
+    ed.lua("""local option = ...
+      vim.ui.select = function(items, opts, cb) _G.asked = { items = items, prompt = opts.prompt }; cb(items[option], option) end""", option)
+    ed.nvim.command('Mia prompt tool switch_mode {"plan": "1. read 2. edit"}')
+    ed.wait("require('mia.chat').state() == 'done'")
+    asked = ed.lua("return asked")
+    assert asked["items"] == ["Yes, and auto-accept all actions", "Yes, and manually accept actions", "No, stay in architect mode"]
+    assert "1. read 2. edit" in asked["prompt"]
+    assert ed.lua("return require('mia').modes().currentModeId") == mode
+    result = [m for m in posts(server)[-1]["body"]["messages"] if m["role"] == "tool"][-1]["content"]
+    assert result.startswith(reply)
+
+
+def test_switch_mode_is_offered_only_in_architect_mode(ed, server):
+    ed.nvim.command("Mia prompt echo hi")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert "switch_mode" not in {t["function"]["name"] for t in posts(server)[-1]["body"]["tools"]}
+
+
+def test_slash_command_names_complete_with_descriptions(ed):
+    start, items = ed.lua("return { require('mia.slash').complete('/co') }")
+    assert start == 0
+    assert [(i["word"], i["menu"]) for i in items] == [("/costs", "cost report")]  # /compact: empty chat
+    _, items = ed.lua("return { require('mia.slash').complete('/mode ') }")
+    assert [i["word"] for i in items] == ["ask", "architect", "code"]
+    _, items = ed.lua("return { require('mia.slash').complete('/model ') }")
+    assert items[0]["abbr"] == "provider/model"
+
+
+def test_the_prompt_buffer_completes_and_sends(ed, server):
+    ed.nvim.command("Mia open")
+    assert ed.lua("return vim.bo.filetype") == "mia_prompt"
+    assert ed.lua("return vim.bo.omnifunc") == "v:lua.require'mia.prompt'.complete"
+    ed.lua("vim.api.nvim_set_current_line('/he'); vim.api.nvim_win_set_cursor(0, { 1, 3 })")
+    assert ed.lua("return require('mia.prompt').complete(1, '')") == 0
+    assert [i["word"] for i in ed.lua("return require('mia.prompt').complete(0, '/he')")] == ["/help"]
+    ed.lua("vim.api.nvim_buf_set_lines(0, 0, -1, false, { 'echo from the prompt' })")
+    ed.lua("require('mia.prompt').send()")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert ed.chat_text().endswith("echo from the prompt")
+    assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)") == [""]
+
+
+def test_user_commands_run_and_announce_themselves(ed):
+    ed.lua("""_G.updates = {}
+      vim.api.nvim_create_autocmd('User', { pattern = 'MiaCommandsChanged', callback = function(a) table.insert(updates, a.data) end })
+      require('mia').register_command({ name = 'hello', description = 'greets', input_hint = 'name',
+        run = function(input) _G.greeted = input end })""")
+    update = ed.lua("return updates[#updates]")
+    assert update["sessionUpdate"] == "available_commands_update"
+    assert {"name": "hello", "description": "greets", "input": {"hint": "name"}} in update["availableCommands"]
+    ed.nvim.command("Mia prompt /hello world")
+    assert ed.lua("return greeted") == "world"
+
+
+def test_unknown_command_suggests_close_names_and_never_reaches_the_model(ed, server):
+    with pytest.raises(NvimError, match=r"unknown command /hepl. Did you mean /help\?"):
+        ed.nvim.command("Mia prompt /hepl")
+    assert posts(server) == []
+    with pytest.raises(NvimError, match=r"/compact is not available now"):
+        ed.nvim.command("Mia prompt /compact")
+
+
+def test_compact_becomes_available_once_the_chat_has_messages(ed, server):
+    ed.lua("""_G.updates = {}
+      vim.api.nvim_create_autocmd('User', { pattern = 'MiaCommandsChanged', callback = function(a) table.insert(updates, a.data) end })""")
+    ed.nvim.command("Mia prompt echo one")
+    ed.wait("require('mia.chat').state() == 'done'")
+    names = [c["name"] for c in ed.lua("return require('mia.slash').available()")]
+    assert "compact" in names
+    ed.nvim.command("Mia prompt /compact")
+    ed.wait("#require('mia.chat').history() == 1")
+    assert ed.lua("return require('mia.chat').history()[1].parts[1].text").startswith("(Summary of the earlier conversation)")
+    assert posts(server)[-1]["body"]["messages"][-1]["content"].startswith("Summarize the conversation so far:")
