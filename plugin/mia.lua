@@ -5,7 +5,7 @@ if vim.g.loaded_mia then
 end
 vim.g.loaded_mia = true
 
-local names = { "prompt", "stop", "open", "new", "mode", "tools", "costs", "clear", "health" }
+local names = { "prompt", "stop", "open", "new", "sessions", "rename", "mode", "tools", "costs", "clear", "health" }
 
 vim.api.nvim_create_user_command("Mia", function(opts)
   require("mia.commands").run(opts)

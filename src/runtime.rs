@@ -110,3 +110,30 @@ pub fn session_mode(session: &str) -> Option<String> {
     let map = SESSION_MODES.lock().unwrap_or_else(|p| p.into_inner());
     map.as_ref()?.get(session).cloned()
 }
+
+static STORE: tokio::sync::OnceCell<Option<Arc<crate::store::Store>>> = tokio::sync::OnceCell::const_new();
+
+/// The store in `data_dir/mia.sqlite3`, opened on first use (on the
+/// runtime's blocking pool: opening touches the disk). `None` when no data
+/// directory is configured or the file cannot be opened (logged; mia then
+/// works without history or reports rather than not at all).
+pub async fn store() -> Option<Arc<crate::store::Store>> {
+    STORE
+        .get_or_init(|| async {
+            let dir = agent_settings().data_dir?;
+            let path = dir.join("mia.sqlite3");
+            match tokio::task::spawn_blocking(move || crate::store::Store::open(&path)).await {
+                Ok(Ok(store)) => Some(Arc::new(store)),
+                Ok(Err(e)) => {
+                    tracing::error!("cannot open the store: {e}");
+                    None
+                }
+                Err(e) => {
+                    tracing::error!("cannot open the store: {e}");
+                    None
+                }
+            }
+        })
+        .await
+        .clone()
+}

@@ -43,6 +43,63 @@ function M.set_mode(id)
   session.mode = id
 end
 
+local function message_text(m)
+  local out = {}
+  for _, p in ipairs(m.parts or {}) do
+    if p.type == "text" then
+      out[#out + 1] = p.text
+    elseif p.type == "tool_call" then
+      out[#out + 1] = "⚙ **" .. p.name .. "**"
+    end
+  end
+  return table.concat(out, "\n\n")
+end
+
+--- Reopens a stored session (from mia.sessions.load): its history and transcript.
+function M.load(data)
+  if current then
+    current.handle:cancel()
+  end
+  local b = M.buffer()
+  api.nvim_buf_set_lines(b, 0, -1, false, {})
+  require("mia.chat.blocks").reset()
+  history = {}
+  session = {
+    id = data.session.sessionId,
+    title = data.session.title,
+    mode = data.mode ~= "" and data.mode or nil,
+    cost_usd = 0,
+  }
+  local model = data.model ~= "" and data.model or require("mia.config").get().model
+  local parts = {}
+  for _, m in ipairs(data.messages) do
+    local text = message_text(m)
+    if m.role == "user" then
+      table.insert(history, { role = "user", parts = m.parts })
+      parts[#parts + 1] = (#parts > 0 and "\n\n" or "") .. "## You\n\n" .. text
+    elseif m.role == "assistant" then
+      if #(m.parts or {}) > 0 then
+        table.insert(history, { role = "assistant", parts = m.parts })
+      end
+      parts[#parts + 1] = "\n\n## mia · " .. model .. "\n\n" .. text .. (m.state == "cancelled" and CANCELLED or "")
+    elseif m.role == "tool" then
+      table.insert(history, { role = "tool", parts = m.parts })
+    end
+  end
+  writer.append(b, table.concat(parts))
+  writer.flush()
+  last_state = "idle"
+  M.open()
+end
+
+--- Renames the current session (stored at once when it already exists).
+function M.rename(title)
+  session.title = title
+  if session.id then
+    pcall(require("mia.sessions").rename, session.id, title)
+  end
+end
+
 --- Starts a fresh session: an empty chat with a new id.
 function M.new_session()
   M.clear()

@@ -50,6 +50,21 @@ M.subcommands = {
       require("mia.tools.view").show()
     end,
   },
+  sessions = {
+    desc = "pick a past session and resume it",
+    run = function()
+      require("mia.sessions").pick()
+    end,
+  },
+  rename = {
+    desc = "rename the current session: :Mia rename {title}",
+    run = function(args)
+      if vim.trim(args) == "" then
+        error("mia: usage: :Mia rename {title}", 0)
+      end
+      require("mia.chat").rename(vim.trim(args))
+    end,
+  },
   costs = {
     desc = "cost report: session, daily, weekly, model {id}, provider {id}",
     run = function(args)

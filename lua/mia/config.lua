@@ -39,6 +39,13 @@
 --- @field max_read_bytes? integer Largest file read whole (default 262144)
 --- @field output_cap_bytes? integer Most tool output returned to the model (default 32768)
 
+--- @class mia.CostsConfig
+--- @field session_warning_usd? number Warn once when a session's cost passes this
+--- @field session_limit_usd? number Stop before the next request once a session has cost this (asks to continue)
+--- @field daily_warning_usd? number Warn once when today's cost (all sessions, all Neovims) passes this
+--- @field daily_limit_usd? number Stop before the next request once today's cost reaches this
+--- @field hard_limit? boolean Refuse instead of asking when a limit is reached (default false)
+
 --- @class mia.ChatConfig
 --- @field position? "right"|"left"|"bottom"|"top" Where the chat split opens (default "right").
 --- @field size? integer Width (or height) of the split; 0 lets Neovim halve the window (default 0).
@@ -52,6 +59,8 @@
 --- @field retry? mia.RetryConfig How failed requests are retried.
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
+--- @field costs? mia.CostsConfig Cost warnings and limits.
+--- @field pricing? table<string, { input: number, output: number, cache_read?: number, cache_write?: number }> USD per million tokens, by "provider/model"; overrides the built-in price list.
 --- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
 --- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
 --- @field log_level? "error"|"warn"|"info"|"debug"|"trace" How much goes to the log (default "info").
@@ -173,6 +182,29 @@ local function validate(opts)
       end
     end
   end
+  check_type("costs", opts.costs, "table", true)
+  for key, v in pairs(opts.costs or {}) do
+    if key == "hard_limit" then
+      check_type("costs.hard_limit", v, "boolean")
+    elseif not ({ session_warning_usd = 1, session_limit_usd = 1, daily_warning_usd = 1, daily_limit_usd = 1 })[key] then
+      fail("costs." .. tostring(key), "is not a cost option (session_warning_usd, session_limit_usd, daily_warning_usd, daily_limit_usd, hard_limit)", v)
+    elseif type(v) ~= "number" or v < 0 then
+      fail("costs." .. key, "must be a number of US dollars >= 0", v)
+    end
+  end
+  check_type("pricing", opts.pricing, "table", true)
+  for model, p in pairs(opts.pricing or {}) do
+    local path = "pricing[" .. vim.inspect(model) .. "]"
+    if type(model) ~= "string" or not model:match("^[^/]+/.+") then
+      fail(path, 'must be keyed by "provider/model"', model)
+    end
+    check_type(path, p, "table")
+    for _, k in ipairs({ "input", "output" }) do
+      if type(p[k]) ~= "number" then
+        fail(path .. "." .. k, "must be a price in USD per million tokens", p[k])
+      end
+    end
+  end
   check_type("tools", opts.tools, "table", true)
   for key, v in pairs(opts.tools or {}) do
     if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) then
@@ -224,7 +256,12 @@ function M.core()
     end
     providers[name] = entry
   end
-  return { providers = next(providers) and providers or nil, timeouts = c.timeouts, retry = c.retry }
+  return {
+    providers = next(providers) and providers or nil,
+    timeouts = c.timeouts,
+    retry = c.retry,
+    pricing = (c.pricing and next(c.pricing)) and c.pricing or nil,
+  }
 end
 
 --- The part of the configuration the agent loop needs.
@@ -248,6 +285,7 @@ function M.agent()
   return {
     permissions = { modes = policies, rules = rules },
     mode_prompts = next(prompts) and prompts or vim.empty_dict(),
+    costs = (c.costs and next(c.costs)) and c.costs or vim.empty_dict(),
     data_dir = c.data_dir,
     max_turns = c.tools.max_turns,
     bash_timeout_ms = c.tools.bash_timeout_ms,

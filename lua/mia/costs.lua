@@ -107,8 +107,19 @@ end
 function M.lines(report)
   local t = report.totals
   local lines = {
-    string.format("Cost %s: %s%s", report.title or "", M.usd(t.cost_usd), t.unknown_cost_requests > 0
-      and string.format("  (+ %d requests with unknown prices)", t.unknown_cost_requests) or ""),
+    string.format(
+      "Cost %s: %s%s",
+      report.title or "",
+      M.usd(t.cost_usd),
+      (t.unknown_cost and t.unknown_cost.requests > 0)
+          and string.format(
+            "  (+ %d requests with unknown prices: %s in · %s out tokens)",
+            t.unknown_cost.requests,
+            M.int(t.unknown_cost.input_tokens),
+            M.int(t.unknown_cost.output_tokens)
+          )
+        or ""
+    ),
     string.format(
       "Tokens: %s in · %s out · %s cache read · %s cache write · %s reasoning",
       M.int(t.input_tokens),

@@ -228,6 +228,13 @@ function M.set_mode(id)
   vim.cmd.redrawstatus({ bang = true })
 end
 
+--- Sessions: list, load, rename, delete (see |mia.sessions|).
+M.sessions = setmetatable({}, {
+  __index = function(_, k)
+    return require("mia.sessions")[k]
+  end,
+})
+
 --- Registers a slash command; see |mia.register_command()|.
 --- @param cmd mia.Command
 function M.register_command(cmd)

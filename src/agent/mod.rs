@@ -4,6 +4,7 @@
 //! summarized by the same model) and a retry.
 
 mod compaction;
+pub mod record;
 mod tool_round;
 
 pub use compaction::compact;
@@ -40,6 +41,8 @@ pub struct AgentSettings {
     pub ask_timeout_ms: u64,
     /// Extra system prompt per mode (e.g. architect's planning instructions).
     pub mode_prompts: std::collections::BTreeMap<String, String>,
+    /// Cost warnings and limits (`setup({ costs = ... })`).
+    pub costs: crate::cost::BudgetConfig,
 }
 
 impl Default for AgentSettings {
@@ -54,6 +57,7 @@ impl Default for AgentSettings {
             output_cap_bytes: limits.output_cap_bytes,
             ask_timeout_ms: 600_000,
             mode_prompts: Default::default(),
+            costs: Default::default(),
         }
     }
 }
@@ -78,6 +82,12 @@ pub struct AgentRequest {
     pub max_tokens: Option<u32>,
     #[serde(default)]
     pub temperature: Option<f64>,
+    /// The session's title (stored with it).
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Local time's offset from UTC, for calendar-day budgets.
+    #[serde(default)]
+    pub utc_offset_s: i32,
 }
 
 fn default_mode() -> String {
@@ -156,6 +166,11 @@ pub async fn run(
     let max_turns = req.max_turns.unwrap_or(deps.settings.max_turns).max(1);
     let mut history = req.messages.clone();
     let mut total = Usage::default();
+    let mut total_cost = crate::llm::delta::Cost {
+        known: true,
+        ..Default::default()
+    };
+    let mut recorder = record::Recorder::start(&deps, &req, &root).await;
     let mut compacted = false;
     let mut turn = 0;
     let mut last: Option<StreamDone> = None;
@@ -188,9 +203,17 @@ pub async fn run(
             temperature: req.temperature,
             extra_body: None,
         };
+        recorder.gate(&deps, stream, &cancel).await?;
         notify(&deps.queue, stream, json!({ "type": "turn", "turn": turn }));
         let q = deps.queue.clone();
-        let mut emit = |delta| q.push(Event::Delta { stream, delta });
+        let mut partial = recorder.partial();
+        let started_ms = record::now_ms();
+        let mut emit = |delta: crate::llm::delta::Delta| {
+            if let crate::llm::delta::Delta::Text { text } = &delta {
+                partial.push(text);
+            }
+            q.push(Event::Delta { stream, delta })
+        };
         let result = tokio::select! {
             r = crate::llm::stream_chat(&deps.providers, &chat, &mut emit) => r,
             _ = cancel.cancelled() => Err(LlmError::cancelled()),
@@ -208,10 +231,21 @@ pub async fn run(
                 );
                 continue;
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                let state = if e.class == ErrorClass::Cancelled {
+                    crate::store::MessageState::Cancelled
+                } else {
+                    crate::store::MessageState::Error
+                };
+                recorder.interrupted(&partial, state).await;
+                return Err(e);
+            }
         };
+        recorder.usage(&deps, stream, &done, &agent.name, started_ms).await;
         add_usage(&mut total, &done.usage);
+        add_cost(&mut total_cost, &done.cost);
         if !done.message.parts.is_empty() {
+            recorder.message(&done.message).await;
             history.push(done.message.clone());
             notify(
                 &deps.queue,
@@ -220,9 +254,7 @@ pub async fn run(
             );
         }
         if done.tool_calls.is_empty() {
-            let mut done = done;
-            done.usage = total;
-            return Ok(done);
+            return Ok(finish(done, total, total_cost, recorder.session_cost_usd));
         }
         let results = tool_round::run(
             &deps,
@@ -235,6 +267,7 @@ pub async fn run(
             &cancel,
         )
         .await;
+        recorder.message(&results).await;
         history.push(results.clone());
         notify(&deps.queue, stream, json!({ "type": "message", "message": results }));
         if cancel.is_cancelled() {
@@ -247,7 +280,31 @@ pub async fn run(
         stream,
         json!({ "type": "notice", "text": format!("stopped after {max_turns} turns (max_turns)") }),
     );
-    let mut done = last.ok_or_else(LlmError::cancelled)?;
+    let done = last.ok_or_else(LlmError::cancelled)?;
+    Ok(finish(done, total, total_cost, recorder.session_cost_usd))
+}
+
+/// The last turn's answer with the run's totals and the chat footer.
+fn finish(mut done: StreamDone, total: Usage, cost: crate::llm::delta::Cost, session_cost_usd: f64) -> StreamDone {
     done.usage = total;
-    Ok(done)
+    done.cost = cost;
+    done.footer = Some(crate::cost::footer(&done.model, &done.usage, &done.cost));
+    done.session_cost_usd = Some(session_cost_usd);
+    done
+}
+
+fn add_cost(total: &mut crate::llm::delta::Cost, c: &crate::llm::delta::Cost) {
+    if !c.known {
+        *total = crate::llm::delta::Cost::default();
+        return;
+    }
+    if !total.known {
+        return;
+    }
+    let add = |a: Option<f64>, b: Option<f64>| Some(a.unwrap_or(0.0) + b.unwrap_or(0.0));
+    total.total_usd = add(total.total_usd, c.total_usd);
+    total.input_usd = add(total.input_usd, c.input_usd);
+    total.output_usd = add(total.output_usd, c.output_usd);
+    total.cache_read_usd = add(total.cache_read_usd, c.cache_read_usd);
+    total.cache_write_usd = add(total.cache_write_usd, c.cache_write_usd);
 }

@@ -78,10 +78,16 @@ pub struct Resolved<'a> {
     pub price: &'a Price,
 }
 
+/// One provider's prices by model id.
+type Models = BTreeMap<String, Price>;
+
+/// A lookup rule applied within one provider's models (see [`PricingRegistry::price`]).
+type Rule = for<'a> fn(&'a String, &'a Models, &str) -> Option<Resolved<'a>>;
+
 /// Prices by catalogue provider, then model id.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PricingRegistry {
-    providers: BTreeMap<String, BTreeMap<String, Price>>,
+    providers: BTreeMap<String, Models>,
 }
 
 /// The shape of `data/pricing.json`.
@@ -196,8 +202,7 @@ impl PricingRegistry {
 
     /// Rule 3: the single provider that has `model`, exactly or by alias.
     fn unique_elsewhere(&self, model: &str) -> Option<Resolved<'_>> {
-        let rules: [for<'a> fn(&'a String, &'a BTreeMap<String, Price>, &str) -> Option<Resolved<'a>>; 2] =
-            [exact, by_alias];
+        let rules: [Rule; 2] = [exact, by_alias];
         for rule in rules {
             let mut hits = self
                 .providers
@@ -230,7 +235,7 @@ fn is_builtin_provider(provider: &str) -> bool {
     )
 }
 
-fn exact<'a>(provider: &'a String, models: &'a BTreeMap<String, Price>, model: &str) -> Option<Resolved<'a>> {
+fn exact<'a>(provider: &'a String, models: &'a Models, model: &str) -> Option<Resolved<'a>> {
     models.get_key_value(model).map(|(m, price)| Resolved {
         provider,
         model: m,
@@ -239,7 +244,7 @@ fn exact<'a>(provider: &'a String, models: &'a BTreeMap<String, Price>, model: &
 }
 
 /// Rule 2 within one provider.
-fn by_alias<'a>(provider: &'a String, models: &'a BTreeMap<String, Price>, model: &str) -> Option<Resolved<'a>> {
+fn by_alias<'a>(provider: &'a String, models: &'a Models, model: &str) -> Option<Resolved<'a>> {
     let base = match model_id::undated(model) {
         // Dated: the undated id, then its `-latest` alias.
         Some(base) if model_id::has_date(model) => {

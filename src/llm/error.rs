@@ -18,6 +18,8 @@ pub enum ErrorClass {
     NetworkError,
     Timeout,
     Cancelled,
+    /// A cost limit stopped the request before it was sent.
+    BudgetExceeded,
     /// A bug in mia itself (a panic caught at a task boundary).
     Internal,
 }
@@ -36,6 +38,7 @@ impl ErrorClass {
             ErrorClass::NetworkError => "network_error",
             ErrorClass::Timeout => "timeout",
             ErrorClass::Cancelled => "cancelled",
+            ErrorClass::BudgetExceeded => "budget_exceeded",
             ErrorClass::Internal => "internal",
         }
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use delta::{Accumulator, Cost, DecodeEvent, Delta, StreamDone};
+use delta::{Accumulator, DecodeEvent, Delta, StreamDone};
 use error::{ErrorClass, LlmError};
 use http::WireRequest;
 use message::{ChatRequest, StopReason};
@@ -312,15 +312,18 @@ async fn attempt_once(
         ));
     }
     let usage = acc.usage.unwrap_or_else(|| estimate_usage(req, &acc.text));
+    let cost = crate::cost::cost_of(&providers.pricing, &provider.name, model, &usage);
     Ok(StreamDone {
         message: acc.message(),
         retries: 0,
+        footer: None,
+        session_cost_usd: None,
         usage,
         stop_reason: acc.stop_reason.clone().unwrap_or(StopReason::EndTurn),
         text: acc.text,
         reasoning: acc.reasoning,
         tool_calls: acc.tool_calls,
-        cost: Cost::default(),
+        cost,
         provider: provider.name.clone(),
         model: model.to_string(),
     })

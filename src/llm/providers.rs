@@ -113,6 +113,8 @@ pub struct CoreConfig {
     pub providers: BTreeMap<String, ProviderConfig>,
     pub timeouts: Timeouts,
     pub retry: RetryConfig,
+    /// `setup({ pricing = { ["provider/model"] = { input, output, cache_read, cache_write } } })`.
+    pub pricing: HashMap<String, crate::cost::Price>,
 }
 
 /// A provider ready to be called: its URL, credentials and headers.
@@ -170,6 +172,8 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
 #[derive(Debug)]
 pub struct Providers {
     pub config: CoreConfig,
+    /// Built-in prices with the user's overrides.
+    pub pricing: crate::cost::PricingRegistry,
     pub rate_limits: super::ratelimit::RateLimits,
     clients: Mutex<HashMap<String, reqwest::Client>>,
 }
@@ -191,8 +195,13 @@ impl Providers {
             all.insert(name, user);
         }
         config.providers = all;
+        let pricing = crate::cost::PricingRegistry::with_overrides(config.pricing.clone()).unwrap_or_else(|e| {
+            tracing::warn!("ignoring the pricing overrides: {e}");
+            crate::cost::PricingRegistry::builtin().clone()
+        });
         Providers {
             config,
+            pricing,
             rate_limits: Default::default(),
             clients: Mutex::new(HashMap::new()),
         }

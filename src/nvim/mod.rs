@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+mod store_api;
+
 use mlua::prelude::*;
 use mlua::serde::SerializeOptions;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +46,7 @@ fn to_lua<T: serde::Serialize>(lua: &Lua, value: &T) -> LuaResult<LuaValue> {
 }
 
 /// What `stream()` returns to Lua besides the id: cancelling it stops the stream.
-struct StreamHandle {
+pub(crate) struct StreamHandle {
     id: u64,
     cancel: CancellationToken,
 }
@@ -125,7 +127,7 @@ fn send(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
 }
 
 /// Starts a one-shot job whose value arrives as one `result` event.
-fn start_job<F, Fut>(what: &str, job: F) -> LuaResult<StreamHandle>
+pub(crate) fn start_job<F, Fut>(what: &str, job: F) -> LuaResult<StreamHandle>
 where
     F: FnOnce(std::sync::Arc<crate::llm::providers::Providers>) -> Fut,
     Fut: std::future::Future<Output = Result<serde_json::Value, crate::llm::error::LlmError>> + Send + 'static,
@@ -412,6 +414,11 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
     m.set("set_mode", lua.create_function(set_mode)?)?;
+    m.set("costs", lua.create_function(store_api::costs)?)?;
+    m.set("sessions_list", lua.create_function(store_api::sessions_list)?)?;
+    m.set("session_load", lua.create_function(store_api::session_load)?)?;
+    m.set("session_rename", lua.create_function(store_api::session_rename)?)?;
+    m.set("session_delete", lua.create_function(store_api::session_delete)?)?;
     m.set("compact", lua.create_function(compact)?)?;
     m.set("register_tool", lua.create_function(register_tool)?)?;
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;

@@ -36,7 +36,8 @@ pub(crate) fn decode(text: &str, cwd: Option<&str>) -> Result<Cursor, StoreError
     let invalid = |reason: &str| StoreError::InvalidCursor {
         reason: reason.to_string(),
     };
-    let bytes = from_hex(text).ok_or_else(|| invalid("it is not a cursor this store handed out (expected hex text)"))?;
+    let bytes =
+        from_hex(text).ok_or_else(|| invalid("it is not a cursor this store handed out (expected hex text)"))?;
     if bytes.len() < FIXED_LEN {
         return Err(invalid("it is too short to be a cursor (truncated?)"));
     }
@@ -102,7 +103,7 @@ fn from_hex(text: &str) -> Option<Vec<u8>> {
         }
     }
     let raw = text.as_bytes();
-    if raw.is_empty() || raw.len() % 2 != 0 {
+    if raw.is_empty() || !raw.len().is_multiple_of(2) {
         return None;
     }
     raw.chunks_exact(2)
@@ -132,7 +133,10 @@ mod tests {
     #[test]
     fn cursor_from_another_filter_is_refused() {
         let text = encode(&sample(), Some("/a"));
-        assert!(matches!(decode(&text, Some("/b")), Err(StoreError::InvalidCursor { .. })));
+        assert!(matches!(
+            decode(&text, Some("/b")),
+            Err(StoreError::InvalidCursor { .. })
+        ));
         assert!(matches!(decode(&text, None), Err(StoreError::InvalidCursor { .. })));
         let empty = encode(&sample(), Some(""));
         assert!(decode(&empty, None).is_err());

@@ -21,7 +21,9 @@ pub enum StoreError {
     CreateDir { dir: PathBuf, detail: String },
 
     /// SQLite could not open the file at all (permissions, a directory in the way...).
-    #[error("cannot open mia's database {path}: {detail}; check that the file and its directory are readable and writable")]
+    #[error(
+        "cannot open mia's database {path}: {detail}; check that the file and its directory are readable and writable"
+    )]
     Open { path: PathBuf, detail: String },
 
     /// The file is not an SQLite database, or its pages are damaged.
@@ -53,7 +55,9 @@ pub enum StoreError {
     DiskFull { path: PathBuf },
 
     /// The file or its directory is not writable by this process.
-    #[error("mia cannot write to {path} (read-only file or directory); fix its permissions or point data_dir elsewhere")]
+    #[error(
+        "mia cannot write to {path} (read-only file or directory); fix its permissions or point data_dir elsewhere"
+    )]
     ReadOnly { path: PathBuf },
 
     /// The write names a session that does not exist (never created, or
@@ -86,11 +90,17 @@ pub enum StoreError {
 
     /// Any other SQLite failure; `op` says what the store was doing.
     #[error("database error while {op} on {path}: {detail}")]
-    Sqlite { op: &'static str, path: PathBuf, detail: String },
+    Sqlite {
+        op: &'static str,
+        path: PathBuf,
+        detail: String,
+    },
 
     /// The writer thread is gone (it panicked); no further writes can happen
     /// through this `Store`.
-    #[error("the database writer for {path} has stopped (it crashed; see mia's log); restart Neovim to reopen the store")]
+    #[error(
+        "the database writer for {path} has stopped (it crashed; see mia's log); restart Neovim to reopen the store"
+    )]
     WriterStopped { path: PathBuf },
 
     /// A read task was cancelled or panicked before it could answer.

@@ -1,1 +1,243 @@
-//! placeholder
+//! Persistence: sessions, their messages and one usage row per provider call,
+//! in one SQLite file under `data_dir` that several Neovim instances share.
+//!
+//! - Writes go through one writer thread per [`Store`] ([`writer`]), which
+//!   batches whatever is queued into one transaction and retries the whole
+//!   transaction while another process holds the lock. Async callers only
+//!   await a reply; nothing blocks the runtime or Neovim's main thread.
+//! - Reads run on a small pool of read-only connections ([`reader`]) inside
+//!   `spawn_blocking`. WAL mode lets them run while anyone writes.
+//! - The file's layout and its upgrades live in [`schema`]; reports in
+//!   [`reports`]; session and message reads in [`sessions`]; the pagination
+//!   cursor format in [`cursor`].
+//!
+//! Every async method must be awaited inside a tokio runtime (reads use
+//! `spawn_blocking`).
+
+mod cursor;
+mod error;
+mod reader;
+mod reports;
+mod rows;
+mod schema;
+mod sessions;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use error::StoreError;
+pub use reports::{Breakdown, CostTypes, DayCost, ReportQuery, Spend, Totals, UsageReport, MAX_DAYS};
+pub use rows::{MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};
+pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
+pub use sessions::MAX_PAGE;
+
+use reader::ReadPool;
+use rusqlite::Connection;
+use writer::{Job, Writer};
+
+/// A handle on one database file. Cheap to clone: clones share the writer
+/// thread and the read pool. Separate `Store`s on the same file (in this or
+/// another process) are safe too; they coordinate through SQLite's locks.
+///
+/// When the last clone is dropped, writes already queued are committed
+/// before the writer thread exits; the drop waits for that.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Writer,
+    readers: ReadPool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.inner.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, creating its parent
+    /// directories, and upgrades an older file to [`SCHEMA_VERSION`].
+    ///
+    /// Blocking (it may run migrations and wait on another process's lock):
+    /// call it at startup or from `spawn_blocking`, not from a hot async path.
+    ///
+    /// Fails with [`StoreError::NewerSchema`] for a file from a newer mia and
+    /// [`StoreError::Corrupt`] for a file that is not a usable database.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::CreateDir {
+                dir: dir.to_path_buf(),
+                detail: e.to_string(),
+            })?;
+        }
+        let conn = schema::open_writer(path)?;
+        let readers = ReadPool::new(path)?;
+        let writer = Writer::spawn(conn, path)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path: path.to_path_buf(),
+                writer,
+                readers,
+            }),
+        })
+    }
+
+    /// The file this store reads and writes.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    // ---- writes: each returns once its transaction has committed ----
+
+    /// Inserts the session, or updates it if the id exists: every field but
+    /// `created_at_ms`, and `title` only when given (a run that re-saves its
+    /// session without a title keeps the one the user set; clearing a title
+    /// is [`Store::rename_session`]'s job).
+    pub async fn upsert_session(&self, row: SessionRow) -> Result<(), StoreError> {
+        self.write(Job::UpsertSession(row)).await.map(drop)
+    }
+
+    /// Marks activity: `updated_at_ms` becomes the later of its current
+    /// value and the given one (so a late or skewed clock never moves a
+    /// session back in listings). [`StoreError::SessionNotFound`] if absent.
+    pub async fn touch_session(&self, id: &str, updated_at_ms: i64) -> Result<(), StoreError> {
+        self.write(Job::TouchSession {
+            id: id.to_string(),
+            updated_at_ms,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Sets the title (`None` clears it) without counting as activity.
+    /// [`StoreError::SessionNotFound`] if absent.
+    pub async fn rename_session(&self, id: &str, title: Option<&str>) -> Result<(), StoreError> {
+        self.write(Job::RenameSession {
+            id: id.to_string(),
+            title: title.map(str::to_string),
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Deletes the session and its messages. Its usage rows stay: money
+    /// spent still counts toward day budgets and reports. Deleting a missing
+    /// session succeeds (the outcome the caller wanted already holds).
+    pub async fn delete_session(&self, id: &str) -> Result<(), StoreError> {
+        self.write(Job::DeleteSession { id: id.to_string() }).await.map(drop)
+    }
+
+    /// Inserts the message, or rewrites it by id, keeping its first
+    /// `created_at_ms`. Used both to checkpoint a streaming message (state
+    /// `Streaming`, called repeatedly) and to store its final form.
+    ///
+    /// Checkpoints may be fired without awaiting, so they can arrive late: a
+    /// `Streaming` row never replaces a message that is already finished, nor
+    /// a checkpoint with a later `updated_at_ms` (it is dropped, and the call
+    /// still succeeds). A finished state always applies.
+    /// [`StoreError::SessionNotFound`] if the session does not exist;
+    /// [`StoreError::SeqTaken`] if another message holds its `seq`.
+    pub async fn upsert_message(&self, row: MessageRow) -> Result<(), StoreError> {
+        self.write(Job::UpsertMessage(row)).await.map(drop)
+    }
+
+    /// Appends one provider call's usage and returns its row id. The session
+    /// need not exist (calls outside sessions, or in since-deleted ones, are
+    /// still money spent).
+    pub async fn record_usage(&self, row: UsageRow) -> Result<i64, StoreError> {
+        self.write(Job::RecordUsage(row)).await
+    }
+
+    /// Moves the write-ahead log into the main file and truncates it, after
+    /// the writes queued before this call. For shutdown and measurements;
+    /// SQLite also checkpoints on its own as the log grows.
+    pub async fn checkpoint(&self) -> Result<(), StoreError> {
+        self.write(Job::Checkpoint).await.map(drop)
+    }
+
+    async fn write(&self, job: Job) -> Result<i64, StoreError> {
+        self.inner.writer.submit(job).await
+    }
+
+    // ---- reads ----
+
+    /// The session with this id, or `None`.
+    pub async fn session(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let id = id.to_string();
+        self.read(move |c, p| sessions::session(c, p, &id)).await
+    }
+
+    /// The session's messages ordered by `seq` (empty for an unknown session).
+    pub async fn messages(&self, session_id: &str) -> Result<Vec<MessageRow>, StoreError> {
+        let id = session_id.to_string();
+        self.read(move |c, p| sessions::messages(c, p, &id)).await
+    }
+
+    /// One page of sessions, most recently updated first (ties by id,
+    /// descending), only those whose `cwd` equals the given one if any.
+    ///
+    /// Pass `cursor: None` for the first page and then each page's
+    /// `next_cursor` (which is `None` on the last page). Cursors are tied to
+    /// the `cwd` filter they were made for; a cursor that was altered or
+    /// made for another filter is refused with [`StoreError::InvalidCursor`].
+    /// Sessions created or updated during a walk never make it repeat or skip
+    /// the sessions still to come, except that one updated before the walk
+    /// reaches it moves to the top (see the [`sessions`] module).
+    /// `limit` is clamped to `1..=`[`MAX_PAGE`].
+    pub async fn list_sessions(
+        &self,
+        cwd: Option<&str>,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<SessionPage, StoreError> {
+        let after = cursor.map(|c| cursor::decode(c, cwd)).transpose()?;
+        let cwd = cwd.map(str::to_string);
+        self.read(move |c, p| sessions::list(c, p, cwd.as_deref(), after.as_ref(), limit))
+            .await
+    }
+
+    /// Totals and breakdowns of the usage rows matching `query` (see
+    /// [`reports`] for what counts where).
+    pub async fn usage_report(&self, query: &ReportQuery) -> Result<UsageReport, StoreError> {
+        let query = query.clone();
+        self.read(move |c, p| reports::usage_report(c, p, &query)).await
+    }
+
+    /// Known cost and request count per local calendar day, oldest first:
+    /// `days` entries (zero days included) starting with the day that
+    /// contains `from_ms`, where local time is UTC + `tz_offset_s` seconds.
+    /// [`StoreError::InvalidInput`] past [`MAX_DAYS`].
+    pub async fn daily_costs(&self, from_ms: i64, days: u32, tz_offset_s: i32) -> Result<Vec<DayCost>, StoreError> {
+        self.read(move |c, p| reports::daily_costs(c, p, from_ms, days, tz_offset_s))
+            .await
+    }
+
+    /// What the session has cost so far, and what every session (in every
+    /// process sharing the file) has cost in `[day_start_ms, day_end_ms)`.
+    /// Answered from covering indexes; cheap enough to call before each request.
+    pub async fn spend(&self, session_id: &str, day_start_ms: i64, day_end_ms: i64) -> Result<Spend, StoreError> {
+        let id = session_id.to_string();
+        self.read(move |c, p| reports::spend(c, p, &id, day_start_ms, day_end_ms))
+            .await
+    }
+
+    /// Runs `f` on a pooled read connection on tokio's blocking pool.
+    async fn read<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, &Path) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || inner.readers.with(|c| f(c, &inner.path)))
+            .await
+            .map_err(|e| StoreError::ReadFailed {
+                path: self.inner.path.clone(),
+                detail: e.to_string(),
+            })?
+    }
+}

@@ -45,7 +45,7 @@ pub struct UsageReport {
 }
 
 /// Sums over every matching row. Token counts include rows without a known
-/// price; `cost_usd` does not (see `unknown_cost`).
+/// price; `cost_usd` does not (see `unknown_cost_*`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     /// Sum of `total_usd` over rows with `cost_known`.
@@ -66,18 +66,13 @@ pub struct Totals {
     /// Earliest and latest `created_at_ms`; `None` when nothing matched.
     pub first_at_ms: Option<i64>,
     pub last_at_ms: Option<i64>,
-    /// The calls whose price was unknown, and what they consumed.
-    pub unknown_cost: UnknownCost,
-}
-
-/// Calls recorded without a price (a model missing from the price table).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct UnknownCost {
-    pub requests: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
+    /// Calls recorded without a price (a model missing from the price
+    /// table), and what they consumed; included in the counts above.
+    pub unknown_cost_requests: u64,
+    pub unknown_cost_input_tokens: u64,
+    pub unknown_cost_output_tokens: u64,
+    pub unknown_cost_cache_read_tokens: u64,
+    pub unknown_cost_cache_write_tokens: u64,
 }
 
 /// One agent, model or provider's share.
@@ -287,12 +282,11 @@ pub(crate) fn assemble(groups: &[GroupSums], distinct: Distinct) -> UsageReport 
             types.cache_read_usd += g.cache_read_usd;
             types.cache_write_usd += g.cache_write_usd;
         } else {
-            let u = &mut totals.unknown_cost;
-            u.requests += g.requests;
-            u.input_tokens += g.input_tokens;
-            u.output_tokens += g.output_tokens;
-            u.cache_read_tokens += g.cache_read_tokens;
-            u.cache_write_tokens += g.cache_write_tokens;
+            totals.unknown_cost_requests += g.requests;
+            totals.unknown_cost_input_tokens += g.input_tokens;
+            totals.unknown_cost_output_tokens += g.output_tokens;
+            totals.unknown_cost_cache_read_tokens += g.cache_read_tokens;
+            totals.unknown_cost_cache_write_tokens += g.cache_write_tokens;
         }
         for (map, key) in [
             (&mut agents, g.agent.as_str()),
@@ -477,8 +471,8 @@ mod tests {
         let r = assemble(&groups, Distinct::default());
         assert_eq!(r.totals.cost_usd, 4.0);
         assert_eq!(r.totals.requests, 12);
-        assert_eq!(r.totals.unknown_cost.requests, 4);
-        assert_eq!(r.totals.unknown_cost.input_tokens, 400);
+        assert_eq!(r.totals.unknown_cost_requests, 4);
+        assert_eq!(r.totals.unknown_cost_input_tokens, 400);
         let models: Vec<(&str, f64, u64)> = r
             .by_model
             .iter()

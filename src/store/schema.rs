@@ -201,7 +201,9 @@ mod tests {
         migrate(&conn, path, &STEPS[..1]).unwrap();
         conn.execute("INSERT INTO a (x) VALUES (1)", []).unwrap();
         migrate(&conn, path, STEPS).unwrap();
-        let (x, y): (i64, i64) = conn.query_row("SELECT x, y FROM a", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+        let (x, y): (i64, i64) = conn
+            .query_row("SELECT x, y FROM a", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap();
         assert_eq!((x, y), (1, 7));
         assert_eq!(user_version(&conn, path).unwrap(), 2);
         // Running again is a no-op rather than a duplicate-column error.

@@ -56,7 +56,10 @@ pub(crate) fn messages(conn: &Connection, path: &Path, session_id: &str) -> Resu
             "SELECT id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms
              FROM messages WHERE session_id = ?1 ORDER BY seq",
         )
-        .and_then(|mut s| s.query_map([session_id], RawMessage::from_row)?.collect::<Result<Vec<_>, _>>())
+        .and_then(|mut s| {
+            s.query_map([session_id], RawMessage::from_row)?
+                .collect::<Result<Vec<_>, _>>()
+        })
         .map_err(|e| from_sqlite(path, "reading messages", &e))?;
     raw.into_iter().map(RawMessage::decode).collect()
 }
@@ -90,12 +93,11 @@ impl RawMessage {
     }
 
     fn decode(self) -> Result<MessageRow, StoreError> {
-        let role = serde_json::from_value(serde_json::Value::String(self.role.clone())).map_err(|_| {
-            StoreError::Decode {
+        let role =
+            serde_json::from_value(serde_json::Value::String(self.role.clone())).map_err(|_| StoreError::Decode {
                 what: "message role",
                 detail: format!("unknown role {:?} in message {:?}", self.role, self.id),
-            }
-        })?;
+            })?;
         let state = MessageState::parse(&self.state).ok_or_else(|| StoreError::Decode {
             what: "message state",
             detail: format!("unknown state {:?} in message {:?}", self.state, self.id),

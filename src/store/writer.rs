@@ -36,9 +36,17 @@ pub(crate) type Outcome = Result<i64, StoreError>;
 /// One write, as the async API hands it to the thread.
 pub(crate) enum Job {
     UpsertSession(SessionRow),
-    TouchSession { id: String, updated_at_ms: i64 },
-    RenameSession { id: String, title: Option<String> },
-    DeleteSession { id: String },
+    TouchSession {
+        id: String,
+        updated_at_ms: i64,
+    },
+    RenameSession {
+        id: String,
+        title: Option<String>,
+    },
+    DeleteSession {
+        id: String,
+    },
     UpsertMessage(MessageRow),
     RecordUsage(UsageRow),
     /// Copies the WAL into the main file and truncates it; runs outside any
@@ -275,7 +283,8 @@ fn upsert_session(conn: &Connection, row: &SessionRow) -> Result<i64, JobError> 
         "INSERT INTO sessions (id, cwd, title, mode, model, created_at_ms, updated_at_ms, meta)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
          ON CONFLICT (id) DO UPDATE SET
-             cwd = excluded.cwd, title = excluded.title, mode = excluded.mode, model = excluded.model,
+             cwd = excluded.cwd, title = coalesce(excluded.title, sessions.title), mode = excluded.mode,
+             model = excluded.model,
              updated_at_ms = excluded.updated_at_ms, meta = excluded.meta",
     )
     .and_then(|mut s| {
@@ -308,7 +317,9 @@ fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> 
              ON CONFLICT (id) DO UPDATE SET
                  session_id = excluded.session_id, seq = excluded.seq, role = excluded.role,
                  parts = excluded.parts, state = excluded.state, meta = excluded.meta,
-                 updated_at_ms = excluded.updated_at_ms",
+                 updated_at_ms = excluded.updated_at_ms
+             WHERE excluded.state <> 'streaming'
+                OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms)",
         )
         .and_then(|mut s| {
             s.execute(params![
@@ -325,11 +336,9 @@ fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> 
         });
     match result {
         Ok(_) => Ok(0),
-        Err(e) if extended_code(&e) == Some(CONSTRAINT_FOREIGNKEY) => {
-            Err(JobError::Own(StoreError::SessionNotFound {
-                id: row.session_id.clone(),
-            }))
-        }
+        Err(e) if extended_code(&e) == Some(CONSTRAINT_FOREIGNKEY) => Err(JobError::Own(StoreError::SessionNotFound {
+            id: row.session_id.clone(),
+        })),
         Err(e) if extended_code(&e) == Some(CONSTRAINT_UNIQUE) => Err(JobError::Own(StoreError::SeqTaken {
             id: row.id.clone(),
             session_id: row.session_id.clone(),

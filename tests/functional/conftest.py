@@ -13,8 +13,12 @@ import urllib.request
 import json
 from pathlib import Path
 
+import re
+
 import pynvim
 import pytest
+
+FOOTER = re.compile(r"\n\n── [^\n]* ──(?=\n|$)")
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "target" / "release" / "libmia_core.so"
@@ -99,11 +103,15 @@ class Editor:
         ok = self.lua(f"return vim.wait({timeout_ms}, function() return {condition} end, 5)")
         assert ok, f"timed out waiting for: {condition}\nchat:\n{self.chat_text()}\nmessages:\n{self.messages()}"
 
-    def chat_text(self) -> str:
-        return self.lua(
+    def chat_text(self, footers: bool = False) -> str:
+        """The chat buffer's text; the cost footer after each answer is left
+        out unless `footers` (its figures depend on prompt sizes; tests of
+        the footer read it whole)."""
+        text = self.lua(
             "local c = package.loaded['mia.chat']; if not c then return '' end "
             "return table.concat(vim.api.nvim_buf_get_lines(c.buffer(), 0, -1, false), '\\n')"
         )
+        return text if footers else FOOTER.sub("", text)
 
     def messages(self) -> str:
         return self.lua("return vim.api.nvim_exec2('messages', { output = true }).output")

@@ -120,7 +120,8 @@ def test_reasoning_is_shown_dimmed_before_the_answer(ed):
       end
       return out
     """)
-    assert marks and set(marks) == {"MiaReasoning"}
+    assert marks and set(marks) == {"MiaReasoning", "MiaCost"}  # the footer is dimmed too
+    assert marks[-1] == "MiaCost" and marks.count("MiaCost") == 1
 
 
 def test_tool_call_and_its_result_round_trip(ed, server):

@@ -1,0 +1,117 @@
+--- Sessions: every chat is stored and can be listed and resumed.
+--- `mia.sessions.list` mirrors the Agent Client Protocol's session/list.
+
+local M = {}
+
+local function job(fn_name, ...)
+  local mia = require("mia")
+  local loader = require("mia.core")
+  local core = mia._core()
+  local h = loader.call(core[fn_name], ...)
+  local result, failure
+  require("mia.bridge").watch(h.id, {
+    on_done = function(r)
+      result = r
+    end,
+    on_error = function(e)
+      failure = e
+    end,
+  })
+  vim.wait(10000, function()
+    return result ~= nil or failure ~= nil
+  end, 2)
+  if failure then
+    error(failure.message, 0)
+  end
+  if result == nil then
+    error("mia: the store did not answer within 10 s", 0)
+  end
+  return result
+end
+
+--- `{ sessions = { { sessionId, cwd, title, updatedAt, _meta = { messageCount, costUsd, ... } } }, nextCursor }`.
+--- @param opts? { cwd?: string, cursor?: string, limit?: integer }
+function M.list(opts)
+  opts = opts or {}
+  vim.validate({ cwd = { opts.cwd, "string", true }, cursor = { opts.cursor, "string", true } })
+  return job("sessions_list", { cwd = opts.cwd, cursor = opts.cursor, limit = opts.limit })
+end
+
+--- Reopens session `id` in the chat with its full history; the next prompt continues it.
+function M.load(id)
+  vim.validate({ id = { id, "string" } })
+  local data = job("session_load", id)
+  require("mia.chat").load(data)
+  return data
+end
+
+function M.rename(id, title)
+  job("session_rename", id, title)
+end
+
+function M.delete(id)
+  job("session_delete", id)
+end
+
+local function age(iso)
+  local y, mo, d, h, mi, s = iso:match("(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+  if not y then
+    return ""
+  end
+  local t = os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = s }) + require("mia.costs").utc_offset()
+  local secs = os.time() - t
+  if secs < 3600 then
+    return string.format("%dm ago", math.max(0, math.floor(secs / 60)))
+  elseif secs < 86400 then
+    return string.format("%dh ago", math.floor(secs / 3600))
+  end
+  return string.format("%dd ago", math.floor(secs / 86400))
+end
+
+--- The picker's entries: this directory's sessions first, then the others,
+--- newest first within each.
+function M.entries()
+  local cwd = vim.fn.getcwd()
+  local here = M.list({ cwd = cwd, limit = 200 }).sessions
+  local seen = {}
+  for _, s in ipairs(here) do
+    seen[s.sessionId] = true
+  end
+  local all = vim.list_extend({}, here)
+  for _, s in ipairs(M.list({ limit = 200 }).sessions) do
+    if not seen[s.sessionId] then
+      all[#all + 1] = s
+    end
+  end
+  return all
+end
+
+--- Picks a session with vim.ui.select (telescope/snacks/fzf-lua users get theirs) and resumes it.
+function M.pick()
+  local entries = M.entries()
+  if #entries == 0 then
+    vim.notify("mia: no sessions yet")
+    return
+  end
+  local costs = require("mia.costs")
+  vim.ui.select(entries, {
+    prompt = "mia sessions",
+    kind = "mia_session",
+    format_item = function(s)
+      return string.format(
+        "%s · %s · %d messages · %s%s",
+        s.title or "(untitled)",
+        age(s.updatedAt),
+        s._meta.messageCount,
+        costs.usd(s._meta.costUsd),
+        s.cwd ~= vim.fn.getcwd() and ("  " .. vim.fn.fnamemodify(s.cwd, ":~")) or ""
+      )
+    end,
+  }, function(choice)
+    if choice then
+      M.load(choice.sessionId)
+    end
+  end)
+end
+
+return M

@@ -1,0 +1,295 @@
+//! What an agent run leaves behind: the session row, every message (a
+//! streaming answer checkpointed about once a second, so a killed Neovim
+//! loses at most the last second of text), one usage row per provider call
+//! with its cost, and the budget checks before each request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::{notify, AgentDeps, AgentRequest};
+use crate::cost::budget::{self, BudgetConfig, Gate, Spend};
+use crate::events::StreamId;
+use crate::llm::delta::StreamDone;
+use crate::llm::error::{ErrorClass, LlmError};
+use crate::llm::message::{Message, Part, Role};
+use crate::store::{MessageRow, MessageState, SessionRow, Store, UsageRow};
+
+/// How often a streaming answer is written to the store.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Start and end (ms since the epoch) of the local calendar day containing `now_ms`.
+pub fn local_day(now_ms: i64, utc_offset_s: i32) -> (i64, i64) {
+    let local_s = now_ms.div_euclid(1000) + i64::from(utc_offset_s);
+    let start = local_s.div_euclid(86_400) * 86_400 - i64::from(utc_offset_s);
+    (start * 1000, (start + 86_400) * 1000)
+}
+
+/// Writes a streaming answer to the store at most once per second.
+#[derive(Clone)]
+pub struct Checkpointer {
+    store: Arc<Store>,
+    row: MessageRow,
+}
+
+impl Checkpointer {
+    pub fn save(&self, text: &str) {
+        let mut row = self.row.clone();
+        row.parts = json!([{ "type": "text", "text": text }]);
+        row.updated_at_ms = now_ms();
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.upsert_message(row).await {
+                tracing::warn!("checkpoint failed: {e}");
+            }
+        });
+    }
+}
+
+/// Throttles checkpoints of the text streamed so far.
+pub struct Partial {
+    pub text: String,
+    last: Instant,
+    cp: Option<Checkpointer>,
+}
+
+impl Partial {
+    pub fn push(&mut self, text: &str) {
+        self.text.push_str(text);
+        if let Some(cp) = &self.cp {
+            if self.last.elapsed() >= CHECKPOINT_EVERY {
+                cp.save(&self.text);
+                self.last = Instant::now();
+            }
+        }
+    }
+}
+
+/// The store side of one run.
+pub struct Recorder {
+    store: Option<Arc<Store>>,
+    session_id: String,
+    next_seq: i64,
+    offset_s: i32,
+    budgets: BudgetConfig,
+    pub session_cost_usd: f64,
+}
+
+impl Recorder {
+    /// Opens the store, records the session and the new user message.
+    /// Without a session id (a bare `mia.agent` call) nothing is stored.
+    pub async fn start(deps: &AgentDeps, req: &AgentRequest, root: &std::path::Path) -> Recorder {
+        let store = if req.session_id.is_empty() {
+            None
+        } else {
+            crate::runtime::store().await
+        };
+        let mut r = Recorder {
+            store,
+            session_id: req.session_id.clone(),
+            next_seq: req.messages.len() as i64,
+            offset_s: req.utc_offset_s,
+            budgets: deps.settings.costs,
+            session_cost_usd: 0.0,
+        };
+        let Some(store) = r.store.clone() else { return r };
+        let now = now_ms();
+        let session = SessionRow {
+            id: req.session_id.clone(),
+            cwd: root.display().to_string(),
+            title: req.title.clone(),
+            mode: req.mode.clone(),
+            model: req.model.clone(),
+            created_at_ms: now,
+            updated_at_ms: now,
+            meta: json!({}),
+        };
+        if let Err(e) = store.upsert_session(session).await {
+            tracing::warn!("cannot record the session: {e}");
+        }
+        if let Some(last) = req.messages.last() {
+            r.write(last, r.next_seq - 1, MessageState::Complete).await;
+        }
+        if let Ok(spend) = store.spend(&r.session_id, 0, 0).await {
+            r.session_cost_usd = spend.session_usd;
+        }
+        r
+    }
+
+    fn message_id(&self, seq: i64) -> String {
+        format!("{}-{seq}", self.session_id)
+    }
+
+    async fn write(&self, message: &Message, seq: i64, state: MessageState) {
+        let Some(store) = &self.store else { return };
+        let now = now_ms();
+        let row = MessageRow {
+            id: self.message_id(seq),
+            session_id: self.session_id.clone(),
+            seq,
+            role: message.role,
+            parts: serde_json::to_value(&message.parts).unwrap_or(json!([])),
+            state,
+            meta: json!({}),
+            created_at_ms: now,
+            updated_at_ms: now,
+        };
+        if let Err(e) = store.upsert_message(row).await {
+            tracing::warn!("cannot record a message: {e}");
+        }
+    }
+
+    /// A partial-text holder for the next assistant message, checkpointed to the store.
+    pub fn partial(&self) -> Partial {
+        let cp = self.store.clone().map(|store| Checkpointer {
+            store,
+            row: MessageRow {
+                id: self.message_id(self.next_seq),
+                session_id: self.session_id.clone(),
+                seq: self.next_seq,
+                role: Role::Assistant,
+                parts: json!([]),
+                state: MessageState::Streaming,
+                meta: json!({}),
+                created_at_ms: now_ms(),
+                updated_at_ms: now_ms(),
+            },
+        });
+        Partial {
+            text: String::new(),
+            last: Instant::now(),
+            cp,
+        }
+    }
+
+    /// Stores a finished message (assistant answer or tool results) at the next position.
+    pub async fn message(&mut self, message: &Message) {
+        self.write(message, self.next_seq, MessageState::Complete).await;
+        self.next_seq += 1;
+    }
+
+    /// Stores what an interrupted answer had produced.
+    pub async fn interrupted(&mut self, partial: &Partial, state: MessageState) {
+        if partial.text.is_empty() {
+            return;
+        }
+        let message = Message {
+            role: Role::Assistant,
+            parts: vec![Part::Text {
+                text: partial.text.clone(),
+            }],
+        };
+        self.write(&message, self.next_seq, state).await;
+        self.next_seq += 1;
+    }
+
+    async fn spend(&self) -> Option<Spend> {
+        let store = self.store.as_ref()?;
+        let (start, end) = local_day(now_ms(), self.offset_s);
+        let s = store.spend(&self.session_id, start, end).await.ok()?;
+        Some(Spend {
+            session_usd: s.session_usd,
+            day_usd: s.day_usd,
+        })
+    }
+
+    /// Checks the budgets before a request; a reached limit asks the user
+    /// (soft) or refuses (hard). Refusing sends nothing to the provider.
+    pub async fn gate(&self, deps: &AgentDeps, stream: StreamId, cancel: &CancellationToken) -> Result<(), LlmError> {
+        let Some(spend) = self.spend().await else { return Ok(()) };
+        match budget::gate(&self.budgets, spend) {
+            Gate::Proceed => Ok(()),
+            Gate::Refuse { message } => Err(LlmError::new(ErrorClass::BudgetExceeded, None, message)),
+            Gate::Confirm { message } => {
+                let answer = deps
+                    .calls
+                    .call(
+                        &deps.queue,
+                        stream,
+                        "confirm",
+                        json!({ "message": message }),
+                        Duration::from_secs(3600),
+                        cancel,
+                    )
+                    .await;
+                match answer {
+                    Ok(Ok(serde_json::Value::Bool(true))) => Ok(()),
+                    Err(crate::calls::CallError::Cancelled) => Err(LlmError::cancelled()),
+                    _ => Err(LlmError::new(
+                        ErrorClass::BudgetExceeded,
+                        None,
+                        format!(
+                            "{} Not sent: you answered no.",
+                            message.trim_end_matches(" Continue? [y/N]")
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Records one provider call and tells Lua about the new totals; warns
+    /// once when a warning threshold is crossed.
+    pub async fn usage(&mut self, deps: &AgentDeps, stream: StreamId, done: &StreamDone, agent: &str, started_ms: i64) {
+        let before = self.spend().await;
+        if let Some(store) = &self.store {
+            let c = &done.cost;
+            let row = UsageRow {
+                session_id: Some(self.session_id.clone()),
+                message_id: Some(self.message_id(self.next_seq)),
+                agent: agent.to_string(),
+                provider: done.provider.clone(),
+                model: done.model.clone(),
+                input_tokens: done.usage.input_tokens,
+                output_tokens: done.usage.output_tokens,
+                cache_read_tokens: done.usage.cache_read_tokens,
+                cache_write_tokens: done.usage.cache_write_tokens,
+                reasoning_tokens: done.usage.reasoning_tokens,
+                estimated: done.usage.estimated,
+                cost_known: c.known,
+                input_usd: c.input_usd.unwrap_or(0.0),
+                output_usd: c.output_usd.unwrap_or(0.0),
+                cache_read_usd: c.cache_read_usd.unwrap_or(0.0),
+                cache_write_usd: c.cache_write_usd.unwrap_or(0.0),
+                total_usd: c.total_usd.unwrap_or(0.0),
+                started_at_ms: started_ms,
+                duration_ms: now_ms() - started_ms,
+                created_at_ms: now_ms(),
+            };
+            if let Err(e) = store.record_usage(row).await {
+                tracing::warn!("cannot record usage: {e}");
+            }
+        }
+        let after = self.spend().await;
+        if let Some(a) = after {
+            self.session_cost_usd = a.session_usd;
+        } else if let Some(total) = done.cost.total_usd {
+            self.session_cost_usd += total;
+        }
+        notify(
+            &deps.queue,
+            stream,
+            json!({
+                "type": "usage",
+                "usage": done.usage,
+                "cost": done.cost,
+                "session_cost_usd": self.session_cost_usd,
+                "day_cost_usd": after.map(|a| a.day_usd),
+            }),
+        );
+        if let (Some(b), Some(a)) = (before, after) {
+            for w in budget::crossed_warnings(&self.budgets, b, a) {
+                notify(&deps.queue, stream, json!({ "type": "warning", "text": w.message }));
+            }
+        }
+    }
+}
