@@ -13,11 +13,18 @@ local history = {}
 local current = nil
 --- "idle" | "streaming" | "done" | "cancelled" | "error"
 local last_state = "idle"
+--- the last finished answer's done table
+local last_done = nil
 --- the chat's session (a new one after :Mia clear)
 local session = { id = nil, cost_usd = 0, title = nil }
 
 local function new_session_id()
-  return string.format("%s-%04x%04x", os.date("!%Y%m%dT%H%M%S"), math.random(0, 0xffff), math.random(0, 0xffff))
+  -- random bytes from the OS: two Neovims started together never collide
+  local bytes = (vim.uv or vim.loop).random(6)
+  local hex = bytes and bytes:gsub(".", function(c)
+    return string.format("%02x", c:byte())
+  end) or string.format("%x%x", vim.uv.hrtime(), vim.fn.getpid())
+  return string.format("%s-%s", os.date("!%Y%m%dT%H%M%S"), hex)
 end
 
 --- The id of the chat's session (created on first use).
@@ -363,6 +370,7 @@ function M.prompt(text, opts)
     end,
     on_done = function(done)
       entry.done = done
+      last_done = done
       local footer = done.footer or entry.footer
       if footer then
         writer.append(buf, "\n\n" .. footer, "MiaCost")
@@ -391,6 +399,11 @@ function M.stop()
     return
   end
   current.handle:cancel()
+end
+
+--- The last finished answer's done table (for tests and scripts).
+function M._last_done()
+  return last_done
 end
 
 --- State of the chat: "idle", "streaming", "done", "cancelled" or "error".

@@ -111,12 +111,12 @@ function M.lines(report)
       "Cost %s: %s%s",
       report.title or "",
       M.usd(t.cost_usd),
-      (t.unknown_cost and t.unknown_cost.requests > 0)
+      (t.unknown_cost_requests or 0) > 0
           and string.format(
             "  (+ %d requests with unknown prices: %s in · %s out tokens)",
-            t.unknown_cost.requests,
-            M.int(t.unknown_cost.input_tokens),
-            M.int(t.unknown_cost.output_tokens)
+            t.unknown_cost_requests,
+            M.int(t.unknown_cost_input_tokens),
+            M.int(t.unknown_cost_output_tokens)
           )
         or ""
     ),

@@ -1,0 +1,251 @@
+"""Every token and dollar, and sessions that survive restarts: the SQLite
+store, prices, budgets, reports, :MiaCosts, resume — in real Neovims
+against the scenario server, with a real SQLite file."""
+
+import os
+import re
+import signal
+import sqlite3
+import time
+
+import pytest
+from pynvim.api.common import NvimError
+
+from conftest import scenario_setup
+
+PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
+
+
+def posts(server):
+    return [r for r in server.requests() if r["method"] == "POST"]
+
+
+@pytest.fixture
+def data_home(tmp_path):
+    d = tmp_path / "shared-data"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def make(editor_factory, server, data_home, tmp_path):
+    def make(name="nvim", **extra):
+        opts = scenario_setup(server, pricing={"scn/echo": PRICE}, **extra)
+        e = editor_factory(name=name, env={"XDG_DATA_HOME": str(data_home)}, setup=opts)
+        e.lua("vim.cmd.cd(...)", str(tmp_path))
+        return e
+    return make
+
+
+def db(data_home):
+    return sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3")
+
+
+def prompt(ed, text, state="done"):
+    ed.nvim.command("Mia prompt " + text)
+    ed.wait(f"require('mia.chat').state() == '{state}'")
+
+
+def test_every_answer_ends_with_a_footer_and_the_statusline_shows_the_session_cost(make):
+    ed = make()
+    prompt(ed, "echo hello there")
+    done = ed.lua("return require('mia.chat')._last_done()")
+    u = done["usage"]
+    expected = (u["input_tokens"] * 3.0 + u["output_tokens"] * 15.0) / 1e6
+    assert done["cost"]["known"] is True
+    assert done["cost"]["total_usd"] == pytest.approx(expected)
+    footer = ed.chat_text(footers=True).split("\n")[-1]
+    assert re.fullmatch(r"── echo · [\d,]+ in · 3 out · \$0\.\d+ ──", footer), footer
+    assert f"{u['input_tokens']:,} in" in footer
+    status = ed.lua("return require('mia').statusline()")
+    assert re.fullmatch(r"mia ask echo \$0\.\d+", status), status
+
+
+def test_a_model_without_a_price_says_cost_unknown_never_zero(editor_factory, server, tmp_path):
+    ed = editor_factory(setup=scenario_setup(server))
+    prompt(ed, "echo priceless")
+    assert ed.lua("return require('mia.chat')._last_done().cost") == {"known": False}
+    assert ed.chat_text(footers=True).endswith(" out · cost unknown ──")
+    report = ed.lua("return require('mia').costs({ scope = 'session' })")
+    assert report["totals"]["cost_usd"] == 0
+    assert report["totals"]["unknown_cost_requests"] == 1
+    assert report["totals"]["unknown_cost_input_tokens"] > 0
+    lines = ed.lua("return require('mia.costs').lines(...)", report)
+    assert "(+ 1 requests with unknown prices: " in lines[0]
+
+
+def test_usage_rows_and_messages_are_in_the_store(make, data_home):
+    ed = make()
+    prompt(ed, "echo one")
+    prompt(ed, "echo two")
+    with db(data_home) as c:
+        rows = c.execute("select provider, model, input_tokens, output_tokens, cost_known, total_usd from usage").fetchall()
+        msgs = c.execute("select seq, role, state from messages order by seq").fetchall()
+    assert len(rows) == 2 and all(r[0] == "scn" and r[1] == "echo" and r[4] == 1 and r[5] > 0 for r in rows)
+    assert msgs == [(0, "user", "complete"), (1, "assistant", "complete"), (2, "user", "complete"), (3, "assistant", "complete")]
+
+
+def test_session_report_has_totals_and_breakdowns(make):
+    ed = make()
+    prompt(ed, "echo a b c")
+    prompt(ed, "echo d e f")
+    r = ed.lua("return require('mia').costs({ scope = 'session' })")
+    assert r["totals"]["requests"] == 2 and r["totals"]["messages"] == 2 and r["totals"]["sessions"] == 1
+    assert [b["key"] for b in r["by_model"]] == ["echo"] and r["by_model"][0]["percent"] == pytest.approx(100)
+    assert [b["key"] for b in r["by_provider"]] == ["scn"]
+    c = r["by_cost_type"]
+    assert c["input_percent"] + c["output_percent"] == pytest.approx(100)
+    assert len(r["daily"]) == 30 and r["daily"][-1]["requests"] == 2
+    lines = ed.lua("return require('mia.costs').lines(...)", r)
+    assert lines[0].startswith("Cost ") and any(l.startswith("By model") for l in lines)
+
+
+def test_costs_subcommand_prints_the_weekly_report(make):
+    ed = make()
+    prompt(ed, "echo weekly")
+    ed.nvim.command("Mia costs weekly")
+    assert "Cost weekly: $0.0" in ed.messages()
+    with pytest.raises(NvimError, match="unknown cost report `hourly`"):
+        ed.nvim.command("Mia costs hourly")
+
+
+def test_a_warning_shows_once_when_crossed(make):
+    ed = make(costs={"session_warning_usd": 0.000001})
+    ed.lua("_G.warnings = {}; vim.notify = function(m, l) if l == vim.log.levels.WARN then table.insert(warnings, m) end end")
+    prompt(ed, "echo first")
+    prompt(ed, "echo second")
+    warnings = ed.lua("return warnings")
+    assert len(warnings) == 1 and "past your" in warnings[0]
+
+
+@pytest.mark.parametrize("answer,sent", [("n", False), ("y", True)])
+def test_a_soft_session_limit_asks_before_sending(make, server, answer, sent):
+    ed = make(costs={"session_limit_usd": 0.000001})
+    prompt(ed, "echo costs money")
+    before = len(posts(server))
+    ed.lua("local a = ...; vim.ui.input = function(opts, cb) _G.asked = opts.prompt; cb(a) end", answer)
+    ed.nvim.command("Mia prompt echo again")
+    ed.wait("require('mia.chat').state() ~= 'streaming'")
+    assert ed.lua("return asked").startswith("Session cost limit reached ($0.00")
+    assert ed.lua("return asked").endswith("Continue? [y/N] ")
+    if sent:
+        assert len(posts(server)) == before + 1
+        assert ed.lua("return require('mia.chat').state()") == "done"
+    else:
+        assert len(posts(server)) == before  # the server saw no request
+        assert "**Error** (budget_exceeded)" in ed.chat_text()
+
+
+def test_a_hard_limit_refuses_without_asking(make, server):
+    ed = make(costs={"session_limit_usd": 0.000001, "hard_limit": True})
+    prompt(ed, "echo costs money")
+    before = len(posts(server))
+    ed.lua("_G.asked = false; vim.ui.input = function() _G.asked = true end")
+    prompt(ed, "echo again", state="error")
+    assert ed.lua("return asked") is False
+    assert len(posts(server)) == before
+    assert "costs.session_limit_usd" in ed.chat_text()
+
+
+def test_daily_limit_counts_every_session_of_the_day(make, server):
+    ed = make(costs={"daily_limit_usd": 0.000001, "hard_limit": True})
+    prompt(ed, "echo first session")
+    ed.nvim.command("Mia new")
+    prompt(ed, "echo second session", state="error")
+    assert "Daily cost limit" in ed.chat_text() or "daily" in ed.chat_text().lower()
+
+
+def test_killing_neovim_mid_stream_loses_at_most_the_last_second(make, data_home):
+    ed = make()
+    prompt(ed, "echo a complete exchange")
+    ed.nvim.command("Mia prompt slow 400 50")
+    ed.wait("#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1] >= 7 * 100")
+    shown = ed.lua("return vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1]")
+    os.kill(ed.pid, signal.SIGKILL)
+    time.sleep(0.3)
+    with db(data_home) as c:
+        msgs = c.execute("select seq, role, state, parts from messages order by seq").fetchall()
+    assert [(m[0], m[1], m[2]) for m in msgs[:3]] == [(0, "user", "complete"), (1, "assistant", "complete"), (2, "user", "complete")]
+    seq, role, state, parts = msgs[3]
+    assert (seq, role, state) == (3, "assistant", "streaming")
+    import json
+    saved = json.loads(parts)[0]["text"]
+    assert shown.startswith(saved) and len(saved) >= 7 * 40  # at most ~60 tokens (a bit over a second at 50/s) lost
+    assert re.fullmatch(r"(w\d{5} )+", saved)
+
+
+def test_two_neovims_writing_the_same_store_lose_nothing(make, data_home):
+    a, b = make("a"), make("b")
+    for i in range(3):
+        a.nvim.command(f"Mia prompt echo from a {i}")
+        b.nvim.command(f"Mia prompt echo from b {i}")
+        a.wait("require('mia.chat').state() == 'done'")
+        b.wait("require('mia.chat').state() == 'done'")
+    with db(data_home) as c:
+        assert c.execute("select count(*) from usage").fetchone()[0] == 6
+        assert c.execute("select count(distinct session_id) from messages").fetchone()[0] == 2
+        assert c.execute("select count(*) from messages").fetchone()[0] == 12
+
+
+def test_the_costs_window_opens_renders_the_chart_cycles_and_closes(make):
+    ed = make()
+    prompt(ed, "echo for the chart")
+    ed.nvim.command("MiaCosts")
+    cfg = ed.lua("return vim.api.nvim_win_get_config(0)")
+    assert cfg["relative"] == "editor"
+    assert cfg["border"] == ["╭", "─", "╮", "│", "╯", "─", "╰", "│"]
+    assert "this session" in "".join(t[0] for t in cfg["title"])
+    lines = ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)")
+    assert lines[0].startswith("Cost this session: $")
+    chart = lines[lines.index("Daily cost, last 30 days") + 1:]
+    assert chart[0].strip().startswith("$") and "┤" in chart[0]
+    assert "█" in "".join(chart[:8])  # today's bar reaches the top
+    assert chart[8].strip().startswith("└")
+    ed.nvim.input("<Tab>")
+    ed.lua("vim.wait(50)")
+    assert "today" in "".join(t[0] for t in ed.lua("return vim.api.nvim_win_get_config(0)")["title"])
+    ed.nvim.input("q")
+    ed.lua("vim.wait(50)")
+    assert ed.lua("return vim.api.nvim_win_get_config(0).relative") == ""
+
+
+def test_a_session_resumes_after_restart_with_its_full_history(make, server, tmp_path):
+    first = make("first")
+    prompt(first, "echo the first question")
+    prompt(first, "echo the second question")
+    first.close()
+    second = make("second")
+    listing = second.lua("return require('mia').sessions.list({ cwd = vim.fn.getcwd() })")
+    assert "nextCursor" not in listing
+    (info,) = listing["sessions"]
+    assert info["title"] == "echo the first question"
+    assert info["cwd"] == str(tmp_path)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", info["updatedAt"])
+    assert info["_meta"]["messageCount"] == 4 and info["_meta"]["costUsd"] > 0
+    second.lua("require('mia').sessions.load(...)", info["sessionId"])
+    assert "echo the second question" in second.chat_text()
+    prompt(second, "echo the third question")
+    sent = posts(server)[-1]["body"]["messages"]
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user", "assistant", "user"]
+    assert sent[2]["content"] == "echo the first question"
+    assert second.lua("return require('mia').sessions.list({}).sessions[1]._meta.messageCount") == 6
+
+
+def test_sessions_are_picked_renamed_and_deleted(make):
+    ed = make()
+    prompt(ed, "echo to rename")
+    ed.nvim.command("Mia rename Better title")
+    assert ed.lua("return require('mia').sessions.list({}).sessions[1].title") == "Better title"
+    ed.lua("vim.ui.select = function(items, opts, cb) _G.shown = opts.format_item(items[1]); cb(items[1], 1) end")
+    ed.nvim.command("Mia sessions")
+    assert re.fullmatch(r"Better title · \d+m ago · 2 messages · \$0\.\d+", ed.lua("return shown"))
+    sid = ed.lua("return require('mia').sessions.list({}).sessions[1].sessionId")
+    ed.lua("require('mia').sessions.delete(...)", sid)
+    assert ed.lua("return require('mia').sessions.list({}).sessions") == []
+
+
+def test_an_invalid_cursor_is_a_clear_error(make):
+    ed = make()
+    prompt(ed, "echo something")
+    with pytest.raises(NvimError, match="cursor"):
+        ed.lua("require('mia').sessions.list({ cursor = 'bm90LWEtY3Vyc29y' })")
