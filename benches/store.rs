@@ -326,6 +326,7 @@ async fn run() -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
         let store = store.clone();
         tasks.spawn(async move { store.record_usage(usage_row(i, now)).await });
     }
+    eprintln!("SPAWNED after {:?}", t.elapsed());
     while let Some(done) = tasks.join_next().await {
         done??;
     }

@@ -226,10 +226,14 @@ impl EventQueue {
     }
 
     /// Queues `event`; signals the wake fd only if no wake is outstanding.
-    /// A call into Lua (someone waits on its answer) signals even when a wake
-    /// is pending, so the main thread can drain it before the next frame.
+    /// A call into Lua, or the end of a job or stream (someone waits on it),
+    /// signals even when a wake is pending, so the main thread drains it
+    /// before the next frame. Only streamed text waits for the frame.
     pub fn push(&self, event: Event) {
-        let urgent = matches!(event, Event::Call { .. } | Event::Abort { .. });
+        let urgent = matches!(
+            event,
+            Event::Call { .. } | Event::Abort { .. } | Event::Result { .. } | Event::Done { .. } | Event::Error { .. }
+        );
         if urgent {
             self.urgent.store(true, Ordering::SeqCst);
         }
