@@ -48,15 +48,9 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 64) as usize + 1
-    }
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::XorShift;
 
 /// The wire bytes of every recording in `dir` (JSON-lines files framed as SSE).
 fn wire_bytes(dir: &Path, anthropic_events: bool) -> Vec<Vec<u8>> {

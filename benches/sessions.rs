@@ -120,7 +120,8 @@ fn main() {
 
     // A snapshot of the library, so edits during a run do not trip the loader's staleness check.
     let lib = tmp.path().join("libmia_core.so");
-    std::fs::copy(root.join("target/release/libmia_core.so"), &lib).expect("the library is built (cargo build --release)");
+    std::fs::copy(root.join("target/release/libmia_core.so"), &lib)
+        .expect("the library is built (cargo build --release)");
     let nvim = std::env::var("MIA_NVIM").unwrap_or_else(|_| root.join(".venv/bin/nvim").display().to_string());
     let out = std::process::Command::new(nvim)
         .args(["--headless", "--clean", "-l"])

@@ -5,37 +5,15 @@
 //! hand from reading the recordings. Skips (with a message) when ../shared is
 //! not beside the project.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{recorded, XorShift};
 
 use mia_core::llm::anthropic::{request_body, AnthropicDecoder, AnthropicOptions};
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
 use mia_core::llm::message::{ChatRequest, Message, Role, StopReason, Usage};
 use mia_core::llm::stream::SseDecoder;
 use serde_json::{json, Value};
-
-fn recorded(rel: &str) -> Option<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/recorded")
-        .join(rel);
-    match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s),
-        Err(_) => {
-            eprintln!("SKIP: {} not found (../shared is absent)", path.display());
-            None
-        }
-    }
-}
-
-/// Small deterministic generator for chunk sizes 1..=64.
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 64) as usize + 1
-    }
-}
 
 /// What a stream decoded to: the folded answer and every event, in order.
 struct Decoded {

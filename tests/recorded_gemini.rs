@@ -6,7 +6,9 @@
 //! reading the recordings. Skips (with a message) when ../shared is not
 //! beside the project.
 
-use std::path::PathBuf;
+mod common;
+
+use common::{recorded, XorShift};
 
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
 use mia_core::llm::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass};
@@ -14,30 +16,6 @@ use mia_core::llm::gemini::{request_body, GeminiDecoder};
 use mia_core::llm::message::{ChatRequest, Message, Role, StopReason, Usage};
 use mia_core::llm::stream::{SseDecoder, SseEvent};
 use serde_json::{json, Value};
-
-fn recorded(rel: &str) -> Option<String> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/fixtures/recorded")
-        .join(rel);
-    match std::fs::read_to_string(&path) {
-        Ok(s) => Some(s),
-        Err(_) => {
-            eprintln!("SKIP: {} not found (../shared is absent)", path.display());
-            None
-        }
-    }
-}
-
-/// Small deterministic generator for chunk sizes 1..=64.
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % 64) as usize + 1
-    }
-}
 
 /// What a stream decoded to: the folded answer and every event, in order.
 struct Decoded {

@@ -785,6 +785,29 @@ fn two_stores_on_one_file_writing_at_once_lose_nothing() {
     assert_eq!(messages, 100);
 }
 
+#[tokio::test]
+async fn a_write_waits_out_another_connections_lock_then_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    let other = raw(store.path());
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        other.execute_batch("COMMIT").unwrap();
+    });
+    let started = std::time::Instant::now();
+    store
+        .record_usage(usage("s", "m", "main", "openai", "gpt", Some(0.1), T0))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(250),
+        "did not wait for the lock"
+    );
+    releaser.join().unwrap();
+    assert_eq!(count_usage(store.path(), "s"), 1);
+}
+
 const CHILD_DB_ENV: &str = "MIA_STORE_TEST_CHILD_DB";
 
 /// Not a test on its own: the body of the child process that

@@ -112,17 +112,14 @@ function M.send(request, callbacks)
   return request_with_hooks("send", request, callbacks)
 end
 
---- Lists the models `provider` serves; `cb(err, ids)` runs on the main thread.
---- @param provider string
---- @param cb fun(err: table?, ids: string[]?)
---- @return mia.StreamHandle
-function M.list_models(provider, cb)
+--- Runs one core job for `provider` and hands its outcome to `cb(err, value)`.
+local function provider_job(fn_name, provider, cb)
   vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
   local core = M._core()
-  local native = require("mia.core").call(core.list_models, provider)
+  local native = require("mia.core").call(core[fn_name], provider)
   require("mia.bridge").watch(native.id, {
-    on_done = function(ids)
-      cb(nil, ids)
+    on_done = function(value)
+      cb(nil, value)
     end,
     on_error = function(err)
       cb(err, nil)
@@ -131,24 +128,21 @@ function M.list_models(provider, cb)
   return M._handle_of(native)
 end
 
+--- Lists the models `provider` serves; `cb(err, ids)` runs on the main thread.
+--- @param provider string
+--- @param cb fun(err: table?, ids: string[]?)
+--- @return mia.StreamHandle
+function M.list_models(provider, cb)
+  return provider_job("list_models", provider, cb)
+end
+
 --- Checks that `provider` answers with the configured credentials (lists its
 --- models); `cb(err, { models = n })`.
 --- @param provider string
 --- @param cb fun(err: table?, result: { models: integer }?)
 --- @return mia.StreamHandle
 function M.health_check(provider, cb)
-  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
-  local core = M._core()
-  local native = require("mia.core").call(core.health_check, provider)
-  require("mia.bridge").watch(native.id, {
-    on_done = function(r)
-      cb(nil, r)
-    end,
-    on_error = function(err)
-      cb(err, nil)
-    end,
-  })
-  return M._handle_of(native)
+  return provider_job("health_check", provider, cb)
 end
 
 --- Registers a transform hook. `phase = "pre_request"`: `fn(request, info)`

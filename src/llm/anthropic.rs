@@ -213,7 +213,7 @@ impl AnthropicDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let payload: Value = serde_json::from_str(data).map_err(|e| malformed(&self.provider, data, &e))?;
+        let payload: Value = super::error::parse_chunk(&self.provider, data)?;
         let kind = payload
             .get("type")
             .and_then(Value::as_str)
@@ -399,15 +399,6 @@ fn stop_reason(reason: &str) -> StopReason {
         "refusal" => StopReason::ContentFilter,
         other => StopReason::Other(other.to_string()),
     }
-}
-
-fn malformed(provider: &str, data: &str, e: &serde_json::Error) -> LlmError {
-    let start: String = data.chars().take(80).collect();
-    LlmError::new(
-        ErrorClass::ServerError,
-        Some(provider),
-        format!("{provider}: the stream carried a malformed chunk ({e}): {start}"),
-    )
 }
 
 /// `{"type":"error","error":{"type":…,"message":…}}`, in a stream or a body.

@@ -208,6 +208,19 @@ pub fn from_provider_error(provider: &str, error_type: &str, message: &str, retr
     err
 }
 
+/// Parses one stream payload as JSON; a payload that is not JSON is one
+/// clear error naming the provider and quoting the start of the chunk.
+pub fn parse_chunk(provider: &str, data: &str) -> Result<serde_json::Value, LlmError> {
+    serde_json::from_str(data).map_err(|e| {
+        let start: String = data.chars().take(80).collect();
+        LlmError::new(
+            ErrorClass::ServerError,
+            Some(provider),
+            format!("{provider}: the stream carried a malformed chunk ({e}): {start}"),
+        )
+    })
+}
+
 /// Gemini's `RetryInfo.retryDelay` (e.g. `"12s"`, `"1.5s"`) from an error body.
 pub fn gemini_retry_delay_ms(body: &serde_json::Value) -> Option<u64> {
     let details = body.pointer("/error/details")?.as_array()?;

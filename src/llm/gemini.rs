@@ -311,14 +311,7 @@ impl GeminiDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let payload: Value = serde_json::from_str(data).map_err(|e| {
-            let start: String = data.chars().take(80).collect();
-            LlmError::new(
-                ErrorClass::ServerError,
-                Some(&self.provider),
-                format!("{}: the stream carried a malformed chunk ({e}): {start}", self.provider),
-            )
-        })?;
+        let payload: Value = super::error::parse_chunk(&self.provider, data)?;
         self.response(&payload, out)
     }
 

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::delta::{DecodeEvent, Delta};
-use super::error::{from_provider_error, ErrorClass, LlmError};
+use super::error::{from_provider_error, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason, Usage};
 use super::stream::SseEvent;
 
@@ -152,14 +152,7 @@ impl OpenAiDecoder {
         if data.is_empty() {
             return Ok(());
         }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| {
-            let start: String = data.chars().take(80).collect();
-            LlmError::new(
-                ErrorClass::ServerError,
-                Some(&self.provider),
-                format!("{}: the stream carried a malformed chunk ({e}): {start}", self.provider),
-            )
-        })?;
+        let chunk: Value = super::error::parse_chunk(&self.provider, data)?;
         self.decode_value(&chunk, out)
     }
 
@@ -330,6 +323,7 @@ fn usage_of(u: &Value) -> Usage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::error::ErrorClass;
     use crate::llm::message::ToolDef;
 
     fn decode_all(payloads: &[&str]) -> Result<Vec<DecodeEvent>, LlmError> {

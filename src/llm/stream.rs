@@ -12,13 +12,50 @@ pub struct SseEvent {
     pub data: String,
 }
 
+/// Splits network chunks into complete lines (without `\n` or a final `\r`).
+#[derive(Debug, Default)]
+struct Lines {
+    buf: Vec<u8>,
+    /// Where the unscanned part of `buf` starts: bytes before it hold no `\n`.
+    scanned: usize,
+}
+
+impl Lines {
+    /// Adds `chunk` and calls `each` with every line it completes.
+    fn push(&mut self, chunk: &[u8], mut each: impl FnMut(&str)) {
+        self.buf.extend_from_slice(chunk);
+        let mut line_start = 0;
+        let mut i = self.scanned;
+        while let Some(offset) = memchr_newline(&self.buf[i..]) {
+            let end = i + offset;
+            let mut line = &self.buf[line_start..end];
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            each(&String::from_utf8_lossy(line));
+            line_start = end + 1;
+            i = line_start;
+        }
+        self.buf.drain(..line_start);
+        self.scanned = self.buf.len();
+    }
+
+    /// The last line when the stream ended without its newline.
+    fn rest(&mut self) -> Option<String> {
+        self.scanned = 0;
+        if self.buf.is_empty() {
+            return None;
+        }
+        let rest = std::mem::take(&mut self.buf);
+        Some(String::from_utf8_lossy(&rest).trim_end_matches('\r').to_string())
+    }
+}
+
 /// Incremental SSE parser (the WHATWG event-stream grammar, minus `id`/`retry`,
 /// which no LLM provider relies on).
 #[derive(Debug, Default)]
 pub struct SseDecoder {
-    buf: Vec<u8>,
-    /// Where the unscanned part of `buf` starts: bytes before it hold no `\n`.
-    scanned: usize,
+    lines: Lines,
     event: Option<String>,
     data: String,
     has_data: bool,
@@ -31,33 +68,16 @@ impl SseDecoder {
 
     /// Feeds one network chunk; appends every event it completes to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
-        self.buf.extend_from_slice(chunk);
-        let mut line_start = 0;
-        let mut i = self.scanned;
-        while let Some(offset) = memchr_newline(&self.buf[i..]) {
-            let end = i + offset;
-            let mut line = &self.buf[line_start..end];
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
-            }
-            let line = String::from_utf8_lossy(line).into_owned();
-            self.line(&line, out);
-            line_start = end + 1;
-            i = line_start;
-        }
-        self.buf.drain(..line_start);
-        self.scanned = self.buf.len();
+        let mut lines = std::mem::take(&mut self.lines);
+        lines.push(chunk, |line| self.line(line, out));
+        self.lines = lines;
     }
 
     /// Ends the stream: a last event without its blank line still counts.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
-        if !self.buf.is_empty() {
-            let rest = std::mem::take(&mut self.buf);
-            let text = String::from_utf8_lossy(&rest);
-            let text = text.trim_end_matches('\r').to_string();
-            self.line(&text, out);
+        if let Some(rest) = self.lines.rest() {
+            self.line(&rest, out);
         }
-        self.scanned = 0;
         self.line("", out);
     }
 
@@ -98,8 +118,7 @@ impl SseDecoder {
 /// each non-empty line is one event's data.
 #[derive(Debug, Default)]
 pub struct NdjsonDecoder {
-    buf: Vec<u8>,
-    scanned: usize,
+    lines: Lines,
 }
 
 impl NdjsonDecoder {
@@ -109,29 +128,18 @@ impl NdjsonDecoder {
 
     /// Feeds one network chunk; appends every complete line to `out`.
     pub fn push(&mut self, chunk: &[u8], out: &mut Vec<SseEvent>) {
-        self.buf.extend_from_slice(chunk);
-        let mut line_start = 0;
-        let mut i = self.scanned;
-        while let Some(offset) = memchr_newline(&self.buf[i..]) {
-            let end = i + offset;
-            Self::emit(&self.buf[line_start..end], out);
-            line_start = end + 1;
-            i = line_start;
-        }
-        self.buf.drain(..line_start);
-        self.scanned = self.buf.len();
+        self.lines.push(chunk, |line| Self::emit(line, out));
     }
 
     /// Ends the stream: a last line without its newline still counts.
     pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
-        let rest = std::mem::take(&mut self.buf);
-        Self::emit(&rest, out);
-        self.scanned = 0;
+        if let Some(rest) = self.lines.rest() {
+            Self::emit(&rest, out);
+        }
     }
 
-    fn emit(line: &[u8], out: &mut Vec<SseEvent>) {
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim();
+    fn emit(line: &str, out: &mut Vec<SseEvent>) {
+        let text = line.trim();
         if !text.is_empty() {
             out.push(SseEvent {
                 event: None,

@@ -8,11 +8,12 @@
 //! - Reads run on a small pool of read-only connections ([`reader`]) inside
 //!   `spawn_blocking`. WAL mode lets them run while anyone writes.
 //! - The file's layout and its upgrades live in [`schema`]; reports in
-//!   [`reports`]; session and message reads in [`sessions`]; the pagination
+//!   [`reports`]; daily costs and budget spend in [`spend`]; session and message reads in [`sessions`]; the pagination
 //!   cursor format in [`cursor`].
 //!
 //! Every async method must be awaited inside a tokio runtime (reads use
-//! `spawn_blocking`).
+//! `spawn_blocking`). A write future that is dropped before it resolves does
+//! not cancel the write: once queued, it commits (or fails) regardless.
 
 mod cursor;
 mod error;
@@ -21,16 +22,18 @@ mod reports;
 mod rows;
 mod schema;
 mod sessions;
+mod spend;
 mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use error::StoreError;
-pub use reports::{Breakdown, CostTypes, DayCost, ReportQuery, Spend, Totals, UsageReport, MAX_DAYS};
+pub use reports::{Breakdown, CostTypes, ReportQuery, Totals, UsageReport};
 pub use rows::{MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 pub use sessions::MAX_PAGE;
+pub use spend::{DayCost, Spend, MAX_DAYS};
 
 use reader::ReadPool;
 use rusqlite::Connection;
@@ -213,7 +216,7 @@ impl Store {
     /// contains `from_ms`, where local time is UTC + `tz_offset_s` seconds.
     /// [`StoreError::InvalidInput`] past [`MAX_DAYS`].
     pub async fn daily_costs(&self, from_ms: i64, days: u32, tz_offset_s: i32) -> Result<Vec<DayCost>, StoreError> {
-        self.read(move |c, p| reports::daily_costs(c, p, from_ms, days, tz_offset_s))
+        self.read(move |c, p| spend::daily_costs(c, p, from_ms, days, tz_offset_s))
             .await
     }
 
@@ -222,7 +225,7 @@ impl Store {
     /// Answered from covering indexes; cheap enough to call before each request.
     pub async fn spend(&self, session_id: &str, day_start_ms: i64, day_end_ms: i64) -> Result<Spend, StoreError> {
         let id = session_id.to_string();
-        self.read(move |c, p| reports::spend(c, p, &id, day_start_ms, day_end_ms))
+        self.read(move |c, p| spend::spend(c, p, &id, day_start_ms, day_end_ms))
             .await
     }
 

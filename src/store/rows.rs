@@ -9,6 +9,7 @@ use crate::llm::message::Role;
 /// whatever the UI wants to remember that the store does not interpret.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionRow {
+    /// Chosen by the caller (the agent's session id); the primary key.
     pub id: String,
     /// The project directory the session belongs to (listings filter on it exactly).
     pub cwd: String,
@@ -35,9 +36,13 @@ pub struct SessionRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MessageState {
+    /// Still being written: a checkpoint of the text so far.
     Streaming,
+    /// Finished normally.
     Complete,
+    /// Stopped by the user; `parts` hold what had arrived.
     Cancelled,
+    /// Ended by a provider or tool error; `meta` may say which.
     Error,
 }
 
@@ -74,6 +79,7 @@ pub struct MessageRow {
     pub session_id: String,
     /// Position in the session, unique per session; messages are read in this order.
     pub seq: i64,
+    /// Stored as the text `Role` serializes to (`"user"`, `"assistant"`, `"tool"`).
     pub role: Role,
     /// A JSON array of parts.
     pub parts: serde_json::Value,
@@ -102,7 +108,9 @@ pub struct UsageRow {
     pub message_id: Option<String>,
     /// Which agent made the call (main agent, a subagent, title generator...).
     pub agent: String,
+    /// The provider id (`"anthropic"`), as in the `"provider/model"` spec.
     pub provider: String,
+    /// The model name without the provider prefix; reports group by it.
     pub model: String,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -111,14 +119,18 @@ pub struct UsageRow {
     pub reasoning_tokens: u64,
     /// True when the server reported no usage and the counts are an estimate.
     pub estimated: bool,
+    /// False when no price was known; see the type's docs.
     pub cost_known: bool,
+    /// The cost parts (USD), as the pricing code split them.
     pub input_usd: f64,
     pub output_usd: f64,
     pub cache_read_usd: f64,
     pub cache_write_usd: f64,
     /// What the call cost in all; what budgets and reports add up.
     pub total_usd: f64,
+    /// When the request was sent.
     pub started_at_ms: i64,
+    /// Time from sending the request to the end of the response.
     pub duration_ms: i64,
     /// When the call finished and was recorded; every time filter uses this.
     pub created_at_ms: i64,

@@ -118,8 +118,7 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     conn.execute_batch(
         "PRAGMA synchronous = NORMAL;
          PRAGMA foreign_keys = ON;
-         PRAGMA journal_size_limit = 67108864;
-         PRAGMA cache_size = -32768;",
+         PRAGMA journal_size_limit = 67108864;",
     )
     .map_err(|e| from_sqlite(path, "configuring the connection", &e))?;
     migrate(&conn, path, MIGRATIONS)?;
