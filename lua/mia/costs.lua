@@ -55,6 +55,17 @@ function M.fetch(query, cb)
   local core = mia._core()
   local q = vim.tbl_extend("force", { utc_offset_s = M.utc_offset() }, query)
   q.session_id = q.session_id or require("mia.chat").session_id()
+  if q.scope == "session" and not q.system_tokens then
+    -- what :Mia prompt sends every time: the system prompt and the tool list (~4 characters a token)
+    local chars = #(require("mia.config").get().system or "")
+    local ok, tools = pcall(function()
+      return loader.call(core.tools)
+    end)
+    for _, t in ipairs(ok and tools or {}) do
+      chars = chars + #t.name + #(t.description or "") + #vim.json.encode(t.parameters or {})
+    end
+    q.system_tokens = math.floor(chars / 4)
+  end
   local h = loader.call(core.costs, q)
   require("mia.bridge").watch(h.id, {
     on_done = function(r)

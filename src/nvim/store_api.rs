@@ -43,6 +43,8 @@ struct CostQuery {
     provider: Option<String>,
     days: Option<u32>,
     utc_offset_s: i32,
+    /// Estimated tokens of the system prompt sent with every request (for the caching suggestion).
+    system_tokens: Option<u64>,
 }
 
 /// `costs(query)` -> handle; its result is the report with `daily` (30 days) and `suggestions`.
@@ -103,9 +105,9 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
                     cache_read_tokens: r.totals.cache_read_tokens,
                     cache_write_tokens: r.totals.cache_write_tokens,
                     cost_usd: r.totals.cost_usd,
-                    max_output_tokens_seen: r.totals.output_tokens / requests,
+                    max_output_tokens_seen: m.max_output_tokens,
                     avg_output_tokens: r.totals.output_tokens as f64 / requests as f64,
-                    system_prompt_tokens_per_request: None,
+                    system_prompt_tokens_per_request: q.system_tokens,
                 });
             }
             suggestions = crate::cost::suggest(&providers.pricing, &stats);

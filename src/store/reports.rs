@@ -84,6 +84,8 @@ pub struct Breakdown {
     pub unknown_cost_requests: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// The longest single answer (output tokens of one call), for the max_tokens suggestion.
+    pub max_output_tokens: u64,
     /// Share of the report's known cost, 0–100; 0 when that cost is 0.
     pub percent: f64,
 }
@@ -113,6 +115,7 @@ pub(crate) struct GroupSums {
     pub requests: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
+    pub max_output_tokens: u64,
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
@@ -229,7 +232,9 @@ impl Accumulator {
         let g = &mut self.groups[index];
         g.requests += 1;
         g.input_tokens += n(4)?;
-        g.output_tokens += n(5)?;
+        let output = n(5)?;
+        g.output_tokens += output;
+        g.max_output_tokens = g.max_output_tokens.max(output);
         g.cache_read_tokens += n(6)?;
         g.cache_write_tokens += n(7)?;
         g.reasoning_tokens += n(8)?;
@@ -311,6 +316,7 @@ pub(crate) fn assemble(groups: &[GroupSums], distinct: Distinct) -> UsageReport 
             b.requests += g.requests;
             b.input_tokens += g.input_tokens;
             b.output_tokens += g.output_tokens;
+            b.max_output_tokens = b.max_output_tokens.max(g.max_output_tokens);
             if g.cost_known {
                 b.cost_usd += g.total_usd;
             } else {

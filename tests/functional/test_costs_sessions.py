@@ -249,3 +249,15 @@ def test_an_invalid_cursor_is_a_clear_error(make):
     prompt(ed, "echo something")
     with pytest.raises(NvimError, match="cursor"):
         ed.lua("require('mia').sessions.list({ cursor = 'bm90LWEtY3Vyc29y' })")
+
+
+def test_session_report_suggests_caching_a_large_repeated_system_prompt(make):
+    ed = make(system="You are a careful assistant. " * 200)  # well over 1,024 tokens, sent every time
+    for i in range(3):
+        prompt(ed, f"echo question {i}")
+    r = ed.lua("return require('mia').costs({ scope = 'session' })")
+    kinds = [s["kind"] for s in r["suggestions"]]
+    assert "prompt_caching" in kinds, r["suggestions"]
+    caching = r["suggestions"][kinds.index("prompt_caching")]
+    assert caching["saving_usd"] > 0 and "$" in caching["text"]
+    assert any(l.startswith("  • ") for l in ed.lua("return require('mia.costs').lines(...)", r))
