@@ -120,7 +120,11 @@ function M.compact()
   local mia = require("mia")
   local loader = require("mia.core")
   local core = mia._core()
-  local h = loader.call(core.compact, { model = require("mia.config").get().model, messages = history })
+  local h = loader.call(core.compact, {
+    model = require("mia.config").get().model,
+    messages = history,
+    session_id = M.session_id(),
+  })
   require("mia.bridge").watch(h.id, {
     on_done = function(messages)
       history = messages

@@ -34,13 +34,14 @@ fn transcript(messages: &[Message]) -> String {
 }
 
 /// The history with everything but the latest `keep_recent` messages
-/// replaced by a summary.
+/// replaced by a summary, and the summarizing call's answer (whose usage is
+/// recorded like any other call's).
 pub async fn compact(
     providers: &Providers,
     model: &str,
     history: &[Message],
     keep_recent: usize,
-) -> Result<Vec<Message>, LlmError> {
+) -> Result<(Vec<Message>, crate::llm::delta::StreamDone), LlmError> {
     let mut split = history.len().saturating_sub(keep_recent);
     // Never separate tool results from the call that asked for them.
     while split > 0 && history.get(split).is_some_and(|m| m.role == Role::Tool) {
@@ -76,5 +77,5 @@ pub async fn compact(
         format!("(Summary of the earlier conversation)\n{}", done.text),
     )];
     out.extend_from_slice(recent);
-    Ok(out)
+    Ok((out, done))
 }

@@ -223,7 +223,13 @@ pub async fn run(
             Err(e) if e.class == ErrorClass::ContextOverflow && !compacted => {
                 compacted = true;
                 turn -= 1;
-                history = compaction::compact(&deps.providers, &req.model, &history, compaction::KEEP_RECENT).await?;
+                let started_ms = record::now_ms();
+                let (compacted_history, summary) =
+                    compaction::compact(&deps.providers, &req.model, &history, compaction::KEEP_RECENT).await?;
+                recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
+                add_usage(&mut total, &summary.usage);
+                add_cost(&mut total_cost, &summary.cost);
+                history = compacted_history;
                 notify(
                     &deps.queue,
                     stream,

@@ -74,6 +74,39 @@ impl Partial {
     }
 }
 
+/// The usage row of one provider call that ended with `done`.
+pub fn usage_row(
+    session_id: Option<&str>,
+    message_id: Option<String>,
+    agent: &str,
+    done: &StreamDone,
+    started_ms: i64,
+) -> UsageRow {
+    let c = &done.cost;
+    UsageRow {
+        session_id: session_id.map(str::to_string),
+        message_id,
+        agent: agent.to_string(),
+        provider: done.provider.clone(),
+        model: done.model.clone(),
+        input_tokens: done.usage.input_tokens,
+        output_tokens: done.usage.output_tokens,
+        cache_read_tokens: done.usage.cache_read_tokens,
+        cache_write_tokens: done.usage.cache_write_tokens,
+        reasoning_tokens: done.usage.reasoning_tokens,
+        estimated: done.usage.estimated,
+        cost_known: c.known,
+        input_usd: c.input_usd.unwrap_or(0.0),
+        output_usd: c.output_usd.unwrap_or(0.0),
+        cache_read_usd: c.cache_read_usd.unwrap_or(0.0),
+        cache_write_usd: c.cache_write_usd.unwrap_or(0.0),
+        total_usd: c.total_usd.unwrap_or(0.0),
+        started_at_ms: started_ms,
+        duration_ms: now_ms() - started_ms,
+        created_at_ms: now_ms(),
+    }
+}
+
 /// The store side of one run.
 pub struct Recorder {
     store: Option<Arc<Store>>,
@@ -242,29 +275,13 @@ impl Recorder {
     pub async fn usage(&mut self, deps: &AgentDeps, stream: StreamId, done: &StreamDone, agent: &str, started_ms: i64) {
         let before = self.spend().await;
         if let Some(store) = &self.store {
-            let c = &done.cost;
-            let row = UsageRow {
-                session_id: Some(self.session_id.clone()),
-                message_id: Some(self.message_id(self.next_seq)),
-                agent: agent.to_string(),
-                provider: done.provider.clone(),
-                model: done.model.clone(),
-                input_tokens: done.usage.input_tokens,
-                output_tokens: done.usage.output_tokens,
-                cache_read_tokens: done.usage.cache_read_tokens,
-                cache_write_tokens: done.usage.cache_write_tokens,
-                reasoning_tokens: done.usage.reasoning_tokens,
-                estimated: done.usage.estimated,
-                cost_known: c.known,
-                input_usd: c.input_usd.unwrap_or(0.0),
-                output_usd: c.output_usd.unwrap_or(0.0),
-                cache_read_usd: c.cache_read_usd.unwrap_or(0.0),
-                cache_write_usd: c.cache_write_usd.unwrap_or(0.0),
-                total_usd: c.total_usd.unwrap_or(0.0),
-                started_at_ms: started_ms,
-                duration_ms: now_ms() - started_ms,
-                created_at_ms: now_ms(),
-            };
+            let row = usage_row(
+                Some(&self.session_id),
+                Some(self.message_id(self.next_seq)),
+                agent,
+                done,
+                started_ms,
+            );
             if let Err(e) = store.record_usage(row).await {
                 tracing::warn!("cannot record usage: {e}");
             }

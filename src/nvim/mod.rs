@@ -247,12 +247,21 @@ fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
     struct Req {
         model: String,
         messages: Vec<crate::llm::message::Message>,
+        #[serde(default)]
+        session_id: Option<String>,
     }
     let req: Req = lua
         .from_value(request)
         .map_err(|e| LuaError::RuntimeError(format!("mia: invalid compact request: {e}")))?;
     start_job("compact", move |providers| async move {
-        let messages = crate::agent::compact(&providers, &req.model, &req.messages, 0).await?;
+        let started_ms = crate::agent::record::now_ms();
+        let (messages, summary) = crate::agent::compact(&providers, &req.model, &req.messages, 0).await?;
+        if let (Some(session), Some(store)) = (req.session_id.as_deref(), runtime::store().await) {
+            let row = crate::agent::record::usage_row(Some(session), None, "compaction", &summary, started_ms);
+            if let Err(e) = store.record_usage(row).await {
+                tracing::warn!("cannot record the compaction's usage: {e}");
+            }
+        }
         Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
     })
 }

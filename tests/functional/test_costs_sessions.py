@@ -261,3 +261,13 @@ def test_session_report_suggests_caching_a_large_repeated_system_prompt(make):
     caching = r["suggestions"][kinds.index("prompt_caching")]
     assert caching["saving_usd"] > 0 and "$" in caching["text"]
     assert any(l.startswith("  • ") for l in ed.lua("return require('mia.costs').lines(...)", r))
+
+
+def test_compaction_calls_are_recorded_too(make, data_home):
+    ed = make()
+    prompt(ed, "echo something to summarize")
+    ed.nvim.command("Mia prompt /compact")
+    ed.wait("#require('mia.chat').history() == 1")
+    with db(data_home) as c:
+        agents = [r[0] for r in c.execute("select agent from usage order by id")]
+    assert agents == ["mia", "compaction"]
