@@ -168,6 +168,7 @@ fn run_tool(runtime: &tokio::runtime::Runtime, grep: &SharedTool, root: &Path, c
         abort: CancellationToken::new(),
         limits: ToolLimits::default(),
         metadata: Arc::new(|_| {}),
+        conversation: Arc::new(Vec::new()),
     };
     let args = json!({"pattern": case.pattern, "case_insensitive": case.case_insensitive});
     let started = Instant::now();

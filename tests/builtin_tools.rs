@@ -55,6 +55,7 @@ impl Project {
             abort: CancellationToken::new(),
             limits: ToolLimits::default(),
             metadata: Arc::new(|_| {}),
+            conversation: Arc::new(Vec::new()),
         }
     }
 

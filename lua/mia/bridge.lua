@@ -50,6 +50,8 @@ local function dispatch(events)
         call(require("mia.tools").run, "a Lua tool", ev.call, ev.data)
       elseif ev.call_kind == "permission" then
         call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
+      elseif ev.call_kind == "ask" then
+        call(require("mia.permission").question, "a question", ev.call, ev.data)
       elseif ev.call_kind == "confirm" then
         call(require("mia.permission").confirm, "a question", ev.call, ev.data)
       end
@@ -75,11 +77,20 @@ end
 
 local function drain()
   scheduled = false
-  last_drain = uv.hrtime()
   local ok, events = pcall(core.drain)
   if not ok then
     report("drain", events)
     return
+  end
+  -- The frame cap is about buffer changes: only a drain that delivered
+  -- streamed text starts a frame, so the first text after other events
+  -- (a turn starting, usage, a tool's status) is still written at once.
+  for i = 1, #events do
+    local d = events[i].kind == "delta" and events[i].data
+    if d and (d.type == "text" or d.type == "reasoning") then
+      last_drain = uv.hrtime()
+      break
+    end
   end
   dispatch(events)
   local flushed, err = pcall(require("mia.writer").flush)

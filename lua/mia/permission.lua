@@ -38,6 +38,34 @@ function M.ask(call, data)
   end)
 end
 
+--- A question from a Rust tool (`ToolContext::ask`): `data = { question,
+--- opts = { choices, default, timeout, allow_freeform } }`; answers the
+--- chosen text, or nothing (the tool then uses its default).
+function M.question(call, data)
+  local opts = data.opts or {}
+  local answered = false
+  local function answer(value)
+    if answered then
+      return
+    end
+    answered = true
+    local loader = require("mia.core")
+    pcall(loader.get().reply, call, true, value == nil and vim.NIL or value)
+  end
+  if opts.timeout then
+    vim.defer_fn(function()
+      answer(opts.default)
+    end, opts.timeout)
+  end
+  if opts.allow_freeform and not opts.choices then
+    vim.ui.input({ prompt = data.question .. " ", default = opts.default }, answer)
+  else
+    vim.ui.select(opts.choices or { "Yes", "No" }, { prompt = data.question }, function(choice)
+      answer(choice or opts.default)
+    end)
+  end
+end
+
 --- Asks a yes/no question whose default is no (e.g. a budget limit):
 --- `data.message` ends with "[y/N]"; only an answer starting with y says yes.
 function M.confirm(call, data)

@@ -271,6 +271,7 @@ pub async fn run(
             &done,
             &mut remembered,
             &cancel,
+            &history,
         )
         .await;
         recorder.message(&results).await;

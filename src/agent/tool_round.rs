@@ -49,6 +49,7 @@ pub async fn run(
     done: &StreamDone,
     remembered: &mut Vec<Rule>,
     cancel: &CancellationToken,
+    history: &[Message],
 ) -> Message {
     for call in &done.tool_calls {
         status(deps, stream, call, "pending", json!({}));
@@ -146,6 +147,7 @@ pub async fn run(
         "{stream}:{}",
         done.tool_calls.first().map(|c| c.id.as_str()).unwrap_or("")
     );
+    let conversation = Arc::new(history.to_vec());
     for call in &done.tool_calls {
         if let Some(out) = results.get(&call.id) {
             let state = if out.content.starts_with("The user rejected") {
@@ -169,6 +171,7 @@ pub async fn run(
             root: root.to_path_buf(),
             abort: cancel.child_token(),
             limits,
+            conversation: conversation.clone(),
             metadata: Arc::new(move |m| {
                 notify(
                     &queue,

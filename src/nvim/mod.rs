@@ -220,6 +220,7 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
                 ..crate::tools::ToolLimits::default()
             },
             metadata: std::sync::Arc::new(|_| {}),
+            conversation: std::sync::Arc::new(Vec::new()),
         };
         let started = std::time::Instant::now();
         let mut out = tool.call(args.clone(), ctx.clone()).await;

@@ -77,6 +77,39 @@ pub struct ToolContext {
     pub limits: ToolLimits,
     /// Reports progress or a summary for the chat (e.g. `{ "summary": "wrote 4.1 KB to a.rs" }`).
     pub metadata: Arc<dyn Fn(Value) + Send + Sync>,
+    /// A read-only snapshot of the conversation up to this call.
+    pub conversation: Arc<Vec<crate::llm::message::Message>>,
+}
+
+/// Options of [`ToolContext::ask`], as Lua's `ctx.ask` takes them.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct AskOptions {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub choices: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default: Option<String>,
+    /// Milliseconds before the default answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    pub allow_freeform: bool,
+}
+
+impl ToolContext {
+    /// Asks the user a question in Neovim (through `vim.ui.select`, or
+    /// `vim.ui.input` with `allow_freeform`) and waits for the answer without
+    /// blocking anything; `None` when dismissed, timed out or cancelled.
+    pub async fn ask(&self, question: &str, opts: AskOptions) -> Option<String> {
+        let queue = crate::runtime::queue().ok()?;
+        let wait = std::time::Duration::from_millis(opts.timeout.map(|t| t + 1000).unwrap_or(3_600_000));
+        let payload = serde_json::json!({ "question": question, "opts": opts });
+        match crate::calls::pending()
+            .call(&queue, self.stream, "ask", payload, wait, &self.abort)
+            .await
+        {
+            Ok(Ok(Value::String(answer))) => Some(answer),
+            _ => opts.default,
+        }
+    }
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -140,3 +173,78 @@ pub trait Tool: Send + Sync {
 
 /// A shared tool.
 pub type SharedTool = Arc<dyn Tool>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Event;
+
+    fn ctx(stream: u64) -> ToolContext {
+        ToolContext {
+            stream,
+            session_id: "s".into(),
+            message_id: "m".into(),
+            call_id: "c".into(),
+            agent: AgentInfo {
+                name: "mia".into(),
+                mode: "ask".into(),
+            },
+            root: std::env::temp_dir(),
+            abort: CancellationToken::new(),
+            limits: ToolLimits::default(),
+            metadata: Arc::new(|_| {}),
+            conversation: Arc::new(Vec::new()),
+        }
+    }
+
+    #[test]
+    fn ask_waits_for_the_answer_from_the_main_thread() {
+        let queue = crate::runtime::queue().unwrap();
+        // a stand-in for Neovim's main thread: answers this stream's question
+        let main = std::thread::spawn(move || loop {
+            for e in queue.drain() {
+                if let Event::Call {
+                    stream: 4242,
+                    call,
+                    kind,
+                    payload,
+                    ..
+                } = e
+                {
+                    assert_eq!(kind, "ask");
+                    assert_eq!(payload["question"], "Proceed?");
+                    assert_eq!(payload["opts"]["choices"], serde_json::json!(["yes", "no"]));
+                    crate::calls::pending().answer(call, Ok(Value::String("no".into())));
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let opts = AskOptions {
+            choices: vec!["yes".into(), "no".into()],
+            ..Default::default()
+        };
+        let answer = rt.block_on(ctx(4242).ask("Proceed?", opts));
+        main.join().unwrap();
+        assert_eq!(answer.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn ask_falls_back_to_the_default_when_cancelled() {
+        let c = ctx(4343);
+        c.abort.cancel();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let opts = AskOptions {
+            default: Some("later".into()),
+            ..Default::default()
+        };
+        assert_eq!(rt.block_on(c.ask("Now?", opts)).as_deref(), Some("later"));
+    }
+}

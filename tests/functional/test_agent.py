@@ -259,3 +259,34 @@ def test_context_overflow_compacts_once_then_reports(agent, server):
     text = ed.chat_text()
     assert "> _context compacted_" in text
     assert "**Error** (context_overflow)" in text
+
+
+def test_a_lua_tool_sees_a_snapshot_of_the_conversation(agent, server):
+    ed = agent()
+    ed.lua("""require('mia').register_tool({ name = 'peek', description = 'reads the conversation',
+      execute = function(_, ctx)
+        local c = ctx.conversation()
+        c[1].role = 'changed'  -- a copy: the chat's history is untouched
+        return string.format('%d messages, last from %s', #c, c[#c].role)
+      end })""")
+    prompt(ed, "tool peek {}")
+    assert tool_results(server)[-1][0]["content"] == "2 messages, last from assistant"
+    assert ed.lua("return require('mia.chat').history()[1].role") == "user"
+
+
+def test_a_question_from_a_rust_tool_is_asked_through_vim_ui_select(agent):
+    ed = agent()
+    ed.lua("""
+      _G.replies = {}
+      local loader = require('mia.core')
+      require('mia')._core()
+      local core = loader.get()
+      vim.ui.select = function(items, opts, cb) _G.asked = { items = items, prompt = opts.prompt }; cb(items[2], 2) end
+      local real = core.reply
+      -- observe what the handler answers (no Rust tool is waiting for call 999999)
+      rawset(core, 'reply', function(id, ok, value) table.insert(replies, { id, ok, value }); return real(id, ok, value) end)
+      require('mia.permission').question(999999, { question = 'Pick one', opts = { choices = { 'a', 'b' } } })
+      rawset(core, 'reply', real)
+    """)
+    assert ed.lua("return asked") == {"items": ["a", "b"], "prompt": "Pick one"}
+    assert ed.lua("return replies") == [[999999, True, "b"]]

@@ -26,6 +26,7 @@ local api = vim.api
 --- @field ask fun(question: string, opts?: { choices?: string[], default?: string, timeout?: integer, allow_freeform?: boolean }): string?
 --- @field metadata fun(tbl: table) Shown in the chat with the call (e.g. { summary = "…" })
 --- @field done fun(value: any) Completes the call (for tools that finish later)
+--- @field conversation fun(): table[] A copy of the conversation so far (internal message format)
 
 --- @type table<string, { spec: mia.ToolSpec, source: string }>
 local registered = {}
@@ -170,6 +171,9 @@ function M.run(call, data)
   end
   ctx.done = function(value)
     finish(true, value)
+  end
+  ctx.conversation = function()
+    return vim.deepcopy(require("mia.chat").history())
   end
   ctx.ask = function(question, opts)
     opts = opts or {}

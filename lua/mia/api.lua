@@ -1,0 +1,231 @@
+--- The public Lua API besides setup() (|mia-api|). `require("mia")` loads
+--- this module on the first use of any of these names, so plugin managers
+--- that call setup() at startup pay only for setup().
+
+local M = {}
+
+--- The loaded core with its bridge running; raises the loader's one-line reason.
+--- @return table
+function M._core()
+  local loader = require("mia.core")
+  local core = loader.get()
+  local cfg = require("mia.config")
+  local bridge = require("mia.bridge")
+  if not M._started then
+    loader.call(core.configure, cfg.core())
+    loader.call(core.configure_agent, cfg.agent())
+    bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
+    M._started = true
+    require("mia.tools.editor").register()
+    require("mia.tools").flush()
+  end
+  return core
+end
+
+--- Starts an agent run (what :Mia prompt uses): the model may call tools;
+--- `callbacks.on_agent(event)` receives tool progress and new messages.
+--- @param request table
+--- @param callbacks mia.StreamCallbacks|{ on_agent?: fun(ev: table) }
+--- @return mia.StreamHandle
+function M._agent(request, callbacks)
+  local loader = require("mia.core")
+  local core = M._core()
+  require("mia.tools.project").load(request.root)
+  local native = loader.call(core.agent, request)
+  require("mia.bridge").watch(native.id, callbacks)
+  return M._handle_of(native)
+end
+
+--- Registers a tool the model can call; see |mia.register_tool()|.
+--- @param spec mia.ToolSpec
+function M.register_tool(spec)
+  return require("mia.tools").register(spec, "user")
+end
+
+--- @class mia.StreamHandle
+--- @field id integer
+--- @field cancel fun(self: mia.StreamHandle) Stops the stream; `on_error` gets class "cancelled".
+
+function M._handle_of(native)
+  return {
+    id = native.id,
+    cancel = function()
+      native:cancel()
+    end,
+  }
+end
+
+--- Starts a request through the core (`kind` is "stream" or "send").
+local function request_with_hooks(kind, request, callbacks)
+  vim.validate({ request = { request, "table" }, callbacks = { callbacks, "table" } })
+  vim.validate({ ["request.messages"] = { request.messages, "table" } })
+  local core = M._core()
+  local hooks = require("mia.hooks")
+  local req = vim.deepcopy(request)
+  req.model = req.model or require("mia.config").get().model
+  local info = hooks.info(req.model)
+  req = hooks.run("pre_request", req, info)
+  local native = require("mia.core").call(core[kind], req)
+  local cbs = callbacks
+  if hooks.has("post_response") then
+    cbs = setmetatable({
+      on_done = function(done)
+        done = hooks.run("post_response", done, info)
+        if callbacks.on_done then
+          callbacks.on_done(done)
+        end
+      end,
+    }, { __index = callbacks })
+  end
+  require("mia.bridge").watch(native.id, cbs)
+  return M._handle_of(native)
+end
+
+--- Streams one answer. Callbacks run on the main thread; text deltas that
+--- arrive within one frame come as one delta.
+--- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number, extra_body?: table }
+--- @param callbacks mia.StreamCallbacks
+--- @return mia.StreamHandle
+function M.stream(request, callbacks)
+  return request_with_hooks("stream", request, callbacks)
+end
+
+--- Like |mia.stream()| over a non-streaming request: the answer arrives
+--- whole (on_delta still sees it, then on_done).
+--- @param request table
+--- @param callbacks mia.StreamCallbacks
+--- @return mia.StreamHandle
+function M.send(request, callbacks)
+  return request_with_hooks("send", request, callbacks)
+end
+
+--- Runs one core job for `provider` and hands its outcome to `cb(err, value)`.
+local function provider_job(fn_name, provider, cb)
+  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
+  local core = M._core()
+  local native = require("mia.core").call(core[fn_name], provider)
+  require("mia.bridge").watch(native.id, {
+    on_done = function(value)
+      cb(nil, value)
+    end,
+    on_error = function(err)
+      cb(err, nil)
+    end,
+  })
+  return M._handle_of(native)
+end
+
+--- Lists the models `provider` serves; `cb(err, ids)` runs on the main thread.
+--- @param provider string
+--- @param cb fun(err: table?, ids: string[]?)
+--- @return mia.StreamHandle
+function M.list_models(provider, cb)
+  return provider_job("list_models", provider, cb)
+end
+
+--- Checks that `provider` answers with the configured credentials (lists its
+--- models); `cb(err, { models = n })`.
+--- @param provider string
+--- @param cb fun(err: table?, result: { models: integer }?)
+--- @return mia.StreamHandle
+function M.health_check(provider, cb)
+  return provider_job("health_check", provider, cb)
+end
+
+--- Registers a transform hook. `phase = "pre_request"`: `fn(request, info)`
+--- may change and return the request (internal format; `request.extra_body`
+--- is merged into the provider's wire body). `phase = "post_response"`:
+--- `fn(done, info)` may change and return the finished answer. `info` is
+--- `{ provider, model, kind }`. A hook registered again under the same name
+--- replaces the earlier one.
+--- @param hook { name: string, phase: "pre_request"|"post_response", fn: function }
+function M.register_transform_hook(hook)
+  require("mia.hooks").register(hook)
+end
+
+--- Sends `text` in the chat (what `:Mia prompt` does).
+--- @param text string
+--- @param opts? { model?: string, context?: string }
+function M.prompt(text, opts)
+  require("mia.chat").prompt(text, opts)
+end
+
+--- Cancels the answer in flight; its partial text stays, marked as cancelled.
+function M.stop()
+  require("mia.chat").stop()
+end
+
+--- Opens (or focuses) the chat window.
+function M.open()
+  require("mia.chat").open()
+end
+
+--- A short statusline string: mode, model and the session's cost so far
+--- ("…" while an answer streams). Never loads the native library.
+--- @return string
+function M.statusline()
+  local cfg = require("mia.config").get()
+  local chat = package.loaded["mia.chat"]
+  local state = chat and chat.state() or "idle"
+  local model = (cfg.model:match("/(.+)$") or cfg.model)
+  local cost = chat and chat.session_cost() or 0
+  local mode = chat and chat.mode() or cfg.mode
+  local s = string.format("mia %s %s %s", mode, model, require("mia.costs").usd(cost))
+  if state == "streaming" then
+    s = s .. " …"
+  end
+  return s
+end
+
+--- The session's modes in ACP's SessionModeState shape.
+--- @return { currentModeId: string, availableModes: { id: string, name: string, description: string }[] }
+function M.modes()
+  local modes = require("mia.config").modes()
+  local list = {}
+  for _, id in ipairs(modes.order) do
+    local m = modes.by_id[id]
+    list[#list + 1] = { id = id, name = m.name, description = m.description }
+  end
+  local chat = package.loaded["mia.chat"]
+  return { currentModeId = chat and chat.mode() or require("mia.config").get().mode, availableModes = list }
+end
+
+--- Switches the chat's mode; takes effect at the next request, also while
+--- an answer streams. Fires `User MiaModeChanged`.
+--- @param id string
+function M.set_mode(id)
+  local modes = require("mia.config").modes()
+  if not modes.by_id[id] then
+    error(string.format("mia: unknown mode `%s`. Modes: %s", tostring(id), table.concat(modes.order, ", ")), 0)
+  end
+  local chat = require("mia.chat")
+  local previous = chat.mode()
+  chat.set_mode(id)
+  local loader = package.loaded["mia.core"]
+  if loader and loader.is_loaded() and M._started then
+    loader.call(loader.get().set_mode, chat.session_id(), id)
+  end
+  vim.api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = id, previousModeId = previous } })
+  vim.cmd.redrawstatus({ bang = true })
+end
+
+--- Sessions: list, load, rename, delete (see |mia.sessions|).
+M.sessions = setmetatable({}, {
+  __index = function(_, k)
+    return require("mia.sessions")[k]
+  end,
+})
+
+--- Registers a slash command; see |mia.register_command()|.
+--- @param cmd mia.Command
+function M.register_command(cmd)
+  require("mia.slash").register(cmd)
+end
+
+--- A cost report as a table; see |mia.costs()|.
+--- @param query { scope: "session"|"daily"|"weekly"|"days", session_id?: string, model?: string, provider?: string, days?: integer }
+function M.costs(query)
+  return require("mia.costs").get(query or { scope = "session" })
+end
+
+return M
