@@ -112,14 +112,15 @@ local function suggest_on_end()
   if not session.id or #history == 0 or not require("mia")._started then
     return
   end
-  local ok, report = pcall(require("mia.costs").get, { scope = "session", session_id = session.id })
-  if ok and report.suggestions and #report.suggestions > 0 then
-    local lines = { "mia: the session that just ended could have cost less:" }
-    for _, s in ipairs(report.suggestions) do
-      lines[#lines + 1] = "  • " .. s.text
+  pcall(require("mia.costs").fetch, { scope = "session", session_id = session.id }, function(err, report)
+    if not err and report.suggestions and #report.suggestions > 0 then
+      local lines = { "mia: the session that just ended could have cost less:" }
+      for _, s in ipairs(report.suggestions) do
+        lines[#lines + 1] = "  • " .. s.text
+      end
+      vim.notify(table.concat(lines, "\n"), vim.log.levels.INFO)
     end
-    vim.notify(table.concat(lines, "\n"), vim.log.levels.INFO)
-  end
+  end)
 end
 
 --- Starts a fresh session: an empty chat with a new id (the ended session's

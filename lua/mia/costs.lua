@@ -195,14 +195,10 @@ end
 
 local win_state = nil
 
-local function render(buf, win, scope)
-  local query = ({
-    session = { scope = "session" },
-    daily = { scope = "daily" },
-    weekly = { scope = "weekly" },
-    models = { scope = "days", days = 30 },
-  })[scope]
-  local ok, report = pcall(M.get, query)
+local function show(buf, win, scope, ok, report)
+  if not (api.nvim_buf_is_valid(buf) and api.nvim_win_is_valid(win)) then
+    return
+  end
   local lines
   if not ok then
     lines = { tostring(report) }
@@ -240,6 +236,31 @@ local function render(buf, win, scope)
   end
   if api.nvim_win_is_valid(win) then
     api.nvim_win_set_config(win, { title = " mia costs — " .. TITLES[scope] .. " ", title_pos = "center" })
+  end
+  vim.b[buf].mia_costs_scope = scope
+end
+
+--- Fetches the report for `scope` in the background and draws it when it
+--- arrives: the editor never waits on the store.
+local function render(buf, win, scope)
+  local query = ({
+    session = { scope = "session" },
+    daily = { scope = "daily" },
+    weekly = { scope = "weekly" },
+    models = { scope = "days", days = 30 },
+  })[scope]
+  vim.bo[buf].modifiable = true
+  api.nvim_buf_set_lines(buf, 0, -1, false, { "Loading " .. TITLES[scope] .. " …" })
+  vim.bo[buf].modifiable = false
+  local ok, err = pcall(M.fetch, query, function(failure, report)
+    if failure then
+      show(buf, win, scope, false, "mia: cost report failed: " .. tostring(failure.message))
+    else
+      show(buf, win, scope, true, report)
+    end
+  end)
+  if not ok then
+    show(buf, win, scope, false, err)
   end
 end
 

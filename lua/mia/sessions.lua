@@ -3,6 +3,23 @@
 
 local M = {}
 
+--- Starts a store job; `cb(err, result)` runs on the main thread when it ends.
+local function start(fn_name, cb, ...)
+  local mia = require("mia")
+  local loader = require("mia.core")
+  local core = mia._core()
+  local h = loader.call(core[fn_name], ...)
+  require("mia.bridge").watch(h.id, {
+    on_done = function(r)
+      cb(nil, r)
+    end,
+    on_error = function(e)
+      cb(e, nil)
+    end,
+  })
+end
+
+--- Runs a store job and waits for it (the synchronous Lua API).
 local function job(fn_name, ...)
   local mia = require("mia")
   local loader = require("mia.core")
@@ -68,27 +85,48 @@ local function age(iso)
   return string.format("%dd ago", math.floor(secs / 86400))
 end
 
---- The picker's entries: this directory's sessions first, then the others,
---- newest first within each.
-function M.entries()
+--- The picker's entries, fetched in the background: this directory's
+--- sessions first, then the others, newest first within each; `cb(err, entries)`.
+function M.entries(cb)
   local cwd = vim.fn.getcwd()
-  local here = M.list({ cwd = cwd, limit = 200 }).sessions
-  local seen = {}
-  for _, s in ipairs(here) do
-    seen[s.sessionId] = true
-  end
-  local all = vim.list_extend({}, here)
-  for _, s in ipairs(M.list({ limit = 200 }).sessions) do
-    if not seen[s.sessionId] then
-      all[#all + 1] = s
+  start("sessions_list", function(err, here)
+    if err then
+      return cb(err)
     end
-  end
-  return all
+    start("sessions_list", function(err2, everywhere)
+      if err2 then
+        return cb(err2)
+      end
+      local seen = {}
+      local all = {}
+      for _, s in ipairs(here.sessions) do
+        seen[s.sessionId] = true
+        all[#all + 1] = s
+      end
+      for _, s in ipairs(everywhere.sessions) do
+        if not seen[s.sessionId] then
+          all[#all + 1] = s
+        end
+      end
+      cb(nil, all)
+    end, { limit = 200 })
+  end, { cwd = cwd, limit = 200 })
 end
 
---- Picks a session with vim.ui.select (telescope/snacks/fzf-lua users get theirs) and resumes it.
+--- Picks a session with vim.ui.select (telescope/snacks/fzf-lua users get
+--- theirs) and resumes it. The list is fetched without blocking the editor.
 function M.pick()
-  local entries = M.entries()
+  M.entries(function(err, entries)
+    if err then
+      vim.notify("mia: cannot list sessions: " .. tostring(err.message), vim.log.levels.ERROR)
+      return
+    end
+    M.choose(entries)
+  end)
+end
+
+--- Shows `entries` in vim.ui.select and resumes the chosen one.
+function M.choose(entries)
   if #entries == 0 then
     vim.notify("mia: no sessions yet")
     return

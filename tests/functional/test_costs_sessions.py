@@ -191,6 +191,7 @@ def test_the_costs_window_opens_renders_the_chart_cycles_and_closes(make):
     ed = make()
     prompt(ed, "echo for the chart")
     ed.nvim.command("MiaCosts")
+    ed.wait("vim.startswith(vim.api.nvim_buf_get_lines(0, 0, 1, false)[1], 'Cost ')")  # drawn when the report arrives
     cfg = ed.lua("return vim.api.nvim_win_get_config(0)")
     assert cfg["relative"] == "editor"
     assert cfg["border"] == ["╭", "─", "╮", "│", "╯", "─", "╰", "│"]
@@ -202,8 +203,9 @@ def test_the_costs_window_opens_renders_the_chart_cycles_and_closes(make):
     assert "█" in "".join(chart[:8])  # today's bar reaches the top
     assert chart[8].strip().startswith("└")
     ed.nvim.input("<Tab>")
-    ed.lua("vim.wait(50)")
+    ed.wait("vim.b.mia_costs_scope == 'daily'")
     assert "today" in "".join(t[0] for t in ed.lua("return vim.api.nvim_win_get_config(0)")["title"])
+    assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]").startswith("Cost today: $")
     ed.nvim.input("q")
     ed.lua("vim.wait(50)")
     assert ed.lua("return vim.api.nvim_win_get_config(0).relative") == ""
@@ -237,7 +239,9 @@ def test_sessions_are_picked_renamed_and_deleted(make):
     ed.nvim.command("Mia rename Better title")
     assert ed.lua("return require('mia').sessions.list({}).sessions[1].title") == "Better title"
     ed.lua("vim.ui.select = function(items, opts, cb) _G.shown = opts.format_item(items[1]); cb(items[1], 1) end")
+    ed.lua("_G.shown = nil")
     ed.nvim.command("Mia sessions")
+    ed.wait("shown ~= nil")
     assert re.fullmatch(r"Better title · \d+m ago · 2 messages · \$0\.\d+", ed.lua("return shown"))
     sid = ed.lua("return require('mia').sessions.list({}).sessions[1].sessionId")
     ed.lua("require('mia').sessions.delete(...)", sid)
