@@ -80,6 +80,13 @@ function M.check()
 
   health.start("mia: files")
   health.info("data directory: " .. cfg.data_dir)
+  local db = cfg.data_dir .. "/mia.sqlite3"
+  local st = (vim.uv or vim.loop).fs_stat(db)
+  health.info(string.format(
+    "store: %s (%s)",
+    db,
+    st and string.format("%.1f MB", st.size / 1e6) or "created on the first prompt"
+  ))
   health.info("log file: " .. cfg.log_file)
 end
 
