@@ -10,6 +10,8 @@ if base_url then
   require("mia").setup({
     model = "scenarios/echo",
     providers = { scenarios = { kind = "openai_compatible", base_url = base_url } },
+    -- a made-up price, so the demo shows the cost footer and :MiaCosts with figures
+    pricing = { ["scenarios/echo"] = { input = 3, output = 15 } },
   })
 else
   require("mia").setup({ model = "openai/gpt-4.1-mini" })

@@ -168,9 +168,16 @@ function M.statusline()
   local chat = package.loaded["mia.chat"]
   local state = chat and chat.state() or "idle"
   local model = (cfg.model:match("/(.+)$") or cfg.model)
-  local cost = chat and chat.session_cost() or 0
+  local cost, unknown = 0, false
+  if chat then
+    cost, unknown = chat.session_cost()
+  end
   local mode = chat and chat.mode() or cfg.mode
-  local s = string.format("mia %s %s %s", mode, model, require("mia.costs").usd(cost))
+  local money = require("mia.costs").usd(cost)
+  if unknown then
+    money = cost > 0 and (money .. "+?") or "cost unknown"
+  end
+  local s = string.format("mia %s %s %s", mode, model, money)
   if state == "streaming" then
     s = s .. " …"
   end

@@ -155,9 +155,10 @@ function M.compact()
   })
 end
 
---- What the statusline shows of the session.
+--- What the statusline shows of the session's cost: known dollars, and
+--- whether some answers had no price (then it never reads as $0.00).
 function M.session_cost()
-  return session.cost_usd
+  return session.cost_usd, session.unknown_cost == true
 end
 
 local CANCELLED = "\n\n*[cancelled]*"
@@ -378,6 +379,9 @@ function M.prompt(text, opts)
         end
       elseif ev.type == "usage" then
         session.cost_usd = ev.session_cost_usd or session.cost_usd
+        if ev.cost and ev.cost.known == false then
+          session.unknown_cost = true
+        end
         entry.footer = ev.footer
         vim.cmd.redrawstatus({ bang = true })
       elseif ev.type == "warning" then

@@ -66,6 +66,7 @@ def test_a_model_without_a_price_says_cost_unknown_never_zero(editor_factory, se
     prompt(ed, "echo priceless")
     assert ed.lua("return require('mia.chat')._last_done().cost") == {"known": False}
     assert ed.chat_text(footers=True).endswith(" out · cost unknown ──")
+    assert ed.lua("return require('mia').statusline()") == "mia ask echo cost unknown"
     report = ed.lua("return require('mia').costs({ scope = 'session' })")
     assert report["totals"]["cost_usd"] == 0
     assert report["totals"]["unknown_cost_requests"] == 1
