@@ -67,7 +67,7 @@
 --- @field system? string System prompt for :Mia prompt.
 --- @field chat? mia.ChatConfig The chat window.
 --- @field mode? string Starting mode (default "ask").
---- @field modes? table<string, { name?: string, description?: string, system?: string, permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code.
+--- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
 
@@ -213,6 +213,15 @@ local function validate(opts)
   end
   check_type("chat", opts.chat, "table", true)
   check_type("modes", opts.modes, "table", true)
+  for id, m in pairs(opts.modes or {}) do
+    local path = "modes." .. tostring(id)
+    check_type(path, m, "table")
+    check_type(path .. ".name", m.name, "string", true)
+    check_type(path .. ".description", m.description, "string", true)
+    check_type(path .. ".system", m.system, "string", true)
+    check_type(path .. ".tools", m.tools, "table", true)
+    check_type(path .. ".permissions", m.permissions, "table", true)
+  end
   check_type("mode", opts.mode, "string", true)
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
     fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)

@@ -40,8 +40,11 @@ end
 function M.agent()
   local c = get()
   local modes = M.modes()
-  local policies, prompts = {}, {}
+  local policies, prompts, tools = {}, {}, {}
   for id, m in pairs(modes.by_id) do
+    if m.tools then
+      tools[id] = m.tools
+    end
     policies[id] = vim.tbl_extend("force", m.permissions, (c.permissions.modes or {})[id] or {})
     if m.system then
       prompts[id] = m.system
@@ -57,6 +60,7 @@ function M.agent()
   return {
     permissions = { modes = policies, rules = rules },
     mode_prompts = next(prompts) and prompts or vim.empty_dict(),
+    mode_tools = next(tools) and tools or vim.empty_dict(),
     costs = (c.costs and next(c.costs)) and c.costs or vim.empty_dict(),
     data_dir = c.data_dir,
     max_turns = c.tools.max_turns,

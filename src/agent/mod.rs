@@ -43,6 +43,8 @@ pub struct AgentSettings {
     pub mode_prompts: std::collections::BTreeMap<String, String>,
     /// Cost warnings and limits (`setup({ costs = ... })`).
     pub costs: crate::cost::BudgetConfig,
+    /// Modes that offer only some tools: mode -> tool names (other modes offer all they may run).
+    pub mode_tools: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl Default for AgentSettings {
@@ -58,6 +60,7 @@ impl Default for AgentSettings {
             ask_timeout_ms: 600_000,
             mode_prompts: Default::default(),
             costs: Default::default(),
+            mode_tools: Default::default(),
         }
     }
 }
@@ -178,7 +181,10 @@ pub async fn run(
         turn += 1;
         // The mode may change while the run goes on (`set_mode`); each request uses the current one.
         agent.mode = crate::runtime::session_mode(&req.session_id).unwrap_or_else(|| req.mode.clone());
-        let tools = deps.registry.available(&agent.mode, &deps.settings.permissions);
+        let mut tools = deps.registry.available(&agent.mode, &deps.settings.permissions);
+        if let Some(only) = deps.settings.mode_tools.get(&agent.mode) {
+            tools.retain(|t| only.iter().any(|name| name == t.name()));
+        }
         let defs: Vec<ToolDef> = tools
             .iter()
             .map(|t| ToolDef {

@@ -126,3 +126,21 @@ def test_compact_becomes_available_once_the_chat_has_messages(ed, server):
     ed.wait("#require('mia.chat').history() == 1")
     assert ed.lua("return require('mia.chat').history()[1].parts[1].text").startswith("(Summary of the earlier conversation)")
     assert posts(server)[-1]["body"]["messages"][-1]["content"].startswith("Summarize the conversation so far:")
+
+
+def test_a_configured_mode_has_its_own_prompt_tools_and_policy(editor_factory, server, tmp_path):
+    opts = scenario_setup(server, modes={"review": {
+        "name": "Review", "description": "Reads and comments",
+        "system": "You review code and never change it.",
+        "tools": ["read_file", "grep"],
+        "permissions": {"read": "allow", "write": "deny", "execute": "deny"},
+    }})
+    ed = editor_factory(setup=opts)
+    ed.lua("vim.cmd.cd(...)", str(tmp_path))
+    assert {"id": "review", "name": "Review", "description": "Reads and comments"} in ed.lua("return require('mia').modes().availableModes")
+    ed.nvim.command("Mia mode review")
+    ed.nvim.command("Mia prompt echo look at this")
+    ed.wait("require('mia.chat').state() == 'done'")
+    body = posts(server)[-1]["body"]
+    assert sorted(t["function"]["name"] for t in body["tools"]) == ["grep", "read_file"]
+    assert "You review code and never change it." in body["messages"][0]["content"]
