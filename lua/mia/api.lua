@@ -100,10 +100,11 @@ function M.send(request, callbacks)
 end
 
 --- Runs one core job for `provider` and hands its outcome to `cb(err, value)`.
-local function provider_job(fn_name, provider, cb)
-  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
+--- Starts the core job `fn_name(...)`; `cb(err, value)` runs on the main
+--- thread when it ends. Returns its handle.
+function M._job(fn_name, cb, ...)
   local core = M._core()
-  local native = require("mia.core").call(core[fn_name], provider)
+  local native = require("mia.core").call(core[fn_name], ...)
   require("mia.bridge").watch(native.id, {
     on_done = function(value)
       cb(nil, value)
@@ -113,6 +114,11 @@ local function provider_job(fn_name, provider, cb)
     end,
   })
   return M._handle_of(native)
+end
+
+local function provider_job(fn_name, provider, cb)
+  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
+  return M._job(fn_name, cb, provider)
 end
 
 --- Lists the models `provider` serves; `cb(err, ids)` runs on the main thread.

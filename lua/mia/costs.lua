@@ -66,15 +66,7 @@ function M.fetch(query, cb)
     end
     q.system_tokens = math.floor(chars / 4)
   end
-  local h = loader.call(core.costs, q)
-  require("mia.bridge").watch(h.id, {
-    on_done = function(r)
-      cb(nil, r)
-    end,
-    on_error = function(e)
-      cb(e, nil)
-    end,
-  })
+  mia._job("costs", cb, q)
 end
 
 --- Runs `query` and waits for it (at most 5 s); for the Lua API and `:Mia costs`.

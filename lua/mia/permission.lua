@@ -38,32 +38,43 @@ function M.ask(call, data)
   end)
 end
 
+--- Asks `question` through vim.ui.select (or vim.ui.input with
+--- `opts.allow_freeform` and no choices) and calls `answer` once: with the
+--- choice, or `opts.default` when dismissed or after `opts.timeout` ms.
+--- Shared by Lua tools' ctx.ask and Rust tools' ToolContext::ask.
+function M.ask_user(question, opts, answer)
+  opts = opts or {}
+  local answered = false
+  local function once(value)
+    if not answered then
+      answered = true
+      answer(value)
+    end
+  end
+  if opts.timeout then
+    vim.defer_fn(function()
+      once(opts.default)
+    end, opts.timeout)
+  end
+  if opts.allow_freeform and not opts.choices then
+    vim.ui.input({ prompt = question .. " ", default = opts.default }, function(text)
+      once(text or opts.default)
+    end)
+  else
+    vim.ui.select(opts.choices or { "Yes", "No" }, { prompt = question }, function(choice)
+      once(choice or opts.default)
+    end)
+  end
+end
+
 --- A question from a Rust tool (`ToolContext::ask`): `data = { question,
 --- opts = { choices, default, timeout, allow_freeform } }`; answers the
 --- chosen text, or nothing (the tool then uses its default).
 function M.question(call, data)
-  local opts = data.opts or {}
-  local answered = false
-  local function answer(value)
-    if answered then
-      return
-    end
-    answered = true
+  M.ask_user(data.question, data.opts, function(value)
     local loader = require("mia.core")
     pcall(loader.get().reply, call, true, value == nil and vim.NIL or value)
-  end
-  if opts.timeout then
-    vim.defer_fn(function()
-      answer(opts.default)
-    end, opts.timeout)
-  end
-  if opts.allow_freeform and not opts.choices then
-    vim.ui.input({ prompt = data.question .. " ", default = opts.default }, answer)
-  else
-    vim.ui.select(opts.choices or { "Yes", "No" }, { prompt = data.question }, function(choice)
-      answer(choice or opts.default)
-    end)
-  end
+  end)
 end
 
 --- Asks a yes/no question whose default is no (e.g. a budget limit):

@@ -5,35 +5,15 @@ local M = {}
 
 --- Starts a store job; `cb(err, result)` runs on the main thread when it ends.
 local function start(fn_name, cb, ...)
-  local mia = require("mia")
-  local loader = require("mia.core")
-  local core = mia._core()
-  local h = loader.call(core[fn_name], ...)
-  require("mia.bridge").watch(h.id, {
-    on_done = function(r)
-      cb(nil, r)
-    end,
-    on_error = function(e)
-      cb(e, nil)
-    end,
-  })
+  require("mia")._job(fn_name, cb, ...)
 end
 
 --- Runs a store job and waits for it (the synchronous Lua API).
 local function job(fn_name, ...)
-  local mia = require("mia")
-  local loader = require("mia.core")
-  local core = mia._core()
-  local h = loader.call(core[fn_name], ...)
   local result, failure
-  require("mia.bridge").watch(h.id, {
-    on_done = function(r)
-      result = r
-    end,
-    on_error = function(e)
-      failure = e
-    end,
-  })
+  start(fn_name, function(err, r)
+    failure, result = err, r
+  end, ...)
   vim.wait(10000, function()
     return result ~= nil or failure ~= nil
   end, 2)

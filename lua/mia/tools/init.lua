@@ -181,32 +181,13 @@ function M.run(call, data)
     if me ~= co then
       error("ctx.ask must be called from the tool's own execute function", 2)
     end
-    local answered = false
-    local function answer(choice)
-      if answered then
-        return
-      end
-      answered = true
+    require("mia.permission").ask_user(question, opts, function(choice)
       vim.schedule(function()
         if not state.finished and coroutine.status(co) == "suspended" then
           step(choice)
         end
       end)
-    end
-    if opts.timeout then
-      vim.defer_fn(function()
-        answer(opts.default)
-      end, opts.timeout)
-    end
-    if opts.allow_freeform and not opts.choices then
-      vim.ui.input({ prompt = question .. " ", default = opts.default }, function(text)
-        answer(text or opts.default)
-      end)
-    else
-      vim.ui.select(opts.choices or { "Yes", "No" }, { prompt = question }, function(choice)
-        answer(choice or opts.default)
-      end)
-    end
+    end)
     return coroutine.yield()
   end
   co = coroutine.create(function()
