@@ -7,12 +7,11 @@
 
 mod common;
 
-use common::{recorded, XorShift};
+use common::{decode_chunked, recorded};
 
 use mia_core::llm::anthropic::{request_body, AnthropicDecoder, AnthropicOptions};
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
 use mia_core::llm::message::{ChatRequest, Message, Role, StopReason, Usage};
-use mia_core::llm::stream::SseDecoder;
 use serde_json::{json, Value};
 
 /// What a stream decoded to: the folded answer and every event, in order.
@@ -50,30 +49,10 @@ fn frame_lines(lines: &str) -> String {
 /// Feeds raw SSE bytes in pseudo-random chunks through the SSE parser,
 /// the Anthropic decoder and an accumulator.
 fn decode_wire(wire: &str, seed: u64) -> Decoded {
-    let bytes = wire.as_bytes();
-    let mut rng = XorShift(seed);
-    let mut sse = SseDecoder::new();
     let mut dec = AnthropicDecoder::new("recorded");
-    let mut acc = Accumulator::default();
-    let (mut sse_events, mut out, mut events) = (Vec::new(), Vec::new(), Vec::new());
-    let mut i = 0;
-    let mut feed = |sse_events: &mut Vec<_>, out: &mut Vec<DecodeEvent>| {
-        for e in sse_events.drain(..) {
-            dec.decode(&e, out).expect("recorded stream decodes");
-            for d in out.drain(..) {
-                acc.apply(&d);
-                events.push(d);
-            }
-        }
-    };
-    while i < bytes.len() {
-        let end = (i + rng.next()).min(bytes.len());
-        sse.push(&bytes[i..end], &mut sse_events);
-        i = end;
-        feed(&mut sse_events, &mut out);
-    }
-    sse.finish(&mut sse_events);
-    feed(&mut sse_events, &mut out);
+    let (acc, events) = decode_chunked(wire.as_bytes(), seed, |e, out| {
+        dec.decode(e, out).expect("recorded stream decodes")
+    });
     Decoded { acc, events }
 }
 

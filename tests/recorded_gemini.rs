@@ -8,13 +8,13 @@
 
 mod common;
 
-use common::{recorded, XorShift};
+use common::{decode_chunked, recorded};
 
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
 use mia_core::llm::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass};
 use mia_core::llm::gemini::{request_body, GeminiDecoder};
 use mia_core::llm::message::{ChatRequest, Message, Role, StopReason, Usage};
-use mia_core::llm::stream::{SseDecoder, SseEvent};
+use mia_core::llm::stream::SseDecoder;
 use serde_json::{json, Value};
 
 /// What a stream decoded to: the folded answer and every event, in order.
@@ -50,30 +50,10 @@ fn decode(rel: &str, seed: u64) -> Option<Decoded> {
         wire.push_str(line);
         wire.push_str("\r\n\r\n");
     }
-    let bytes = wire.as_bytes();
-    let mut rng = XorShift(seed);
-    let mut sse = SseDecoder::new();
     let mut dec = GeminiDecoder::new("recorded");
-    let mut acc = Accumulator::default();
-    let (mut sse_events, mut out, mut events) = (Vec::new(), Vec::new(), Vec::new());
-    let mut feed = |sse_events: &mut Vec<SseEvent>, out: &mut Vec<DecodeEvent>| {
-        for e in sse_events.drain(..) {
-            dec.decode(&e, out).expect("recorded stream decodes");
-            for d in out.drain(..) {
-                acc.apply(&d);
-                events.push(d);
-            }
-        }
-    };
-    let mut i = 0;
-    while i < bytes.len() {
-        let end = (i + rng.next()).min(bytes.len());
-        sse.push(&bytes[i..end], &mut sse_events);
-        i = end;
-        feed(&mut sse_events, &mut out);
-    }
-    sse.finish(&mut sse_events);
-    feed(&mut sse_events, &mut out);
+    let (acc, events) = decode_chunked(wire.as_bytes(), seed, |e, out| {
+        dec.decode(e, out).expect("recorded stream decodes")
+    });
     Some(Decoded { acc, events })
 }
 

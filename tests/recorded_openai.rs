@@ -5,12 +5,11 @@
 
 mod common;
 
-use common::{recorded, XorShift};
+use common::{decode_chunked, recorded};
 
-use mia_core::llm::delta::{Accumulator, DecodeEvent};
+use mia_core::llm::delta::Accumulator;
 use mia_core::llm::message::{StopReason, Usage};
 use mia_core::llm::openai::OpenAiDecoder;
-use mia_core::llm::stream::SseDecoder;
 
 /// Frames each recorded JSON line as an SSE event, feeds it in random chunks.
 fn decode(lines: &str, seed: u64) -> Accumulator {
@@ -21,24 +20,10 @@ fn decode(lines: &str, seed: u64) -> Accumulator {
         wire.push_str("\r\n\r\n");
     }
     wire.push_str("data: [DONE]\n\n");
-    let bytes = wire.as_bytes();
-    let mut rng = XorShift(seed);
-    let mut sse = SseDecoder::new();
     let mut dec = OpenAiDecoder::new("recorded");
-    let mut acc = Accumulator::default();
-    let (mut events, mut out) = (Vec::new(), Vec::<DecodeEvent>::new());
-    let mut i = 0;
-    while i < bytes.len() {
-        let end = (i + rng.next()).min(bytes.len());
-        sse.push(&bytes[i..end], &mut events);
-        i = end;
-        for e in events.drain(..) {
-            dec.decode(&e, &mut out).expect("recorded stream decodes");
-            out.drain(..).for_each(|d| acc.apply(&d));
-        }
-    }
-    sse.finish(&mut events);
-    assert!(events.is_empty());
+    let (acc, _) = decode_chunked(wire.as_bytes(), seed, |e, out| {
+        dec.decode(e, out).expect("recorded stream decodes")
+    });
     acc
 }
 

@@ -30,3 +30,39 @@ impl XorShift {
         (self.0 % 64) as usize + 1
     }
 }
+
+/// Feeds `wire` through the SSE parser in pseudo-random 1–64-byte chunks
+/// (replayable from `seed`), hands every event to `decode`, and returns the
+/// folded answer with every decoded event in order.
+pub fn decode_chunked(
+    wire: &[u8],
+    seed: u64,
+    mut decode: impl FnMut(&mia_core::llm::stream::SseEvent, &mut Vec<mia_core::llm::delta::DecodeEvent>),
+) -> (
+    mia_core::llm::delta::Accumulator,
+    Vec<mia_core::llm::delta::DecodeEvent>,
+) {
+    let mut rng = XorShift(seed);
+    let mut sse = mia_core::llm::stream::SseDecoder::new();
+    let mut acc = mia_core::llm::delta::Accumulator::default();
+    let (mut sse_events, mut out, mut events) = (Vec::new(), Vec::new(), Vec::new());
+    let mut feed = |sse_events: &mut Vec<_>, out: &mut Vec<_>| {
+        for e in sse_events.drain(..) {
+            decode(&e, out);
+            for d in out.drain(..) {
+                acc.apply(&d);
+                events.push(d);
+            }
+        }
+    };
+    let mut i = 0;
+    while i < wire.len() {
+        let end = (i + rng.next()).min(wire.len());
+        sse.push(&wire[i..end], &mut sse_events);
+        i = end;
+        feed(&mut sse_events, &mut out);
+    }
+    sse.finish(&mut sse_events);
+    feed(&mut sse_events, &mut out);
+    (acc, events)
+}
