@@ -13,8 +13,8 @@
 --- the old per-directory format (old "trust" entries are dropped, so such a
 --- directory is asked about once more, per file).
 ---
---- Why not Neovim's own trust database (vim.secure): on 0.10 and 0.11
---- `vim.secure.trust({ action = "allow", path = … })` is refused (allow
+--- Why not Neovim's own trust database (vim.secure): on 0.11 (checked on
+--- 0.11.4) `vim.secure.trust({ action = "allow", path = … })` is refused (allow
 --- works only through a buffer, which would mean loading the tool file into
 --- a buffer — autocmds, LSP — and hashing its lines rather than its bytes),
 --- `vim.secure.read()` asks with a blocking confirm(), its "deny" is per path
