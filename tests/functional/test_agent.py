@@ -216,7 +216,7 @@ def test_project_tools_load_only_after_the_directory_is_trusted(agent, server, p
     listed = {t["name"]: t["source"] for t in ed.lua("return require('mia.tools').list()")}
     assert listed["hello"] == "project"
     trusted = json.loads((ed.home / "data" / "nvim" / "mia" / "trusted.json").read_text())
-    assert trusted[str(tools_dir)] == "trust"
+    assert trusted["files"][os.path.realpath(tools_dir / "hello.lua")]["answer"] == "trust"
 
 
 def test_tools_listing_groups_by_source(agent):
