@@ -52,6 +52,69 @@ pub enum PathError {
     },
 }
 
+/// One file as permission rules see it: every spelling of the same file
+/// (`./a`, `a//b/../a`, an absolute path, a symbolic link to it) gives the
+/// same [`CanonicalPath::subject`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalPath {
+    /// Where the path really leads: every symbolic link resolved.
+    pub physical: PathBuf,
+    /// What rules match: `physical` relative to the root ("." for the root
+    /// itself) when inside the project, else the absolute physical path.
+    pub subject: String,
+    /// The path as written, with `.`, `..` and duplicate slashes removed but
+    /// links not followed, in the same relative-or-absolute form. Deny rules
+    /// match it too, so a rule naming a link's own name still holds.
+    pub lexical: String,
+    /// True when the physical path is inside the project root.
+    pub inside: bool,
+}
+
+/// The canonical form of `requested`, resolved against `root`. Unlike
+/// [`resolve_in_root`], paths outside the project are not an error here:
+/// they come back with `inside == false` so that a rule can still allow
+/// them. Only an unusable root or an unresolvable path (a link loop) fails.
+pub fn canonicalize(root: &Path, requested: &str) -> Result<CanonicalPath, PathError> {
+    let physical_root = root.canonicalize().map_err(|e| PathError::RootUnavailable {
+        root: root.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let asked = Path::new(requested);
+    let joined = if asked.is_absolute() {
+        asked.to_path_buf()
+    } else {
+        physical_root.join(asked)
+    };
+    let lexical = normalize_lexically(&joined).unwrap_or_else(|| PathBuf::from("/"));
+    let physical = resolve_physically(&lexical).map_err(|e| PathError::Unresolvable {
+        requested: requested.to_string(),
+        root: root.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let inside = physical.starts_with(&physical_root);
+    let relative_or_absolute = |p: &Path| -> String {
+        let rel = p
+            .strip_prefix(&physical_root)
+            .ok()
+            .or_else(|| p.strip_prefix(root).ok());
+        match rel {
+            Some(r) if r.as_os_str().is_empty() => ".".to_string(),
+            Some(r) => r.to_string_lossy().into_owned(),
+            None => p.to_string_lossy().into_owned(),
+        }
+    };
+    Ok(CanonicalPath {
+        subject: if inside {
+            relative_or_absolute(&physical)
+        } else {
+            physical.to_string_lossy().into_owned()
+        },
+        lexical: relative_or_absolute(&lexical),
+        physical,
+        inside,
+    })
+}
+
 /// Resolves `requested` against `root` and checks that it stays inside.
 ///
 /// Relative paths are relative to `root`; absolute paths are accepted only
@@ -365,6 +428,50 @@ mod tests {
             resolve_in_root(&f.root, "loop1/x"),
             Err(PathError::Unresolvable { .. })
         ));
+    }
+
+    #[test]
+    fn every_spelling_of_a_file_has_one_canonical_subject() {
+        let f = fixture();
+        fs::create_dir_all(f.root.join("secrets")).unwrap();
+        fs::write(f.root.join("secrets/k"), "key").unwrap();
+        symlink("secrets", f.root.join("alias")).unwrap();
+        let abs = format!("{}/secrets/k", f.root.display());
+        let spellings = [
+            "secrets/k",
+            "./secrets/k",
+            "secrets//k",
+            "src/../secrets/k",
+            "./src/nested/../../secrets/./k",
+            abs.as_str(),
+            "alias/k",
+            "secrets/k/",
+        ];
+        for s in spellings {
+            let c = canonicalize(&f.root, s).unwrap();
+            assert_eq!(c.subject, "secrets/k", "spelling {s:?}");
+            assert!(c.inside, "spelling {s:?}");
+            assert_eq!(c.physical, f.root.join("secrets/k"), "spelling {s:?}");
+        }
+        assert_eq!(canonicalize(&f.root, "alias/k").unwrap().lexical, "alias/k");
+        assert_eq!(canonicalize(&f.root, ".").unwrap().subject, ".");
+    }
+
+    #[test]
+    fn paths_outside_the_root_are_absolute_and_marked_outside() {
+        let f = fixture();
+        let secret = f.outside.join("secret");
+        let climbing = format!("../../../../../../..{}", secret.display());
+        for s in ["../elsewhere/secret", climbing.as_str(), secret.to_str().unwrap()] {
+            let c = canonicalize(&f.root, s).unwrap();
+            assert!(!c.inside, "{s:?}");
+            assert_eq!(c.subject, secret.display().to_string(), "{s:?}");
+        }
+        symlink(&secret, f.root.join("out")).unwrap();
+        let c = canonicalize(&f.root, "out").unwrap();
+        assert!(!c.inside);
+        assert_eq!(c.subject, secret.display().to_string());
+        assert_eq!(c.lexical, "out");
     }
 
     #[test]
