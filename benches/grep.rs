@@ -167,6 +167,9 @@ fn run_tool(runtime: &tokio::runtime::Runtime, grep: &SharedTool, root: &Path, c
         root: root.to_path_buf(),
         abort: CancellationToken::new(),
         limits: ToolLimits::default(),
+        outside_allowed: None,
+        subject: None,
+        hidden: None,
         metadata: Arc::new(|_| {}),
         conversation: Arc::new(Vec::new()),
     };

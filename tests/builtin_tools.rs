@@ -54,6 +54,9 @@ impl Project {
             root: self.root.clone(),
             abort: CancellationToken::new(),
             limits: ToolLimits::default(),
+            outside_allowed: None,
+            subject: None,
+            hidden: None,
             metadata: Arc::new(|_| {}),
             conversation: Arc::new(Vec::new()),
         }

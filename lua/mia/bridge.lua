@@ -48,6 +48,8 @@ local function dispatch(events)
     if ev.kind == "call" then
       if ev.call_kind == "tool" then
         call(require("mia.tools").run, "a Lua tool", ev.call, ev.data)
+      elseif ev.call_kind == "subject" then
+        call(require("mia.tools").subject, "a Lua tool's subject", ev.call, ev.data)
       elseif ev.call_kind == "permission" then
         call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
       elseif ev.call_kind == "ask" then

@@ -159,7 +159,13 @@ pub async fn run(
     };
     let root = tokio::fs::canonicalize(&root).await.unwrap_or(root);
     let mut remembered = match &deps.settings.data_dir {
-        Some(dir) => Remembered::load(dir).await.for_project(&root),
+        Some(dir) => {
+            let loaded = Remembered::load(dir).await;
+            if let Some(warning) = loaded.warning {
+                notify(&deps.queue, stream, json!({ "type": "warning", "text": warning }));
+            }
+            loaded.remembered.for_project(&root)
+        }
         None => Vec::new(),
     };
     let mut agent = AgentInfo {

@@ -16,7 +16,7 @@ use crate::calls::CallError;
 use crate::events::StreamId;
 use crate::llm::delta::{StreamDone, ToolCall};
 use crate::llm::message::{Message, Part, Role};
-use crate::tools::permissions::{remembered_rule, Action, Remembered, Rule};
+use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
 use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolLimits, ToolOutput};
 
 /// How much of a tool's output the chat shows.
@@ -55,7 +55,7 @@ pub async fn run(
         status(deps, stream, call, "pending", json!({}));
     }
     let mut results: HashMap<String, ToolOutput> = HashMap::new();
-    let mut approved: Vec<(&ToolCall, SharedTool)> = Vec::new();
+    let mut approved: Vec<(&ToolCall, SharedTool, Checked)> = Vec::new();
     for call in &done.tool_calls {
         if cancel.is_cancelled() {
             results.insert(
@@ -78,13 +78,30 @@ pub async fn run(
             results.insert(call.id.clone(), ToolOutput::error(problem));
             continue;
         }
-        let subject = tool.subject(&call.arguments);
-        let decision =
-            deps.settings
-                .permissions
-                .decide(&agent.mode, &call.name, tool.effect(), subject.as_deref(), remembered);
+        let subject = if tool.dynamic_subject() {
+            crate::tools::lua_tool::dynamic_subject(&deps.calls, &deps.queue, stream, &call.name, &call.arguments, cancel)
+                .await
+        } else {
+            Ok(tool.subject(&call.arguments))
+        };
+        let checked = match subject.and_then(|s| Checked::new(root, s.as_ref()).map_err(|e| e.to_string())) {
+            Ok(c) => c,
+            Err(problem) => {
+                results.insert(call.id.clone(), ToolOutput::error(problem));
+                continue;
+            }
+        };
+        let decision = deps.settings.permissions.decide(
+            &agent.mode,
+            &call.name,
+            tool.effect(),
+            &checked,
+            remembered,
+            tool.outside_project(),
+        );
+        let subject = checked.shown();
         match decision.action {
-            Action::Allow => approved.push((call, tool)),
+            Action::Allow => approved.push((call, tool, checked)),
             Action::Deny => {
                 results.insert(
                     call.id.clone(),
@@ -102,6 +119,7 @@ pub async fn run(
                     "arguments": call.arguments,
                     "subject": subject,
                     "effect": tool.effect(),
+                    "because": decision.because,
                     "root": root.display().to_string(),
                 });
                 let timeout = Duration::from_millis(deps.settings.ask_timeout_ms);
@@ -110,16 +128,16 @@ pub async fn run(
                     .call(&deps.queue, stream, "permission", payload, timeout, cancel)
                     .await;
                 match answer {
-                    Ok(Ok(Value::String(a))) if a == "allow_once" => approved.push((call, tool)),
+                    Ok(Ok(Value::String(a))) if a == "allow_once" => approved.push((call, tool, checked)),
                     Ok(Ok(Value::String(a))) if a == "allow_always" => {
-                        let rule = remembered_rule(&call.name, tool.effect(), subject.as_deref());
+                        let rule = remembered_rule(&call.name, &checked);
                         if let Some(dir) = &deps.settings.data_dir {
                             if let Err(e) = Remembered::remember(dir, root, rule.clone()).await {
                                 tracing::warn!("cannot save the permission: {e}");
                             }
                         }
                         remembered.push(rule);
-                        approved.push((call, tool));
+                        approved.push((call, tool, checked));
                     }
                     Err(CallError::Cancelled) => {
                         results.insert(
@@ -158,7 +176,7 @@ pub async fn run(
             status(deps, stream, call, state, json!({ "output": short(&out.content) }));
         }
     }
-    let runs = approved.into_iter().map(|(call, tool)| {
+    let runs = approved.into_iter().map(|(call, tool, checked)| {
         let queue = deps.queue.clone();
         let call_id = call.id.clone();
         let message_id = message_id.clone();
@@ -171,6 +189,9 @@ pub async fn run(
             root: root.to_path_buf(),
             abort: cancel.child_token(),
             limits,
+            outside_allowed: checked.outside_path(),
+            hidden: Some(deps.settings.permissions.hidden_paths(&agent.mode, &call.name)),
+            subject: checked.path().cloned(),
             conversation: conversation.clone(),
             metadata: Arc::new(move |m| {
                 notify(

@@ -219,6 +219,9 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
                 bash_timeout_ms: settings.bash_timeout_ms,
                 ..crate::tools::ToolLimits::default()
             },
+            outside_allowed: None,
+            subject: None,
+            hidden: None,
             metadata: std::sync::Arc::new(|_| {}),
             conversation: std::sync::Arc::new(Vec::new()),
         };

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{Tool, ToolContext, ToolEffect, ToolOutput};
+use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolOutput, ToolSubject};
 use crate::calls::CallError;
 
 /// What `mia.register_tool` tells the core about a Lua tool.
@@ -24,6 +24,67 @@ pub struct LuaToolSpec {
     /// How long the tool may take (default 60 s).
     #[serde(default = "default_timeout")]
     pub timeout_ms: u64,
+    /// What the tool acts on, so that rules and confinement apply to it as
+    /// to the built-in tools.
+    #[serde(default)]
+    pub subject: Option<LuaSubject>,
+    /// What happens to a path outside the project that no rule allows.
+    #[serde(default)]
+    pub outside: OutsidePolicy,
+}
+
+/// A Lua tool's subject declaration: the argument that holds its path,
+/// command or other subject, or `dynamic` when a Lua function computes it.
+/// (Lua turns the shorthand `subject = "path"` into `{ path = "path" }`.)
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LuaSubject {
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub command: Option<String>,
+    #[serde(default)]
+    pub text: Option<String>,
+    #[serde(default)]
+    pub dynamic: bool,
+}
+
+/// Asks Neovim for the subject of a call of Lua tool `name` whose subject
+/// is a Lua function. An error (the function failed, or answered something
+/// that is not a subject) refuses the call with that message.
+pub async fn dynamic_subject(
+    calls: &crate::calls::PendingCalls,
+    queue: &crate::events::EventQueue,
+    stream: u64,
+    name: &str,
+    args: &Value,
+    cancel: &tokio_util::sync::CancellationToken,
+) -> Result<Option<ToolSubject>, String> {
+    let payload = json!({ "name": name, "arguments": args });
+    let answer = calls
+        .call(queue, stream, "subject", payload, Duration::from_secs(10), cancel)
+        .await;
+    match answer {
+        Ok(Ok(value)) => subject_of_value(&value).map_err(|e| format!("`{name}`'s subject function {e}")),
+        Ok(Err(message)) => Err(format!("`{name}`'s subject function failed: {message}")),
+        Err(e) => Err(format!("`{name}`'s subject could not be computed ({e:?})")),
+    }
+}
+
+/// `nil`, a path string, or `{ path = … }` / `{ command = … }` / `{ text = … }`.
+fn subject_of_value(value: &Value) -> Result<Option<ToolSubject>, String> {
+    let one = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
+    match value {
+        Value::Null => Ok(None),
+        Value::String(path) => Ok(Some(ToolSubject::Path(path.clone()))),
+        Value::Object(_) => one("path")
+            .map(ToolSubject::Path)
+            .or_else(|| one("command").map(ToolSubject::Command))
+            .or_else(|| one("text").map(ToolSubject::Text))
+            .map(Some)
+            .ok_or_else(|| format!("returned {value}; return a path, or a table with `path`, `command` or `text`")),
+        other => Err(format!("returned {other}; return a path, or a table with `path`, `command` or `text`")),
+    }
 }
 
 fn default_parameters() -> Value {
@@ -60,6 +121,25 @@ impl Tool for LuaTool {
         self.spec.effect
     }
 
+    fn subject(&self, args: &Value) -> Option<ToolSubject> {
+        let spec = self.spec.subject.as_ref()?;
+        let arg = |key: &String| args.get(key).and_then(Value::as_str).map(str::to_string);
+        spec.path
+            .as_ref()
+            .and_then(arg)
+            .map(ToolSubject::Path)
+            .or_else(|| spec.command.as_ref().and_then(arg).map(ToolSubject::Command))
+            .or_else(|| spec.text.as_ref().and_then(arg).map(ToolSubject::Text))
+    }
+
+    fn dynamic_subject(&self) -> bool {
+        self.spec.subject.as_ref().is_some_and(|s| s.dynamic)
+    }
+
+    fn outside_project(&self) -> OutsidePolicy {
+        self.spec.outside
+    }
+
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
         let name = self.spec.name.clone();
         let timeout = Duration::from_millis(self.spec.timeout_ms);
@@ -77,6 +157,11 @@ impl Tool for LuaTool {
                     "call_id": ctx.call_id,
                     "agent": ctx.agent,
                     "root": ctx.root.display().to_string(),
+                    "subject": ctx.subject.as_ref().map(|c| json!({
+                        "path": c.physical.display().to_string(),
+                        "relative": c.subject,
+                        "inside": c.inside,
+                    })),
                 },
             });
             let pending = crate::calls::pending();

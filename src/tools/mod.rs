@@ -9,6 +9,7 @@ pub mod paths;
 pub mod permissions;
 pub mod registry;
 pub mod schema;
+pub mod shell;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -28,6 +29,38 @@ pub enum ToolEffect {
     Write,
     /// Runs a command.
     Execute,
+}
+
+/// What one tool call acts on, as permission rules see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolSubject {
+    /// A file or directory path, relative to the project root or absolute.
+    Path(String),
+    /// A shell command line.
+    Command(String),
+    /// Anything else, matched by rules exactly as written.
+    Text(String),
+}
+
+impl ToolSubject {
+    /// The text as the tool received it (for questions and messages).
+    pub fn as_str(&self) -> &str {
+        match self {
+            ToolSubject::Path(s) | ToolSubject::Command(s) | ToolSubject::Text(s) => s,
+        }
+    }
+}
+
+/// What a tool does with a path outside the project that no rule allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutsidePolicy {
+    /// Refuse it (built-in file tools).
+    #[default]
+    Refuse,
+    /// Ask the user (the editor tools: a buffer the user opened elsewhere).
+    Ask,
 }
 
 /// Who the tool is running for.
@@ -75,11 +108,22 @@ pub struct ToolContext {
     /// Fires when the user stops the answer; tools should return what they have.
     pub abort: CancellationToken,
     pub limits: ToolLimits,
+    /// A path outside the project that a rule allowed for this call (the
+    /// physical path); file tools reach it and nothing else outside.
+    pub outside_allowed: Option<PathBuf>,
+    /// The call's path subject in canonical form, when the tool has one.
+    pub subject: Option<paths::CanonicalPath>,
+    /// True for a path (relative to the root) that a deny rule hides from
+    /// this tool; directory walks skip such entries.
+    pub hidden: Option<PathFilter>,
     /// Reports progress or a summary for the chat (e.g. `{ "summary": "wrote 4.1 KB to a.rs" }`).
     pub metadata: Arc<dyn Fn(Value) + Send + Sync>,
     /// A read-only snapshot of the conversation up to this call.
     pub conversation: Arc<Vec<crate::llm::message::Message>>,
 }
+
+/// A test on a path relative to the project root.
+pub type PathFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Options of [`ToolContext::ask`], as Lua's `ctx.ask` takes them.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -163,10 +207,21 @@ pub trait Tool: Send + Sync {
     /// JSON Schema of the arguments.
     fn parameters(&self) -> Value;
     fn effect(&self) -> ToolEffect;
-    /// The path or command permission patterns match against, if any.
-    fn subject(&self, args: &Value) -> Option<String> {
+    /// What the call acts on, for permission rules: a path (checked in its
+    /// canonical form and confined to the project), a shell command (parsed
+    /// into its simple commands), or plain text matched as written.
+    fn subject(&self, args: &Value) -> Option<ToolSubject> {
         let _ = args;
         None
+    }
+    /// True when [`Tool::subject`] cannot answer synchronously (a Lua tool
+    /// whose subject is a Lua function): the agent loop then asks Neovim.
+    fn dynamic_subject(&self) -> bool {
+        false
+    }
+    /// What happens to a path outside the project that no rule allows.
+    fn outside_project(&self) -> OutsidePolicy {
+        OutsidePolicy::Refuse
     }
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput>;
 }
@@ -192,6 +247,9 @@ mod tests {
             root: std::env::temp_dir(),
             abort: CancellationToken::new(),
             limits: ToolLimits::default(),
+            outside_allowed: None,
+            subject: None,
+            hidden: None,
             metadata: Arc::new(|_| {}),
             conversation: Arc::new(Vec::new()),
         }

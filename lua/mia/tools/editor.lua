@@ -6,14 +6,33 @@ local M = {}
 
 local api = vim.api
 
-local function buffer_by_path(path)
-  local want = vim.fn.fnamemodify(path, ":p")
+--- A buffer's file with links resolved, as the core's canonical paths are.
+local function real_name(b)
+  local name = api.nvim_buf_get_name(b)
+  if name == "" then
+    return nil
+  end
+  return vim.fn.resolve(vim.fn.fnamemodify(name, ":p"))
+end
+
+--- The loaded buffer of the call's path. The core has already checked the
+--- path against the rules and resolved it (ctx.subject.path), so every
+--- spelling of a file finds the same buffer.
+local function buffer_by_path(path, ctx)
+  local want = ctx and ctx.subject and ctx.subject.path or vim.fn.resolve(vim.fn.fnamemodify(path, ":p"))
   for _, b in ipairs(api.nvim_list_bufs()) do
-    if api.nvim_buf_is_loaded(b) and vim.fn.fnamemodify(api.nvim_buf_get_name(b), ":p") == want then
+    if api.nvim_buf_is_loaded(b) and real_name(b) == want then
       return b
     end
   end
   return nil
+end
+
+--- True when buffer `b`'s file is inside the project root.
+local function inside_root(b, root)
+  local name = real_name(b)
+  local real_root = vim.fn.resolve(root)
+  return name ~= nil and (name == real_root or vim.startswith(name, real_root .. "/"))
 end
 
 M.tools = {
@@ -42,8 +61,10 @@ M.tools = {
       required = { "path" },
     },
     effect = "read",
+    subject = "path",
+    outside = "ask",
     execute = function(args, ctx)
-      local b = buffer_by_path(args.path)
+      local b = buffer_by_path(args.path, ctx)
       if not b then
         error(string.format("`%s` is not open in the editor; use read_file for files on disk", args.path), 0)
       end
@@ -63,24 +84,29 @@ M.tools = {
       properties = { path = { type = "string", description = "Limit to this file" } },
     },
     effect = "read",
-    execute = function(args)
+    subject = "path",
+    outside = "ask",
+    execute = function(args, ctx)
       local bufnr = nil
       if args.path then
-        bufnr = buffer_by_path(args.path)
+        bufnr = buffer_by_path(args.path, ctx)
         if not bufnr then
           return "no open buffer for " .. args.path
         end
       end
       local out = {}
       for _, d in ipairs(vim.diagnostic.get(bufnr)) do
-        out[#out + 1] = string.format(
-          "%s:%d:%d: %s: %s",
-          vim.fn.fnamemodify(api.nvim_buf_get_name(d.bufnr), ":."),
-          d.lnum + 1,
-          d.col + 1,
-          vim.diagnostic.severity[d.severity] or "?",
-          d.message
-        )
+        -- without a path: only files inside the project (others need their path, which the rules check)
+        if bufnr or inside_root(d.bufnr, ctx.root) then
+          out[#out + 1] = string.format(
+            "%s:%d:%d: %s: %s",
+            vim.fn.fnamemodify(api.nvim_buf_get_name(d.bufnr), ":."),
+            d.lnum + 1,
+            d.col + 1,
+            vim.diagnostic.severity[d.severity] or "?",
+            d.message
+          )
+        end
       end
       return #out > 0 and table.concat(out, "\n") or "no diagnostics"
     end,
@@ -99,8 +125,10 @@ M.tools = {
       required = { "path", "start_line", "end_line", "text" },
     },
     effect = "write",
+    subject = "path",
+    outside = "ask",
     execute = function(args, ctx)
-      local b = buffer_by_path(args.path)
+      local b = buffer_by_path(args.path, ctx)
       if not b then
         error(string.format("`%s` is not open in the editor", args.path), 0)
       end

@@ -13,6 +13,8 @@ local api = vim.api
 --- @field parameters? table JSON Schema of the arguments (an object schema)
 --- @field effect? "read"|"write"|"execute" What running it may do (default "read"); decides permissions
 --- @field timeout_ms? integer How long it may take (default 60000)
+--- @field subject? string|{ path?: string, command?: string, text?: string }|fun(args: table): (string|table|nil) What the tool acts on, for permission rules: the name of its path argument ("path"), a table naming the argument that holds a path, a shell command or other text, or a function returning a path or such a table
+--- @field outside? "refuse"|"ask" A path outside the project that no rule allows is refused (default) or asked
 --- @field execute fun(args: table, ctx: mia.ToolContext): any
 
 --- @class mia.ToolContext
@@ -21,6 +23,7 @@ local api = vim.api
 --- @field call_id string
 --- @field agent { name: string, mode: string }
 --- @field root string The project root
+--- @field subject? { path: string, relative: string, inside: boolean } The call's path subject, canonical (absolute path with links resolved, and relative to the root), for tools that declare a path subject
 --- @field aborted fun(): boolean True once the user stopped the answer
 --- @field on_abort fun(fn: fun()) Runs fn when the user stops the answer
 --- @field ask fun(question: string, opts?: { choices?: string[], default?: string, timeout?: integer, allow_freeform?: boolean }): string?
@@ -37,6 +40,16 @@ local running = {}
 
 local SOURCES = { builtin = true, plugin = true, user = true, project = true }
 
+--- The subject declaration as the core takes it.
+local function subject_meta(subject)
+  if type(subject) == "string" then
+    return { path = subject }
+  elseif type(subject) == "function" then
+    return { dynamic = true }
+  end
+  return subject
+end
+
 local function meta(spec)
   return {
     name = spec.name,
@@ -44,7 +57,35 @@ local function meta(spec)
     parameters = spec.parameters or { type = "object", properties = vim.empty_dict() },
     effect = spec.effect or "read",
     timeout_ms = spec.timeout_ms,
+    subject = subject_meta(spec.subject),
+    outside = spec.outside,
   }
+end
+
+--- Checks `spec.subject` and `spec.outside`; raises naming the field.
+local function validate_subject(spec)
+  local s = spec.subject
+  local where = "mia.register_tool(" .. spec.name .. "): `subject`"
+  if type(s) == "table" then
+    local n = 0
+    for k, v in pairs(s) do
+      if k ~= "path" and k ~= "command" and k ~= "text" then
+        error(string.format("%s has an unknown key `%s`; use path, command or text", where, tostring(k)), 3)
+      end
+      if type(v) ~= "string" then
+        error(string.format("%s.%s must name an argument (a string)", where, k), 3)
+      end
+      n = n + 1
+    end
+    if n ~= 1 then
+      error(where .. " must name exactly one of path, command or text", 3)
+    end
+  elseif s ~= nil and type(s) ~= "string" and type(s) ~= "function" then
+    error(where .. " must be an argument name, a table { path|command|text = name } or a function", 3)
+  end
+  if spec.outside ~= nil and spec.outside ~= "refuse" and spec.outside ~= "ask" then
+    error(string.format('mia.register_tool(%s): `outside` must be "refuse" or "ask" (got %s)', spec.name, vim.inspect(spec.outside)), 3)
+  end
 end
 
 local function send(spec, source)
@@ -71,6 +112,7 @@ function M.register(spec, source)
   if spec.effect ~= nil and not ({ read = true, write = true, execute = true })[spec.effect] then
     error(string.format('mia.register_tool: `effect` must be "read", "write" or "execute" (got %s)', vim.inspect(spec.effect)), 2)
   end
+  validate_subject(spec)
   if not SOURCES[source] then
     error("mia.register_tool: unknown source " .. vim.inspect(source), 2)
   end
@@ -196,6 +238,22 @@ function M.run(call, data)
   step()
 end
 
+--- Computes the subject of a call of Lua tool `data.name` whose `subject`
+--- is a function, and answers the core.
+function M.subject(call, data)
+  local entry = registered[data.name]
+  if not entry or type(entry.spec.subject) ~= "function" then
+    reply(call, false, "no Lua tool named `" .. tostring(data.name) .. "` with a subject function")
+    return
+  end
+  local ok, value = pcall(entry.spec.subject, data.arguments or {})
+  if ok then
+    reply(call, true, value == nil and vim.NIL or value)
+  else
+    reply(call, false, tostring(value))
+  end
+end
+
 --- The core stopped waiting for `call` (cancelled or timed out).
 function M.abort(call)
   local state = running[call]
@@ -208,6 +266,12 @@ function M.abort(call)
   for _, fn in ipairs(state.abort_handlers) do
     pcall(fn)
   end
+end
+
+--- Names of the Lua tools registered so far (any source).
+--- @return string[]
+function M.registered_names()
+  return vim.tbl_keys(registered)
 end
 
 --- Every registered tool (Rust and Lua) grouped by source, as the core knows them.

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::output::CappedOutput;
 use super::process_group::ProcessGroup;
-use super::{object_schema, optional_u64, prop, required_str, shorten, subject_of, with_error_summary};
+use super::{object_schema, optional_u64, prop, required_str, shorten, command_subject, with_error_summary};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Runs `bash -c command` in the project root.
@@ -66,8 +66,8 @@ impl Tool for Bash {
         ToolEffect::Execute
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "command", None)
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        command_subject(args, "command")
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {

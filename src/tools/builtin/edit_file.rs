@@ -12,7 +12,7 @@ use memchr::memmem;
 use serde_json::{json, Value};
 
 use super::atomic::write_atomically;
-use super::{object_schema, optional_bool, prop, required_str, resolve, run_blocking, shown, subject_of, Outcome};
+use super::{object_schema, optional_bool, prop, required_str, resolve, run_blocking, shown, path_subject, Outcome};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Replaces `old_string` with `new_string` in a file.
@@ -52,8 +52,8 @@ impl Tool for EditFile {
         ToolEffect::Write
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "path", None)
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        path_subject(args, "path", None)
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {

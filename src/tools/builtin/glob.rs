@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{
     human_bytes, object_schema, optional_str, project_walker, prop, required_str, resolve, run_blocking, shown,
-    subject_of, Outcome,
+    path_subject, Outcome,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
@@ -43,8 +43,8 @@ impl Tool for Glob {
         ToolEffect::Read
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "path", Some("."))
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        path_subject(args, "path", Some("."))
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
@@ -75,7 +75,7 @@ fn find(args: &Value, ctx: &ToolContext) -> Outcome {
     let root = dir_root(ctx, &dir);
 
     let mut found: Vec<(SystemTime, PathBuf)> = Vec::new();
-    for entry in project_walker(&dir).build() {
+    for entry in project_walker(ctx, &dir).build() {
         if ctx.abort.is_cancelled() {
             break;
         }

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     human_bytes, object_schema, optional_bool, optional_str, optional_u64, project_walker, prop, required_str, resolve,
-    run_blocking, shorten, shown, subject_of, Outcome,
+    run_blocking, shorten, shown, path_subject, Outcome,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
@@ -69,8 +69,8 @@ impl Tool for Grep {
         ToolEffect::Read
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "path", Some("."))
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        path_subject(args, "path", Some("."))
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
@@ -116,7 +116,7 @@ fn search(args: &Value, ctx: &ToolContext) -> Outcome {
         abort: ctx.abort.clone(),
         keep_budget: AtomicUsize::new(ctx.limits.output_cap_bytes.saturating_mul(KEEP_BUDGET_FACTOR)),
     };
-    let mut files = search.first_pass(&start);
+    let mut files = search.first_pass(project_walker(ctx, &start), &start);
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let cancelled = ctx.abort.is_cancelled();
 
@@ -256,11 +256,11 @@ impl Search {
             .build()
     }
 
-    /// Searches every file under `start` in parallel; returns the files with
+    /// Searches every file the walker yields (from `start`) in parallel; returns the files with
     /// at least one matching line, in no particular order.
-    fn first_pass(&self, start: &Path) -> Vec<FileHits> {
+    fn first_pass(&self, walker: ignore::WalkBuilder, start: &Path) -> Vec<FileHits> {
         let found: Mutex<Vec<FileHits>> = Mutex::new(Vec::new());
-        project_walker(start).build_parallel().run(|| {
+        walker.build_parallel().run(|| {
             let mut searcher = Self::searcher();
             let found = &found;
             Box::new(move |entry| {

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::{
     human_bytes, object_schema, optional_str, optional_u64, project_walker, prop, resolve, run_blocking, shown,
-    subject_of, Outcome,
+    path_subject, Outcome,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
@@ -45,8 +45,8 @@ impl Tool for ListDir {
         ToolEffect::Read
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "path", Some("."))
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        path_subject(args, "path", Some("."))
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
@@ -74,7 +74,7 @@ fn list(args: &Value, ctx: &ToolContext) -> Outcome {
     }
 
     let mut entries: Vec<(PathBuf, bool)> = Vec::new();
-    for entry in project_walker(&dir).max_depth(Some(depth)).build() {
+    for entry in project_walker(ctx, &dir).max_depth(Some(depth)).build() {
         if ctx.abort.is_cancelled() {
             break;
         }

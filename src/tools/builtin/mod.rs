@@ -21,8 +21,8 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-use super::paths::{display_relative, resolve_in_root};
-use super::{SharedTool, ToolContext, ToolOutput};
+use super::paths::{canonicalize, display_relative, resolve_in_root, PathError};
+use super::{SharedTool, ToolContext, ToolOutput, ToolSubject};
 
 pub use bash::Bash;
 pub use edit_file::EditFile;
@@ -104,8 +104,20 @@ fn optional_bool(args: &Value, key: &str) -> Option<bool> {
 }
 
 /// Resolves a path argument inside the project, or the refusal the model sees.
+/// A path outside the project resolves only when a rule allowed exactly
+/// that path for this call.
 fn resolve(ctx: &ToolContext, requested: &str) -> Result<PathBuf, ToolOutput> {
-    resolve_in_root(&ctx.root, requested).map_err(|e| ToolOutput::error(e.to_string()))
+    match resolve_in_root(&ctx.root, requested) {
+        Ok(path) => Ok(path),
+        Err(e @ (PathError::OutsideRoot { .. } | PathError::SymlinkEscape { .. })) => {
+            let allowed = ctx.outside_allowed.as_ref();
+            match canonicalize(&ctx.root, requested) {
+                Ok(c) if Some(&c.physical) == allowed => Ok(c.physical),
+                _ => Err(ToolOutput::error(e.to_string())),
+            }
+        }
+        Err(e) => Err(ToolOutput::error(e.to_string())),
+    }
 }
 
 /// How a path is shown to the model and in the chat: relative to the root.
@@ -113,17 +125,35 @@ fn shown(ctx: &ToolContext, path: &Path) -> String {
     display_relative(&ctx.root, path)
 }
 
-/// The subject permission patterns see for a tool whose main argument is `key`.
-fn subject_of(args: &Value, key: &str, default: Option<&str>) -> Option<String> {
-    optional_str(args, key).or(default).map(str::to_string)
+/// The path subject of a tool whose path argument is `key` (`default` when absent).
+fn path_subject(args: &Value, key: &str, default: Option<&str>) -> Option<ToolSubject> {
+    optional_str(args, key)
+        .or(default)
+        .map(|p| ToolSubject::Path(p.to_string()))
+}
+
+/// The command subject of a tool whose command argument is `key`.
+fn command_subject(args: &Value, key: &str) -> Option<ToolSubject> {
+    optional_str(args, key).map(|c| ToolSubject::Command(c.to_string()))
 }
 
 /// A walker over the project that sees what git would: `.gitignore` (also
 /// outside a git repository, since many projects are not one yet), `.ignore`,
 /// global git excludes, and no hidden files.
-fn project_walker(start: &Path) -> ignore::WalkBuilder {
+///
+/// Entries that a deny rule hides from this tool (`ToolContext::hidden`)
+/// are skipped, directories with all they hold, so that searching a
+/// directory never reads a file the rules deny by name.
+fn project_walker(ctx: &ToolContext, start: &Path) -> ignore::WalkBuilder {
     let mut builder = ignore::WalkBuilder::new(start);
     builder.require_git(false).follow_links(false);
+    if let Some(hidden) = ctx.hidden.clone() {
+        let root = ctx.root.canonicalize().unwrap_or_else(|_| ctx.root.clone());
+        builder.filter_entry(move |entry| match entry.path().strip_prefix(&root) {
+            Ok(rel) if !rel.as_os_str().is_empty() => !hidden(&rel.to_string_lossy()),
+            _ => true,
+        });
+    }
     builder
 }
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::{
     human_bytes, looks_binary, object_schema, optional_u64, prop, required_str, resolve, run_blocking, shown,
-    subject_of, Outcome, BINARY_SNIFF_BYTES,
+    path_subject, Outcome, BINARY_SNIFF_BYTES,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
@@ -48,8 +48,8 @@ impl Tool for ReadFile {
         ToolEffect::Read
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "path", None)
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        path_subject(args, "path", None)
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {

@@ -4,7 +4,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::atomic::write_atomically;
-use super::{human_bytes, object_schema, prop, required_str, resolve, run_blocking, shown, subject_of, Outcome};
+use super::{human_bytes, object_schema, prop, required_str, resolve, run_blocking, shown, path_subject, Outcome};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Writes a file's full content, creating parent directories.
@@ -36,8 +36,8 @@ impl Tool for WriteFile {
         ToolEffect::Write
     }
 
-    fn subject(&self, args: &Value) -> Option<String> {
-        subject_of(args, "path", None)
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        path_subject(args, "path", None)
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
