@@ -24,8 +24,8 @@
 --- @field max_wait_ms? integer A provider asking to wait longer than this gets an error instead (default 120000).
 
 --- @class mia.PermissionRule
---- @field tool string Tool name or glob ("*" for all)
---- @field pattern? string Glob on the path or command the tool acts on
+--- @field tool string Tool name or glob ("*" for all); a plain name must be a known tool
+--- @field pattern? string Glob on the canonical path (relative to the project) or on each simple command of a shell command line
 --- @field action "allow"|"ask"|"deny"
 --- @field mode? string Only in this mode
 
@@ -167,13 +167,14 @@ local function validate(opts)
   check_type("system", opts.system, "string", true)
   check_type("permissions", opts.permissions, "table", true)
   local actions = { allow = true, ask = true, deny = true }
-  for i, r in ipairs((opts.permissions or {}).rules or {}) do
-    local path = string.format("permissions.rules[%d]", i)
-    check_type(path .. ".tool", r.tool, "string")
-    check_type(path .. ".pattern", r.pattern, "string", true)
-    if not actions[r.action] then
-      fail(path .. ".action", "must be allow, ask or deny", r.action)
+  local rules = (opts.permissions or {}).rules
+  check_type("permissions.rules", rules, "table", true)
+  if rules and #rules > 0 then
+    local modes = { ask = true, architect = true, code = true }
+    for id in pairs(type(opts.modes) == "table" and opts.modes or {}) do
+      modes[id] = true
     end
+    require("mia.rules").validate(rules, modes, fail)
   end
   for mode, p in pairs((opts.permissions or {}).modes or {}) do
     for _, effect in ipairs({ "read", "write", "execute" }) do
