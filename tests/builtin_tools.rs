@@ -575,18 +575,22 @@ async fn symlink_escape_is_refused_for_read_write_and_edit() {
 
 #[test]
 fn subjects_are_the_path_or_the_command() {
+    use mia_core::tools::ToolSubject;
     assert_eq!(
-        tool("read_file").subject(&json!({"path": "src/a.rs"})).as_deref(),
-        Some("src/a.rs")
+        tool("read_file").subject(&json!({"path": "src/a.rs"})),
+        Some(ToolSubject::Path("src/a.rs".into()))
     );
     assert_eq!(
-        tool("edit_file").subject(&json!({"path": "b.rs"})).as_deref(),
-        Some("b.rs")
+        tool("edit_file").subject(&json!({"path": "b.rs"})),
+        Some(ToolSubject::Path("b.rs".into()))
     );
-    assert_eq!(tool("list_dir").subject(&json!({})).as_deref(), Some("."));
     assert_eq!(
-        tool("bash").subject(&json!({"command": "cargo test"})).as_deref(),
-        Some("cargo test")
+        tool("list_dir").subject(&json!({})),
+        Some(ToolSubject::Path(".".into()))
+    );
+    assert_eq!(
+        tool("bash").subject(&json!({"command": "cargo test"})),
+        Some(ToolSubject::Command("cargo test".into()))
     );
 }
 

@@ -79,8 +79,15 @@ pub async fn run(
             continue;
         }
         let subject = if tool.dynamic_subject() {
-            crate::tools::lua_tool::dynamic_subject(&deps.calls, &deps.queue, stream, &call.name, &call.arguments, cancel)
-                .await
+            crate::tools::lua_tool::dynamic_subject(
+                &deps.calls,
+                &deps.queue,
+                stream,
+                &call.name,
+                &call.arguments,
+                cancel,
+            )
+            .await
         } else {
             Ok(tool.subject(&call.arguments))
         };

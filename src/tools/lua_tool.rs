@@ -83,7 +83,9 @@ fn subject_of_value(value: &Value) -> Result<Option<ToolSubject>, String> {
             .or_else(|| one("text").map(ToolSubject::Text))
             .map(Some)
             .ok_or_else(|| format!("returned {value}; return a path, or a table with `path`, `command` or `text`")),
-        other => Err(format!("returned {other}; return a path, or a table with `path`, `command` or `text`")),
+        other => Err(format!(
+            "returned {other}; return a path, or a table with `path`, `command` or `text`"
+        )),
     }
 }
 

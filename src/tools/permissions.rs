@@ -166,7 +166,9 @@ fn compile_glob(index: usize, key: &str, pattern: &str) -> Result<GlobMatcher, I
 fn compile_rule(index: usize, value: &Value) -> Result<CompiledRule, InvalidRule> {
     let fail = |problem: String| InvalidRule { index, problem };
     let Value::Object(fields) = value else {
-        return Err(fail(format!("must be a table like {{ tool = \"bash\", pattern = \"git status\", action = \"allow\" }} (got {value})")));
+        return Err(fail(format!(
+            "must be a table like {{ tool = \"bash\", pattern = \"git status\", action = \"allow\" }} (got {value})"
+        )));
     };
     for key in fields.keys() {
         if !["tool", "pattern", "action", "mode"].contains(&key.as_str()) {
@@ -193,7 +195,9 @@ fn compile_rule(index: usize, value: &Value) -> Result<CompiledRule, InvalidRule
         ))
     })?;
     if tool.is_empty() {
-        return Err(fail("has an empty `tool`; name a tool or use \"*\" for every tool".into()));
+        return Err(fail(
+            "has an empty `tool`; name a tool or use \"*\" for every tool".into(),
+        ));
     }
     let tool_glob = compile_glob(index, "tool", &tool)?;
     let pattern_glob = pattern
@@ -378,7 +382,14 @@ impl PermissionConfig {
         }
     }
 
-    fn decide_plain(&self, mode: &str, tool: &str, effect: ToolEffect, forms: &[&str], remembered: &[Rule]) -> Decision {
+    fn decide_plain(
+        &self,
+        mode: &str,
+        tool: &str,
+        effect: ToolEffect,
+        forms: &[&str],
+        remembered: &[Rule],
+    ) -> Decision {
         if let Some(r) = self.deny_rule(mode, tool, forms) {
             return Decision::new(Action::Deny, format!("denied by the rule {}", describe(r)));
         }
@@ -735,20 +746,38 @@ mod tests {
     #[test]
     fn modes_decide_by_effect() {
         let c = PermissionConfig::default();
-        assert_eq!(decide(&c, "ask", "read_file", ToolEffect::Read, &text("a")), Action::Allow);
-        assert_eq!(decide(&c, "ask", "write_file", ToolEffect::Write, &text("a")), Action::Ask);
-        assert_eq!(decide(&c, "code", "write_file", ToolEffect::Write, &text("a")), Action::Allow);
+        assert_eq!(
+            decide(&c, "ask", "read_file", ToolEffect::Read, &text("a")),
+            Action::Allow
+        );
+        assert_eq!(
+            decide(&c, "ask", "write_file", ToolEffect::Write, &text("a")),
+            Action::Ask
+        );
+        assert_eq!(
+            decide(&c, "code", "write_file", ToolEffect::Write, &text("a")),
+            Action::Allow
+        );
         assert_eq!(
             decide(&c, "architect", "bash", ToolEffect::Execute, &command("ls")),
             Action::Deny
         );
-        assert_eq!(decide(&c, "nope", "read_file", ToolEffect::Read, &Checked::None), Action::Ask);
+        assert_eq!(
+            decide(&c, "nope", "read_file", ToolEffect::Read, &Checked::None),
+            Action::Ask
+        );
     }
 
     #[test]
     fn invalid_globs_actions_and_keys_are_errors_naming_the_rule() {
-        let bad = |rules: Value| serde_json::from_value::<PermissionConfig>(json!({ "rules": rules })).unwrap_err().to_string();
-        let e = bad(json!([{ "tool": "bash", "action": "allow" }, { "tool": "read_file", "pattern": "secrets/[", "action": "deny" }]));
+        let bad = |rules: Value| {
+            serde_json::from_value::<PermissionConfig>(json!({ "rules": rules }))
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad(
+            json!([{ "tool": "bash", "action": "allow" }, { "tool": "read_file", "pattern": "secrets/[", "action": "deny" }]),
+        );
         assert!(e.contains("`permissions.rules[2]`"), "{e}");
         assert!(e.contains("`secrets/[`"), "{e}");
         let e = bad(json!([{ "tool": "bash", "action": "alow" }]));
@@ -801,8 +830,15 @@ mod tests {
         let c = PermissionConfig::default();
         let remembered = vec![remembered_rule("bash", &command("make test*"))];
         let run = |cmd: &str| {
-            c.decide("ask", "bash", ToolEffect::Execute, &command(cmd), &remembered, OutsidePolicy::Refuse)
-                .action
+            c.decide(
+                "ask",
+                "bash",
+                ToolEffect::Execute,
+                &command(cmd),
+                &remembered,
+                OutsidePolicy::Refuse,
+            )
+            .action
         };
         assert_eq!(run("make test*"), Action::Allow);
         assert_eq!(run("make test; rm -rf x"), Action::Ask);
@@ -814,8 +850,15 @@ mod tests {
         let c = config(json!([{ "tool": "write_file", "pattern": "*.lock", "action": "deny" }]));
         let remembered = vec![remembered_rule("write_file", &Checked::None)];
         let d = |s: &str| {
-            c.decide("ask", "write_file", ToolEffect::Write, &text(s), &remembered, OutsidePolicy::Refuse)
-                .action
+            c.decide(
+                "ask",
+                "write_file",
+                ToolEffect::Write,
+                &text(s),
+                &remembered,
+                OutsidePolicy::Refuse,
+            )
+            .action
         };
         assert_eq!(d("src/b.rs"), Action::Allow);
         assert_eq!(d("x.lock"), Action::Deny);
@@ -840,27 +883,59 @@ mod tests {
         std::os::unix::fs::symlink("secrets/k", root.join("innocent")).unwrap();
         let c = config(json!([{ "tool": "read_file", "pattern": "./secrets/**", "action": "deny" }]));
         let abs = format!("{}/secrets/k", root.display());
-        for s in ["secrets/k", "./secrets/k", "secrets//k", "src/../secrets/k", abs.as_str(), "innocent"] {
+        for s in [
+            "secrets/k",
+            "./secrets/k",
+            "secrets//k",
+            "src/../secrets/k",
+            abs.as_str(),
+            "innocent",
+        ] {
             let checked = Checked::new(&root, Some(&ToolSubject::Path(s.into()))).unwrap();
-            assert_eq!(decide(&c, "ask", "read_file", ToolEffect::Read, &checked), Action::Deny, "{s:?}");
+            assert_eq!(
+                decide(&c, "ask", "read_file", ToolEffect::Read, &checked),
+                Action::Deny,
+                "{s:?}"
+            );
         }
         let dir = Checked::new(&root, Some(&ToolSubject::Path("./secrets".into()))).unwrap();
         assert_eq!(decide(&c, "ask", "read_file", ToolEffect::Read, &dir), Action::Deny);
         let src = Checked::new(&root, Some(&ToolSubject::Path("src".into()))).unwrap();
         assert_eq!(decide(&c, "ask", "read_file", ToolEffect::Read, &src), Action::Allow);
         let outside = Checked::new(&root, Some(&ToolSubject::Path("/etc/passwd".into()))).unwrap();
-        assert_eq!(decide(&c, "code", "read_file", ToolEffect::Read, &outside), Action::Deny);
         assert_eq!(
-            c.decide("code", "read_buffer", ToolEffect::Read, &outside, &[], OutsidePolicy::Ask).action,
+            decide(&c, "code", "read_file", ToolEffect::Read, &outside),
+            Action::Deny
+        );
+        assert_eq!(
+            c.decide(
+                "code",
+                "read_buffer",
+                ToolEffect::Read,
+                &outside,
+                &[],
+                OutsidePolicy::Ask
+            )
+            .action,
             Action::Ask
         );
         let allowing = config(json!([{ "tool": "read_file", "pattern": "/etc/**", "action": "allow" }]));
-        assert_eq!(decide(&allowing, "ask", "read_file", ToolEffect::Read, &outside), Action::Allow);
+        assert_eq!(
+            decide(&allowing, "ask", "read_file", ToolEffect::Read, &outside),
+            Action::Allow
+        );
         // A remembered "allow always" for the project never reaches outside it.
         let remembered = vec![remembered_rule("read_file", &Checked::None)];
         assert_eq!(
-            c.decide("ask", "read_file", ToolEffect::Read, &outside, &remembered, OutsidePolicy::Refuse)
-                .action,
+            c.decide(
+                "ask",
+                "read_file",
+                ToolEffect::Read,
+                &outside,
+                &remembered,
+                OutsidePolicy::Refuse
+            )
+            .action,
             Action::Deny
         );
     }
@@ -885,7 +960,10 @@ mod tests {
             std::fs::write(Remembered::path(dir), b"{ not json").unwrap();
             let r = Remembered::load(dir).await;
             let warning = r.warning.unwrap();
-            assert!(warning.contains("corrupt") && warning.contains("permissions.json.bak"), "{warning}");
+            assert!(
+                warning.contains("corrupt") && warning.contains("permissions.json.bak"),
+                "{warning}"
+            );
             assert_eq!(std::fs::read(dir.join("permissions.json.bak")).unwrap(), b"{ not json");
             assert!(Remembered::load(dir).await.warning.is_none(), "reported once");
             std::fs::write(Remembered::path(dir), b"[]").unwrap();

@@ -12,8 +12,17 @@ pub struct SimpleCommand {
 }
 pub fn analyze(command: &str) -> CommandLine {
     if command.chars().all(|c| c.is_alphanumeric() || " -_./*".contains(c)) {
-        CommandLine { commands: vec![SimpleCommand { text: command.split_whitespace().collect::<Vec<_>>().join(" "), ..Default::default() }], opaque: vec![] }
+        CommandLine {
+            commands: vec![SimpleCommand {
+                text: command.split_whitespace().collect::<Vec<_>>().join(" "),
+                ..Default::default()
+            }],
+            opaque: vec![],
+        }
     } else {
-        CommandLine { commands: vec![], opaque: vec!["stub".into()] }
+        CommandLine {
+            commands: vec![],
+            opaque: vec!["stub".into()],
+        }
     }
 }

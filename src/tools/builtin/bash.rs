@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::output::CappedOutput;
 use super::process_group::ProcessGroup;
-use super::{object_schema, optional_u64, prop, required_str, shorten, command_subject, with_error_summary};
+use super::{command_subject, object_schema, optional_u64, prop, required_str, shorten, with_error_summary};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Runs `bash -c command` in the project root.

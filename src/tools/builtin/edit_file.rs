@@ -12,7 +12,7 @@ use memchr::memmem;
 use serde_json::{json, Value};
 
 use super::atomic::write_atomically;
-use super::{object_schema, optional_bool, prop, required_str, resolve, run_blocking, shown, path_subject, Outcome};
+use super::{object_schema, optional_bool, path_subject, prop, required_str, resolve, run_blocking, shown, Outcome};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Replaces `old_string` with `new_string` in a file.

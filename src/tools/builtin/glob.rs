@@ -8,8 +8,8 @@ use globset::GlobBuilder;
 use serde_json::{json, Value};
 
 use super::{
-    human_bytes, object_schema, optional_str, project_walker, prop, required_str, resolve, run_blocking, shown,
-    path_subject, Outcome,
+    human_bytes, object_schema, optional_str, path_subject, project_walker, prop, required_str, resolve, run_blocking,
+    shown, Outcome,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 

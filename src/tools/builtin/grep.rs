@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    human_bytes, object_schema, optional_bool, optional_str, optional_u64, project_walker, prop, required_str, resolve,
-    run_blocking, shorten, shown, path_subject, Outcome,
+    human_bytes, object_schema, optional_bool, optional_str, optional_u64, path_subject, project_walker, prop,
+    required_str, resolve, run_blocking, shorten, shown, Outcome,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 

@@ -6,8 +6,8 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::{
-    human_bytes, object_schema, optional_str, optional_u64, project_walker, prop, resolve, run_blocking, shown,
-    path_subject, Outcome,
+    human_bytes, object_schema, optional_str, optional_u64, path_subject, project_walker, prop, resolve, run_blocking,
+    shown, Outcome,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 

@@ -7,8 +7,8 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::{
-    human_bytes, looks_binary, object_schema, optional_u64, prop, required_str, resolve, run_blocking, shown,
-    path_subject, Outcome, BINARY_SNIFF_BYTES,
+    human_bytes, looks_binary, object_schema, optional_u64, path_subject, prop, required_str, resolve, run_blocking,
+    shown, Outcome, BINARY_SNIFF_BYTES,
 };
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 

@@ -4,7 +4,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
 use super::atomic::write_atomically;
-use super::{human_bytes, object_schema, prop, required_str, resolve, run_blocking, shown, path_subject, Outcome};
+use super::{human_bytes, object_schema, path_subject, prop, required_str, resolve, run_blocking, shown, Outcome};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Writes a file's full content, creating parent directories.
