@@ -3,6 +3,9 @@
 
 local M = {}
 
+--- The mark a cancelled answer ends with, live and after a load.
+local CANCELLED = "\n\n*[cancelled]*"
+
 local api = vim.api
 local writer = require("mia.writer")
 
@@ -161,7 +164,6 @@ function M.session_cost()
   return session.cost_usd, session.unknown_cost == true
 end
 
-local CANCELLED = "\n\n*[cancelled]*"
 local status_ns = api.nvim_create_namespace("mia_chat_status")
 
 api.nvim_set_hl(0, "MiaReasoning", { default = true, link = "Comment" })
@@ -323,14 +325,14 @@ function M.prompt(text, opts)
   last_state = "streaming"
   local in_reasoning = false
   local after_block = false
-  local function on_text(text)
+  local function on_text(delta)
     clear_status()
     if in_reasoning or after_block then
       in_reasoning, after_block = false, false
       writer.append(buf, "\n\n")
     end
-    answer[#answer + 1] = text
-    writer.append(buf, text)
+    answer[#answer + 1] = delta
+    writer.append(buf, delta)
   end
   session.title = session.title or vim.trim(text):sub(1, 80)
   entry.handle = mia._agent({
