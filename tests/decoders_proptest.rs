@@ -40,7 +40,10 @@ enum Framing {
     JsonArray,
 }
 
-fn framer(f: Framing, limit: usize) -> Box<dyn FnMut(&[u8], &mut Vec<SseEvent>) -> Result<(), EventTooLarge>> {
+/// One framing decoder's `push`.
+type Push = Box<dyn FnMut(&[u8], &mut Vec<SseEvent>) -> Result<(), EventTooLarge>>;
+
+fn framer(f: Framing, limit: usize) -> Push {
     match f {
         Framing::Sse => {
             let mut d = SseDecoder::with_limit(limit);
@@ -186,7 +189,10 @@ enum Wire {
 
 const WIRES: [Wire; 3] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini];
 
-fn wire_decoder(wire: Wire) -> Box<dyn FnMut(&SseEvent, &mut Vec<DecodeEvent>) -> Result<(), LlmError>> {
+/// One wire decoder's `decode`.
+type Decode = Box<dyn FnMut(&SseEvent, &mut Vec<DecodeEvent>) -> Result<(), LlmError>>;
+
+fn wire_decoder(wire: Wire) -> Decode {
     match wire {
         Wire::OpenAi => {
             let mut d = openai::OpenAiDecoder::new("p");
@@ -777,7 +783,7 @@ fn deeply_nested_payloads_are_an_error_not_a_stack_overflow() {
     let deep_object = format!("{}1{}", "{\"a\":".repeat(200_000), "}".repeat(200_000));
     for wire in WIRES {
         for data in [&deep_array, &deep_object] {
-            let err = decode_payloads(wire, &[data.clone()]).expect_err("too deep");
+            let err = decode_payloads(wire, std::slice::from_ref(data)).expect_err("too deep");
             assert!(err.message.contains("malformed chunk"), "{}", err.message);
             assert!(err.message.contains("recursion limit"), "{}", err.message);
         }
