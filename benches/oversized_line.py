@@ -86,6 +86,11 @@ def run_once(port, mb, cap_mib, home):
         wall = time.monotonic() - start
         peak = status_kib(pid, "VmHWM")
         state = nvim.exec_lua("return require('mia.chat').state()")
+        if state == "error":
+            text = nvim.exec_lua("return table.concat(vim.api.nvim_buf_get_lines("
+                                 "require('mia.chat').buffer(), 0, -1, false), '\\n')")
+            error = text.rsplit("> **Error** ", 1)[-1]
+            state = "error: " + error[:70] + ("..." if len(error) > 70 else "")
         return (peak - before) * 1024, wall, state
     finally:
         try:
