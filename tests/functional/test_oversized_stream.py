@@ -110,3 +110,33 @@ def test_a_bad_limit_is_refused_by_setup(editor_factory, bad):
     ed = editor_factory()
     with pytest.raises(NvimError, match=r"limits.max_event_bytes` must be a positive whole number of bytes"):
         ed.lua("require('mia').setup(...)", {"limits": {"max_event_bytes": bad}})
+
+
+SEND = """
+_G.run = { done = nil, err = nil }
+require('mia').send(..., {
+  on_done = function(d) run.done = d end,
+  on_error = function(e) run.err = e end,
+})
+"""
+
+
+def test_a_whole_response_over_the_limit_is_refused_with_bounded_memory(editor_factory, server):
+    cap = 2 * MIB
+    ed = editor_factory(setup={
+        "model": "openaix/echo",
+        "providers": {"openaix": provider_config("openai", server)},
+        "limits": {"max_event_bytes": cap},
+    })
+    ed.nvim.command("Mia prompt echo warm up")
+    ed.wait("require('mia.chat').state() == 'done'")
+    before = status_kib(ed.pid, "VmRSS")
+    if not reset_peak(ed.pid):
+        before = status_kib(ed.pid, "VmHWM")
+    ed.lua(SEND, {"model": "openaix/echo", "messages": [{"role": "user", "content": f"hugeline {LINE_MB}"}]})
+    ed.wait("run.done ~= nil or run.err ~= nil", 120000)
+    growth = (status_kib(ed.pid, "VmHWM") - before) * 1024
+    err = ed.lua("return run.err")
+    assert err is not None and err["class"] == "server_error", err
+    assert err["message"].startswith("openaix: the provider sent a line over 2 MiB (limits.max_event_bytes = 2097152);")
+    assert growth < 3 * cap + 64 * MIB, f"peak RSS grew by {growth / MIB:.0f} MiB for a {LINE_MB} MiB response"
