@@ -96,6 +96,16 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    each its own HTTP chunk when chunked), each drained (this
                    replaces unicode's 3-byte trickle); echo still echoes the
                    whole user text.
+  hugeline MB [FRAMING]
+                   streaming: the opening events, then ONE token event whose
+                   text is MB MiB of "x" (MB may be a decimal), written in
+                   64 KiB pieces (each its own HTTP chunk, each drained, so a
+                   client that stops reading is noticed), then the normal
+                   finish.  FRAMING: sse (default), ndjson (Content-Type
+                   application/x-ndjson, one JSON line per event) or array
+                   (Content-Type application/json, the events as one JSON
+                   array); ndjson and array drop Anthropic's event: names.
+                   Non-streaming: the same text in one reply.
 Non-streaming requests get the same content in one reply (reset and stall
 misbehave the same way; truncate, malformed, unicode answer normally).
 "Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
@@ -188,6 +198,10 @@ MAX_BODY = 64 << 20
 PHRASES = {s.value: s.phrase for s in HTTPStatus}
 GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)")
 MARK = "\x00token\x00"  # stands in for a token while pre-rendering an event
+HUGE_MARK = "\x00huge\x00"  # stands in for the hugeline token
+HUGE_PIECE = 64 << 10
+HUGE_FRAMINGS = {"sse": "text/event-stream", "ndjson": "application/x-ndjson",
+                 "array": "application/json"}
 
 
 # ---- small helpers ------------------------------------------------------
@@ -244,6 +258,16 @@ def words(*texts):
     return sum(len(t.split()) for t in texts)
 
 
+class HugeText(str):
+    """The hugeline token: its JSON is written in pieces by send_huge;
+    rendered whole (non-streaming replies) it is `size` x's."""
+    def __new__(cls, size):
+        return super().__new__(cls, HUGE_MARK)
+
+    def __init__(self, size):
+        self.size = size
+
+
 class Words(Sequence):
     """Lazy "w00000 ", "w00001 ", ... so that `long 10000000` stays cheap."""
     def __init__(self, n, prefix="w"): self.n, self.prefix = n, prefix
@@ -269,6 +293,8 @@ class Plan:
     malformed: bool = False
     trickle: bool = False
     split: bool = False
+    huge: int = 0                  # hugeline: bytes of the one big token
+    framing: str = "sse"           # hugeline: sse | ndjson | array
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -328,6 +354,12 @@ def parse_scenario(text, seq, whole=None):
         secs = number(args[0] if args else None, 60.0)
         if secs is not None:
             return Plan("ratelimited-window", ["ok"], window=secs)
+    if key == "hugeline" and 1 <= len(args) <= 2:
+        mb = number(args[0])
+        framing = args[1] if len(args) > 1 else "sse"
+        if mb and mb <= 4096 and framing in HUGE_FRAMINGS:
+            size = int(mb * (1 << 20))
+            return Plan("hugeline", [HugeText(size)], huge=size, framing=framing)
     if key == "unicode":
         return Plan("unicode", UNICODE_TOKENS, trickle=True)
     if key == "malformed":
@@ -1052,7 +1084,12 @@ class Server:
                 return await self.reset(out)
             if plan.end == "stall":
                 return await self.stall(out)
+            if plan.huge:
+                reply = dumps(fmt.complete(plan, req, seq)).replace(dumps(HUGE_MARK)[1:-1], "x" * plan.huge)
+                return await self.reply(out, (200, json.loads(reply), extra), close)
             return await self.reply(out, (200, fmt.complete(plan, req, seq), extra), close)
+        if plan.huge:
+            return await self.send_huge(out, plan, fmt.stream(plan, req, seq), close)
         return await self.send_stream(out, seq, plan, fmt.stream(plan, req, seq), close, extra)
 
     async def send_stream(self, out, seq, plan, stream, close, extra):
@@ -1077,6 +1114,49 @@ class Server:
             return not close
         finally:
             self.flush_sends()
+
+    async def send_huge(self, out, plan, stream, close):
+        """The hugeline scenario: every event framed as plan.framing, the
+        big token's x's written HUGE_PIECE bytes at a time, each drained."""
+        events = list(stream.head)
+        for part in stream.body:
+            if isinstance(part, Tokens):
+                events += [part.render(tok) for tok in part.items]
+            else:
+                events.append(part)
+        events += stream.tail
+
+        def payload(event):  # b"[event: X\n]data: JSON\n\n" -> b"JSON"
+            data = re.sub(rb"^(event: [^\n]*\n)?data: ", b"", event)
+            return data[:-2] if data.endswith(b"\n\n") else data
+
+        framed = []
+        for i, event in enumerate(events):
+            if plan.framing == "ndjson":
+                event = payload(event) + b"\n"
+            elif plan.framing == "array":
+                event = (b"[" if i == 0 else b",") + payload(event)
+            framed.append(event)
+        if plan.framing == "array":
+            framed.append(b"]")
+        fields = ["Content-Type: " + HUGE_FRAMINGS[plan.framing], *SSE_FIELDS[1:]]
+        out.head(200, fields, close)
+        mark = dumps(HUGE_MARK).encode()
+        for event in framed:
+            if mark not in event:
+                out.write(event)
+                continue
+            pre, post = event.split(mark, 1)
+            out.write(pre + b'"')
+            await out.drain()
+            piece = b"x" * HUGE_PIECE
+            for left in range(plan.huge, 0, -HUGE_PIECE):
+                out.write(piece[:left])
+                await out.drain()
+                out.check_gone()
+            out.write(b'"' + post)
+        await self.end_body(out)
+        return not close
 
     def log_send(self, seq, index, stamp):
         if self.sends:

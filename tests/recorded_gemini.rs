@@ -266,7 +266,7 @@ fn recorded_429_body_is_a_rate_limit_with_the_retry_info_delay() {
     wire.push('\n');
     let mut sse = SseDecoder::new();
     let mut events = Vec::new();
-    sse.push(wire.as_bytes(), &mut events);
+    sse.push(wire.as_bytes(), &mut events).unwrap();
     assert_eq!(events.len(), 1);
     let err = GeminiDecoder::new("gemini")
         .decode(&events[0], &mut Vec::new())

@@ -23,6 +23,9 @@
 --- @field jitter? boolean Randomize delays so clients do not retry in step (default true).
 --- @field max_wait_ms? integer A provider asking to wait longer than this gets an error instead (default 120000).
 
+--- @class mia.Limits
+--- @field max_event_bytes? integer Largest single event of a streamed answer (one SSE event, NDJSON line or JSON-array element), or whole non-streamed answer, in bytes; a server sending more ends the answer with an error (default 8388608, 8 MiB).
+
 --- @class mia.PermissionRule
 --- @field tool string Tool name or glob ("*" for all); a plain name must be a known tool
 --- @field pattern? string Glob on the canonical path (relative to the project) or on each simple command of a shell command line
@@ -57,6 +60,7 @@
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
+--- @field limits? mia.Limits Sizes a server's answer may not pass.
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
 --- @field costs? mia.CostsConfig Cost warnings and limits.
@@ -85,6 +89,7 @@ local function defaults()
       jitter = true,
       max_wait_ms = 120000,
     },
+    limits = { max_event_bytes = 8 * 1024 * 1024 },
     data_dir = vim.fn.stdpath("data") .. "/mia",
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
@@ -157,6 +162,14 @@ local function validate(opts)
   for key, v in pairs(opts.timeouts or {}) do
     if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) then
       fail("timeouts." .. tostring(key), "must be a positive whole number of milliseconds", v)
+    end
+  end
+  check_type("limits", opts.limits, "table", true)
+  for key, v in pairs(opts.limits or {}) do
+    if key ~= "max_event_bytes" then
+      fail("limits." .. tostring(key), "is not a limit (max_event_bytes)", v)
+    elseif type(v) ~= "number" or v <= 0 or v ~= math.floor(v) or v >= 2 ^ 53 then
+      fail("limits.max_event_bytes", "must be a positive whole number of bytes", v)
     end
   end
   check_type("data_dir", opts.data_dir, "string", true)

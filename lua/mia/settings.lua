@@ -32,6 +32,7 @@ function M.core()
     providers = next(providers) and providers or nil,
     timeouts = c.timeouts,
     retry = c.retry,
+    limits = c.limits,
     pricing = (c.pricing and next(c.pricing)) and c.pricing or nil,
   }
 end

@@ -9,7 +9,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::delta::{DecodeEvent, Delta};
+use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, ErrorClass, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason, Usage};
 use super::stream::SseEvent;
@@ -194,6 +194,7 @@ pub struct AnthropicDecoder {
     /// Running totals: `message_start` sets them, `message_delta` overwrites.
     usage: Usage,
     open_tools: Vec<OpenToolCall>,
+    budget: AnswerBudget,
 }
 
 impl AnthropicDecoder {
@@ -203,12 +204,21 @@ impl AnthropicDecoder {
             provider: provider.to_string(),
             usage: Usage::default(),
             open_tools: Vec::new(),
+            budget: AnswerBudget::default(),
         }
     }
 
     /// Turns one SSE event into normalized events. The JSON's own `type`
     /// decides what the event is; the `event:` line is only a fallback.
     pub fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        let before = out.len();
+        let result = self.decode_event(event, out);
+        self.budget
+            .charge(&self.provider, out.get(before..).unwrap_or_default())?;
+        result
+    }
+
+    fn decode_event(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         let data = event.data.trim();
         if data.is_empty() {
             return Ok(());
@@ -227,7 +237,7 @@ impl AnthropicDecoder {
                 }
                 out.push(DecodeEvent::Delta(Delta::Usage { usage: self.usage }));
             }
-            "content_block_start" => self.block_start(&payload, out),
+            "content_block_start" => self.block_start(&payload, out)?,
             "content_block_delta" => self.block_delta(&payload, out),
             "content_block_stop" => {
                 if let Some(index) = payload.get("index").and_then(Value::as_u64) {
@@ -266,14 +276,15 @@ impl AnthropicDecoder {
         Ok(())
     }
 
-    fn block_start(&mut self, payload: &Value, out: &mut Vec<DecodeEvent>) {
+    fn block_start(&mut self, payload: &Value, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         let Some(block) = payload.get("content_block") else {
-            return;
+            return Ok(());
         };
         let index = payload.get("index").and_then(Value::as_u64).unwrap_or(0);
         match block_type(block) {
             "text" => push_text(out, block.get("text")),
             "tool_use" => {
+                self.budget.start_call(&self.provider)?;
                 let id = str_field(block, "id");
                 out.push(DecodeEvent::Delta(Delta::ToolCallStart {
                     id: id.clone(),
@@ -298,6 +309,7 @@ impl AnthropicDecoder {
             // not calls for mia to execute, so they are not reported as such.
             _ => {}
         }
+        Ok(())
     }
 
     fn block_delta(&mut self, payload: &Value, out: &mut Vec<DecodeEvent>) {
@@ -425,6 +437,7 @@ pub fn parse_response(provider: &str, body: &Value) -> Result<Vec<DecodeEvent>, 
         ));
     };
     let mut out = Vec::new();
+    let mut budget = AnswerBudget::default();
     for block in content {
         match block_type(block) {
             "text" => push_text(&mut out, block.get("text")),
@@ -434,6 +447,7 @@ pub fn parse_response(provider: &str, body: &Value) -> Result<Vec<DecodeEvent>, 
             }
             "redacted_thinking" => out.push(DecodeEvent::RedactedReasoning(str_field(block, "data"))),
             "tool_use" => {
+                budget.start_call(provider)?;
                 let id = str_field(block, "id");
                 out.push(DecodeEvent::Delta(Delta::ToolCallStart {
                     id: id.clone(),
@@ -457,6 +471,7 @@ pub fn parse_response(provider: &str, body: &Value) -> Result<Vec<DecodeEvent>, 
         d.merge_usage(u);
         out.push(DecodeEvent::Delta(Delta::Usage { usage: d.usage }));
     }
+    budget.charge(provider, &out)?;
     out.push(DecodeEvent::Terminal);
     Ok(out)
 }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::error::ErrorClass;
+use super::error::{ErrorClass, LlmError};
 use super::message::{Message, Part, Role, StopReason, Usage};
 
 /// One increment of a streamed answer, in the shape Lua's `on_delta` receives.
@@ -54,6 +54,101 @@ pub enum DecodeEvent {
     Finish(StopReason),
     /// The wire format's own end marker (`[DONE]`, `message_stop`).
     Terminal,
+}
+
+/// Most tool calls one answer may carry; past it the answer ends with an error.
+pub const MAX_TOOL_CALLS: usize = 128;
+
+/// Most bytes one answer may carry in text, reasoning, tool arguments and
+/// opaque signatures together (a real answer is a few MB at most); past it
+/// the answer ends with an error instead of growing Neovim's memory.
+pub const MAX_ANSWER_BYTES: usize = 64 << 20;
+
+/// What one answer has used of [`MAX_TOOL_CALLS`] and [`MAX_ANSWER_BYTES`].
+/// Every wire decoder keeps one, so whatever a server sends, what the
+/// decoder and the accumulator hold stays bounded.
+#[derive(Debug, Default, Clone)]
+pub struct AnswerBudget {
+    bytes: usize,
+    calls: usize,
+}
+
+impl AnswerBudget {
+    /// Counts one more tool call; an error past [`MAX_TOOL_CALLS`].
+    pub fn start_call(&mut self, provider: &str) -> Result<(), LlmError> {
+        if self.calls >= MAX_TOOL_CALLS {
+            return Err(over_budget(
+                provider,
+                format!("more than {MAX_TOOL_CALLS} tool calls in one answer"),
+            ));
+        }
+        self.calls += 1;
+        Ok(())
+    }
+
+    /// Counts `n` bytes the decoder keeps; an error past [`MAX_ANSWER_BYTES`].
+    pub fn add_bytes(&mut self, provider: &str, n: usize) -> Result<(), LlmError> {
+        self.bytes = self.bytes.saturating_add(n);
+        if self.bytes > MAX_ANSWER_BYTES {
+            return Err(over_budget(
+                provider,
+                format!(
+                    "more than {} MiB of text, reasoning and tool arguments in one answer",
+                    MAX_ANSWER_BYTES >> 20
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts what `events` carry (the events a decoder just produced).
+    pub fn charge(&mut self, provider: &str, events: &[DecodeEvent]) -> Result<(), LlmError> {
+        let n = events.iter().fold(0usize, |n, e| n.saturating_add(carried_bytes(e)));
+        self.add_bytes(provider, n)
+    }
+}
+
+/// The bytes an event adds to what the answer keeps.
+fn carried_bytes(event: &DecodeEvent) -> usize {
+    match event {
+        DecodeEvent::Delta(Delta::Text { text }) | DecodeEvent::Delta(Delta::Reasoning { text }) => text.len(),
+        DecodeEvent::Delta(Delta::ToolCallStart { id, name }) => id.len() + name.len(),
+        DecodeEvent::Delta(Delta::ToolCallDelta { arguments_delta, .. }) => arguments_delta.len(),
+        DecodeEvent::Delta(Delta::ToolCallEnd { arguments, .. }) => json_len(arguments),
+        DecodeEvent::Signature { signature, .. } => signature.len(),
+        DecodeEvent::RedactedReasoning(data) => data.len(),
+        DecodeEvent::Delta(Delta::Usage { .. } | Delta::Retry { .. })
+        | DecodeEvent::Finish(_)
+        | DecodeEvent::Terminal => 0,
+    }
+}
+
+/// The length of `v` as compact JSON, without building the text.
+fn json_len(v: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len());
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, v);
+    count.0
+}
+
+fn over_budget(provider: &str, what: String) -> LlmError {
+    let mut err = LlmError::new(
+        ErrorClass::ServerError,
+        Some(provider),
+        format!("{provider}: the server sent {what}; mia stopped the answer (the partial answer is kept). Try again, or ask for a smaller answer."),
+    );
+    err.retryable = false;
+    err
 }
 
 /// A tool call as it stands at the end of a stream.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use super::delta::{DecodeEvent, Delta};
+use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason, ToolDef, Usage};
 use super::stream::SseEvent;
@@ -194,10 +194,30 @@ struct PendingCall {
     args: Value,
     /// The JSON path whose string value continues in the next partial arg.
     continuing: Option<String>,
+    /// JSON values the partial args' paths have created so far.
+    nodes: usize,
+}
+
+/// Most steps in one partial argument's `jsonPath` (`$.a.b[0]` has three).
+const MAX_PATH_STEPS: usize = 32;
+/// Largest array index a partial argument's `jsonPath` may name.
+const MAX_PATH_INDEX: usize = 4095;
+/// Most JSON values the paths of one call may create (array padding included).
+const MAX_PATH_NODES: usize = 1 << 16;
+
+/// Why a partial argument's path was not followed.
+#[derive(Debug, PartialEq, Eq)]
+enum PathError {
+    /// Not a path this decoder reads: the argument is skipped.
+    Unreadable,
+    /// Deeper, wider or bigger than the bounds above.
+    TooBig,
 }
 
 impl PendingCall {
-    fn apply_partial_args(&mut self, partial: Option<&Value>) {
+    /// Applies `partial`; returns the bytes it added (path and string values).
+    fn apply_partial_args(&mut self, partial: Option<&Value>) -> Result<usize, PathError> {
+        let mut added = 0usize;
         for arg in partial.and_then(Value::as_array).into_iter().flatten() {
             let Some(path) = arg.get("jsonPath").and_then(Value::as_str) else {
                 continue;
@@ -206,70 +226,96 @@ impl PendingCall {
                 .iter()
                 .find_map(|k| arg.get(*k).cloned())
                 .unwrap_or(Value::Null);
+            added = added
+                .saturating_add(path.len())
+                .saturating_add(value.as_str().map_or(8, str::len));
             let append = self.continuing.as_deref() == Some(path);
-            if let Some(slot) = slot_at(&mut self.args, path) {
-                match (slot, value) {
+            match slot_at(&mut self.args, path, &mut self.nodes) {
+                Ok(slot) => match (slot, value) {
                     (Value::String(old), Value::String(more)) if append => old.push_str(&more),
                     (slot, value) => *slot = value,
-                }
+                },
+                Err(PathError::Unreadable) => {}
+                Err(PathError::TooBig) => return Err(PathError::TooBig),
             }
             let continues = arg.get("willContinue").and_then(Value::as_bool).unwrap_or(false);
             self.continuing = continues.then(|| path.to_string());
         }
+        Ok(added)
     }
 }
 
 /// The value at a simple JSON path (`$.a.b[0]`, `$['a']`) inside `root`,
-/// creating objects and arrays on the way. `None` for a path it cannot read.
-fn slot_at<'a>(root: &'a mut Value, path: &str) -> Option<&'a mut Value> {
-    let mut rest = path.strip_prefix('$')?;
+/// creating objects and arrays on the way (counted in `nodes`). The path's
+/// steps, indexes and created values are bounded: a server cannot make it
+/// allocate a huge array or nest values deep enough to hurt.
+fn slot_at<'a>(root: &'a mut Value, path: &str, nodes: &mut usize) -> Result<&'a mut Value, PathError> {
+    let mut rest = path.strip_prefix('$').ok_or(PathError::Unreadable)?;
     let mut slot = root;
+    let mut steps = 0usize;
     while !rest.is_empty() {
+        steps += 1;
+        if steps > MAX_PATH_STEPS {
+            return Err(PathError::TooBig);
+        }
         if let Some(after) = rest.strip_prefix('.') {
             let end = after.find(['.', '[']).unwrap_or(after.len());
-            let key = &after[..end];
+            let (key, tail) = after.split_at(end);
             if key.is_empty() {
-                return None;
+                return Err(PathError::Unreadable);
             }
-            slot = object_entry(slot, key);
-            rest = &after[end..];
+            slot = object_entry(slot, key, nodes)?;
+            rest = tail;
         } else if let Some(after) = rest.strip_prefix('[') {
-            let end = after.find(']')?;
-            let inner = &after[..end];
-            rest = &after[end + 1..];
+            let (inner, tail) = after.split_once(']').ok_or(PathError::Unreadable)?;
+            rest = tail;
             let quoted = inner
                 .strip_prefix('\'')
                 .and_then(|s| s.strip_suffix('\''))
                 .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')));
             if let Some(key) = quoted {
-                slot = object_entry(slot, key);
+                slot = object_entry(slot, key, nodes)?;
             } else {
-                let index: usize = inner.parse().ok()?;
+                let index: usize = inner.parse().map_err(|_| PathError::Unreadable)?;
+                if index > MAX_PATH_INDEX {
+                    return Err(PathError::TooBig);
+                }
                 if !slot.is_array() {
                     *slot = Value::Array(Vec::new());
                 }
-                let items = slot.as_array_mut()?;
+                let items = slot.as_array_mut().ok_or(PathError::Unreadable)?;
                 if items.len() <= index {
+                    let more = index + 1 - items.len();
+                    *nodes = nodes.saturating_add(more);
+                    if *nodes > MAX_PATH_NODES {
+                        return Err(PathError::TooBig);
+                    }
                     items.resize(index + 1, Value::Null);
                 }
-                slot = &mut items[index];
+                slot = items.get_mut(index).ok_or(PathError::Unreadable)?;
             }
         } else {
-            return None;
+            return Err(PathError::Unreadable);
         }
     }
-    Some(slot)
+    Ok(slot)
 }
 
-fn object_entry<'a>(slot: &'a mut Value, key: &str) -> &'a mut Value {
+fn object_entry<'a>(slot: &'a mut Value, key: &str, nodes: &mut usize) -> Result<&'a mut Value, PathError> {
     if !slot.is_object() {
         *slot = Value::Object(Map::new());
     }
-    match slot {
-        Value::Object(map) => map.entry(key.to_string()).or_insert(Value::Null),
+    let Value::Object(map) = slot else {
         // Just made an object above.
-        other => other,
+        return Err(PathError::Unreadable);
+    };
+    if !map.contains_key(key) {
+        *nodes = nodes.saturating_add(1);
+        if *nodes > MAX_PATH_NODES {
+            return Err(PathError::TooBig);
+        }
     }
+    Ok(map.entry(key.to_string()).or_insert(Value::Null))
 }
 
 /// Decodes the `data:` payloads of one `streamGenerateContent?alt=sse` answer.
@@ -281,6 +327,7 @@ pub struct GeminiDecoder {
     calls: usize,
     pending: Option<PendingCall>,
     last_usage: Option<Usage>,
+    budget: AnswerBudget,
 }
 
 impl GeminiDecoder {
@@ -292,6 +339,7 @@ impl GeminiDecoder {
             calls: 0,
             pending: None,
             last_usage: None,
+            budget: AnswerBudget::default(),
         }
     }
 
@@ -312,7 +360,16 @@ impl GeminiDecoder {
             return Ok(());
         }
         let payload: Value = super::error::parse_chunk(&self.provider, data)?;
-        self.response(&payload, out)
+        self.charged(&payload, out)
+    }
+
+    /// [`Self::response`], with what it produced counted against the answer's budget.
+    fn charged(&mut self, payload: &Value, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        let before = out.len();
+        let result = self.response(payload, out);
+        self.budget
+            .charge(&self.provider, out.get(before..).unwrap_or_default())?;
+        result
     }
 
     /// One GenerateContentResponse (or a list of them, as the non-SSE
@@ -340,7 +397,7 @@ impl GeminiDecoder {
         if let Some(candidate) = v.pointer("/candidates/0") {
             let parts = candidate.pointer("/content/parts").and_then(Value::as_array);
             for p in parts.into_iter().flatten() {
-                self.part(p, out);
+                self.part(p, out)?;
             }
             if let Some(reason) = candidate.get("finishReason").and_then(Value::as_str) {
                 self.close_pending(out);
@@ -356,14 +413,13 @@ impl GeminiDecoder {
         Ok(())
     }
 
-    fn part(&mut self, p: &Value, out: &mut Vec<DecodeEvent>) {
+    fn part(&mut self, p: &Value, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         let signature = p
             .get("thoughtSignature")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
         if let Some(call) = p.get("functionCall") {
-            self.function_call(call, signature, out);
-            return;
+            return self.function_call(call, signature, out);
         }
         if let Some(text) = p.get("text").and_then(Value::as_str).filter(|t| !t.is_empty()) {
             let text = text.to_string();
@@ -379,17 +435,26 @@ impl GeminiDecoder {
                 signature: sig.to_string(),
             });
         }
+        Ok(())
     }
 
     /// Gemini sends whole calls, except Vertex AI with streamed arguments:
     /// a named call with `willContinue`, then nameless pieces carrying
     /// `partialArgs`, then a piece without `willContinue` that closes it.
-    fn function_call(&mut self, call: &Value, signature: Option<&str>, out: &mut Vec<DecodeEvent>) {
+    fn function_call(
+        &mut self,
+        call: &Value,
+        signature: Option<&str>,
+        out: &mut Vec<DecodeEvent>,
+    ) -> Result<(), LlmError> {
         let will_continue = call.get("willContinue").and_then(Value::as_bool).unwrap_or(false);
         let name = call.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
         let Some(name) = name else {
             if let Some(pending) = self.pending.as_mut() {
-                pending.apply_partial_args(call.get("partialArgs"));
+                let added = pending
+                    .apply_partial_args(call.get("partialArgs"))
+                    .map_err(|_| path_too_big(&self.provider))?;
+                self.budget.add_bytes(&self.provider, added)?;
                 if let Some(sig) = signature {
                     out.push(DecodeEvent::Signature {
                         tool_call_id: Some(pending.id.clone()),
@@ -400,9 +465,10 @@ impl GeminiDecoder {
             if !will_continue {
                 self.close_pending(out);
             }
-            return;
+            return Ok(());
         };
         self.close_pending(out);
+        self.budget.start_call(&self.provider)?;
         let id = call
             .get("id")
             .and_then(Value::as_str)
@@ -428,8 +494,12 @@ impl GeminiDecoder {
                 .cloned()
                 .unwrap_or_else(|| json!({})),
             continuing: None,
+            nodes: 0,
         };
-        pending.apply_partial_args(call.get("partialArgs"));
+        let added = pending
+            .apply_partial_args(call.get("partialArgs"))
+            .map_err(|_| path_too_big(&self.provider))?;
+        self.budget.add_bytes(&self.provider, added)?;
         if will_continue {
             self.pending = Some(pending);
         } else {
@@ -438,6 +508,7 @@ impl GeminiDecoder {
                 arguments: pending.args,
             }));
         }
+        Ok(())
     }
 
     fn close_pending(&mut self, out: &mut Vec<DecodeEvent>) {
@@ -483,12 +554,26 @@ fn usage_of(meta: &Value) -> Option<Usage> {
     let thoughts = n("thoughtsTokenCount");
     Some(Usage {
         input_tokens: n("promptTokenCount").saturating_sub(cached),
-        output_tokens: n("candidatesTokenCount") + thoughts,
+        // Server numbers may be anything up to u64::MAX.
+        output_tokens: n("candidatesTokenCount").saturating_add(thoughts),
         cache_read_tokens: cached,
         cache_write_tokens: 0,
         reasoning_tokens: thoughts,
         estimated: false,
     })
+}
+
+/// A streamed argument whose path is too deep, too wide or creates too much.
+fn path_too_big(provider: &str) -> LlmError {
+    let mut err = LlmError::new(
+        ErrorClass::ServerError,
+        Some(provider),
+        format!(
+            "{provider}: a streamed tool argument names a path deeper than {MAX_PATH_STEPS} steps, an index over {MAX_PATH_INDEX}, or more than {MAX_PATH_NODES} values; mia stopped the answer (the partial answer is kept). Try again."
+        ),
+    );
+    err.retryable = false;
+    err
 }
 
 /// `{"error":{"code":…,"status":…,"message":…,"details":[…]}}`, in a stream or a body.
@@ -511,8 +596,10 @@ fn error_of(provider: &str, payload: &Value) -> LlmError {
 pub fn parse_response(provider: &str, body: &Value) -> Result<Vec<DecodeEvent>, LlmError> {
     let mut decoder = GeminiDecoder::new(provider);
     let mut out = Vec::new();
-    decoder.response(body, &mut out)?;
+    decoder.charged(body, &mut out)?;
+    let before = out.len();
     decoder.close_pending(&mut out);
+    decoder.budget.charge(provider, out.get(before..).unwrap_or_default())?;
     Ok(out)
 }
 

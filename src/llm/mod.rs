@@ -273,14 +273,14 @@ async fn attempt_once(
     tracing::debug!(provider = %provider.name, model = %model, stream, "request sent");
     let response = http::send(&client, provider, model, wire, &timeouts, &providers.rate_limits).await?;
     let mut acc = Accumulator::default();
+    let max_event = providers.config.limits.max_event_bytes;
     if stream {
-        decode_stream(provider, response, &timeouts, &mut acc, emit).await?;
+        decode_stream(provider, response, &timeouts, max_event, &mut acc, emit).await?;
     } else {
         let idle = Duration::from_millis(timeouts.stream_idle_ms.max(timeouts.request_ms));
-        let body = match tokio::time::timeout(idle, response.bytes()).await {
+        let body = match tokio::time::timeout(idle, read_body(provider, response, max_event)).await {
             Err(_) => return Err(stalled(provider, timeouts.stream_idle_ms)),
-            Ok(Err(e)) => return Err(http::interrupted_error(&provider.name, &e)),
-            Ok(Ok(b)) => b,
+            Ok(result) => result?,
         };
         let json: Value = serde_json::from_slice(&body).map_err(|e| {
             LlmError::new(
@@ -340,10 +340,43 @@ fn stalled(provider: &ResolvedProvider, ms: u64) -> LlmError {
     )
 }
 
+/// A whole (non-streamed) response body, refused once it passes `max` bytes.
+async fn read_body(provider: &ResolvedProvider, response: reqwest::Response, max: usize) -> Result<Vec<u8>, LlmError> {
+    let mut body = Vec::new();
+    let mut chunks = response.bytes_stream();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| http::interrupted_error(&provider.name, &e))?;
+        if body.len().saturating_add(chunk.len()) > max {
+            return Err(too_large(provider, stream::EventTooLarge { limit: max }));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// One line or event passed `limits.max_event_bytes`: what happened, the
+/// limit, and how to raise it. Not retried: the server would send it again.
+fn too_large(provider: &ResolvedProvider, e: stream::EventTooLarge) -> LlmError {
+    let p = &provider.name;
+    let mut err = LlmError::new(
+        ErrorClass::ServerError,
+        Some(p),
+        format!(
+            "{p}: {e}; mia stopped reading the answer (the partial answer is kept). \
+             If this provider really sends events that large, raise the limit, e.g. \
+             setup({{ limits = {{ max_event_bytes = {} }} }}).",
+            e.limit.saturating_mul(4)
+        ),
+    );
+    err.retryable = false;
+    err
+}
+
 async fn decode_stream(
     provider: &ResolvedProvider,
     response: reqwest::Response,
     timeouts: &providers::Timeouts,
+    max_event_bytes: usize,
     acc: &mut Accumulator,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<(), LlmError> {
@@ -356,11 +389,12 @@ async fn decode_stream(
         .to_string();
     // Servers frame streams as SSE, NDJSON or a growing JSON array; every
     // framing yields the same payloads for the wire decoder.
-    let mut sse = FrameDecoder::for_content_type(&content_type);
+    let mut sse = FrameDecoder::with_limit(&content_type, max_event_bytes);
     let mut body = response.bytes_stream();
     let mut sse_events = Vec::new();
     let mut decoded = Vec::new();
     let idle = Duration::from_millis(timeouts.stream_idle_ms);
+    let mut overflow = None;
     loop {
         let ended = match tokio::time::timeout(idle, body.next()).await {
             Err(_) => return Err(stalled(provider, timeouts.stream_idle_ms)),
@@ -370,7 +404,7 @@ async fn decode_stream(
             }
             Ok(Some(Err(e))) => return Err(http::interrupted_error(&provider.name, &e)),
             Ok(Some(Ok(bytes))) => {
-                sse.push(&bytes, &mut sse_events);
+                overflow = sse.push(&bytes, &mut sse_events).err();
                 false
             }
         };
@@ -382,6 +416,11 @@ async fn decode_stream(
                     emit(delta);
                 }
             }
+        }
+        if let Some(e) = overflow {
+            // Past the limit the rest of the body is dropped unread: the
+            // connection closes, and nothing more is buffered.
+            return Err(too_large(provider, e));
         }
         if ended {
             return Ok(());

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::delta::{DecodeEvent, Delta};
+use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason, Usage};
 use super::stream::SseEvent;
@@ -130,7 +130,9 @@ struct OpenCall {
 #[derive(Debug, Default)]
 pub struct OpenAiDecoder {
     provider: String,
+    /// Keyed by the server's `index` (any u64): a map, so a huge index costs nothing.
     calls: BTreeMap<u64, OpenCall>,
+    budget: AnswerBudget,
 }
 
 impl OpenAiDecoder {
@@ -138,11 +140,20 @@ impl OpenAiDecoder {
         OpenAiDecoder {
             provider: provider.to_string(),
             calls: BTreeMap::new(),
+            budget: AnswerBudget::default(),
         }
     }
 
     /// Turns one SSE event into normalized events.
     pub fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        let before = out.len();
+        let result = self.decode_event(event, out);
+        self.budget
+            .charge(&self.provider, out.get(before..).unwrap_or_default())?;
+        result
+    }
+
+    fn decode_event(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         let data = event.data.trim();
         if data == "[DONE]" {
             self.close_calls(out);
@@ -185,7 +196,7 @@ impl OpenAiDecoder {
             }
             if let Some(calls) = delta.and_then(|d| d.get("tool_calls")).and_then(Value::as_array) {
                 for (position, call) in calls.iter().enumerate() {
-                    self.tool_call_delta(position as u64, call, out);
+                    self.tool_call_delta(position as u64, call, out)?;
                 }
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
@@ -204,10 +215,13 @@ impl OpenAiDecoder {
         Ok(())
     }
 
-    fn tool_call_delta(&mut self, position: u64, call: &Value, out: &mut Vec<DecodeEvent>) {
+    fn tool_call_delta(&mut self, position: u64, call: &Value, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
         let index = call.get("index").and_then(Value::as_u64).unwrap_or(position);
         let name = call.pointer("/function/name").and_then(Value::as_str);
         let args = call.pointer("/function/arguments");
+        if !self.calls.contains_key(&index) {
+            self.budget.start_call(&self.provider)?;
+        }
         let entry = self.calls.entry(index).or_insert_with(|| {
             let id = call
                 .get("id")
@@ -237,6 +251,7 @@ impl OpenAiDecoder {
                 arguments_delta: piece,
             }));
         }
+        Ok(())
     }
 
     /// Ends every open tool call with its arguments parsed (unparseable
@@ -265,6 +280,7 @@ pub fn parse_response(provider: &str, body: &Value) -> Result<Vec<DecodeEvent>, 
     let mut out = Vec::new();
     decoder.decode_value(body, &mut out)?;
     decoder.close_calls(&mut out);
+    decoder.budget.charge(provider, &out)?;
     out.push(DecodeEvent::Terminal);
     Ok(out)
 }
@@ -304,12 +320,16 @@ fn usage_of(u: &Value) -> Usage {
     let cached = n("/prompt_tokens_details/cached_tokens")
         .or_else(|| n("/prompt_cache_hit_tokens"))
         .unwrap_or(0);
+    // Server numbers may be anything up to u64::MAX: sums saturate.
     let reasoning_outside = reasoning > 0
-        && n("/total_tokens").is_some_and(|total| total == prompt + completion + reasoning && completion < reasoning);
+        && n("/total_tokens").is_some_and(|total| {
+            prompt.checked_add(completion).and_then(|s| s.checked_add(reasoning)) == Some(total)
+                && completion < reasoning
+        });
     Usage {
         input_tokens: prompt.saturating_sub(cached),
         output_tokens: if reasoning_outside {
-            completion + reasoning
+            completion.saturating_add(reasoning)
         } else {
             completion
         },

@@ -106,6 +106,23 @@ impl Default for Timeouts {
     }
 }
 
+/// Sizes a server's answer may not pass (`setup({ limits = {...} })`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// The largest single streamed event (an SSE event, an NDJSON line, a
+    /// JSON-array element) or whole non-streamed response, in bytes.
+    pub max_event_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_event_bytes: super::stream::DEFAULT_MAX_EVENT_BYTES,
+        }
+    }
+}
+
 /// The part of the Lua config the core needs.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
@@ -113,6 +130,7 @@ pub struct CoreConfig {
     pub providers: BTreeMap<String, ProviderConfig>,
     pub timeouts: Timeouts,
     pub retry: RetryConfig,
+    pub limits: Limits,
     /// `setup({ pricing = { ["provider/model"] = { input, output, cache_read, cache_write } } })`.
     pub pricing: HashMap<String, crate::cost::Price>,
 }
