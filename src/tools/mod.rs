@@ -9,6 +9,7 @@ pub mod paths;
 pub mod permissions;
 pub mod registry;
 pub mod schema;
+pub mod shell;
 
 use std::path::PathBuf;
 use std::sync::Arc;
