@@ -1106,6 +1106,26 @@ mod tests {
     }
 
     #[test]
+    fn nesting_up_to_the_mark_limit_parses_without_overflowing_the_stack() {
+        // The constructs that needed the most stack per level when measured.
+        let n = MAX_NESTING_MARKS;
+        let cases = [
+            format!("{}x{}", "{ ".repeat(n), "; }".repeat(n)),
+            format!("cat {}x{}", "<(cat ".repeat(n), ")".repeat(n)),
+            format!("{}true{}", "if ".repeat(n / 2), "; then :; fi".repeat(n / 2)),
+            format!("echo {}x{}", "$(echo ".repeat(n / 2), ")".repeat(n / 2)),
+            format!("{}x{}", "(".repeat(n), ")".repeat(n)),
+            format!("echo $(({}1{}))", "(".repeat(n - 4), ")".repeat(n - 4)),
+        ];
+        for line in &cases {
+            assert!(nesting_marks(line) <= MAX_NESTING_MARKS);
+            // An overflow would abort the test binary; a result means it held.
+            let result = analyze(line);
+            assert!(!result.commands.is_empty() || !result.opaque.is_empty());
+        }
+    }
+
+    #[test]
     fn inputs_that_overflow_the_parser_numbers_do_not_panic() {
         for line in [
             "ls ~99999999999999999999999",
