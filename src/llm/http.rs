@@ -78,10 +78,12 @@ pub async fn send(
     }
     let mut retry_after = retry_after_ms(response.headers());
     let should_retry = should_retry(response.headers());
-    let body = match tokio::time::timeout(Duration::from_millis(timeouts.stream_idle_ms), response.text()).await {
-        Ok(Ok(text)) => text,
-        _ => String::new(),
-    };
+    let body = tokio::time::timeout(
+        Duration::from_millis(timeouts.stream_idle_ms),
+        error_body(response, MAX_ERROR_BODY),
+    )
+    .await
+    .unwrap_or_default();
     let body = redact(&body, provider.api_key.as_deref());
     if retry_after.is_none() {
         retry_after = serde_json::from_str(&body)
@@ -101,6 +103,26 @@ pub async fn send(
         err.retryable = retry;
     }
     Err(err)
+}
+
+/// The most of an error body read: enough for any provider's JSON error, and
+/// a hostile server streaming an endless "error" cannot fill memory.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Up to `limit` bytes of an error response's body, as text (invalid UTF-8
+/// replaced); a body broken off midway gives what arrived.
+async fn error_body(mut response: reqwest::Response, limit: usize) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = limit - bytes.len();
+                bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The provider's own verdict on retrying (`x-should-retry: true|false`).
