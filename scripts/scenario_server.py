@@ -91,6 +91,14 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   ratelimited-window S
                    the answer "ok" with headers saying the request window is
                    used up for S seconds (default 60); none for Gemini.
+  window-reset V   the answer "ok" with headers saying the request window is
+                   used up and resets at V, sent verbatim (OpenAI
+                   x-ratelimit-reset-requests: V, e.g. "1000h"; Anthropic
+                   anthropic-ratelimit-requests-reset: V, e.g. an RFC 3339
+                   time); none for Gemini.  For hostile-server tests.
+  retry429-raw N V like retry429 N, but the 429 carries V verbatim: OpenAI and
+                   Anthropic "retry-after: V" (no retry-after-ms), Gemini
+                   RetryInfo retryDelay "V".  For hostile-server tests.
   split SCENARIO   SCENARIO (the words after "split"), its response body
                    written in pseudo-random 1-16 byte pieces (seeded by seq;
                    each its own HTTP chunk when chunked), each drained (this
@@ -289,6 +297,7 @@ class Plan:
     error: tuple | None = None     # a failure reply, see Format.failure
     gate: int | None = None        # the error hits only the first N attempts
     window: float | None = None    # ratelimited-window seconds
+    raw: str | None = None         # window-reset header value, verbatim
     usage: bool = True
     malformed: bool = False
     trickle: bool = False
@@ -331,6 +340,11 @@ def parse_scenario(text, seq, whole=None):
     if key == "tools2" and not args:
         return Plan("tools2", calls=[("read_file", {"path": "a.txt"}),
                                      ("read_file", {"path": "b.txt"})], finish="tool")
+    if key == "window-reset" and args:
+        return Plan("window-reset", ["ok"], raw=" ".join(args))
+    if key == "retry429-raw" and len(args) >= 2 and n is not None and n >= 1:
+        return Plan(key, echo_tokens(f"ok after {n}"), error=("retry-raw", " ".join(args[1:])),
+                    gate=n)
     gated = {"retry429": 2, "fail5xx": 2, "noretry": 1, "overloaded": 1}
     if key in gated and n is not None and 1 <= len(args) <= gated[key]:
         extra = args[1] if len(args) > 1 else None
@@ -406,6 +420,8 @@ class Format:
             return self.error(args[0], args[1], req.model)
         if what == "retry":
             return self.error(429, None, req.model, retry=args[0])
+        if what == "retry-raw":
+            return self.raw_retry(args[0], req)
         if what == "fail":
             return self.error(args[0], None, req.model)
         if what == "noretry":
@@ -424,6 +440,14 @@ class Format:
 
     def window_headers(self, secs):
         return []
+
+    def raw_window_headers(self, value):
+        return []
+
+    def raw_retry(self, value, req):
+        """A 429 whose retry-after is `value`, verbatim (retry429-raw)."""
+        status, body, _ = self.error(429, None, req.model)
+        return status, body, [f"retry-after: {value}"]
 
 
 class OpenAI(Format):
@@ -489,6 +513,10 @@ class OpenAI(Format):
     def window_headers(self, secs):
         return ["x-ratelimit-limit-requests: 60", "x-ratelimit-remaining-requests: 0",
                 f"x-ratelimit-reset-requests: {secs_text(secs)}s"]
+
+    def raw_window_headers(self, value):
+        return ["x-ratelimit-limit-requests: 60", "x-ratelimit-remaining-requests: 0",
+                f"x-ratelimit-reset-requests: {value}"]
 
     def usage(self, plan, req):
         out = plan.output_tokens()
@@ -628,6 +656,11 @@ class Anthropic(Format):
                 "anthropic-ratelimit-requests-remaining: 0",
                 f"anthropic-ratelimit-requests-reset: {reset:%Y-%m-%dT%H:%M:%SZ}"]
 
+    def raw_window_headers(self, value):
+        return ["anthropic-ratelimit-requests-limit: 50",
+                "anthropic-ratelimit-requests-remaining: 0",
+                f"anthropic-ratelimit-requests-reset: {value}"]
+
     def stream(self, plan, req, seq):
         def block_event(kind, index, **fields):
             return named_sse(kind, {"type": kind, "index": index, **fields})
@@ -751,6 +784,11 @@ class Gemini(Format):
             err["details"] = [{"@type": "type.googleapis.com/google.rpc.RetryInfo",
                                "retryDelay": f"{secs_text(1 if retry is None else retry)}s"}]
         return status, {"error": err}, []
+
+    def raw_retry(self, value, req):
+        status, body, _ = self.error(429, None, req.model)
+        body["error"]["details"][0]["retryDelay"] = value
+        return status, body, []
 
     def bad_json(self):
         return self.error(400, "Invalid JSON payload received.")
@@ -1079,6 +1117,8 @@ class Server:
                 return not close
             return await self.reply(out, fmt.failure(plan.error, req), close)
         extra = fmt.window_headers(plan.window) if plan.window is not None else []
+        if plan.raw is not None:
+            extra = fmt.raw_window_headers(plan.raw)
         if not req.stream:
             if plan.end == "reset":
                 return await self.reset(out)

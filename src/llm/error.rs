@@ -4,6 +4,9 @@
 use serde::Serialize;
 use thiserror::Error;
 
+/// The advice ending a rate-limit message whose wait is short.
+pub const RATE_LIMIT_ADVICE: &str = "Wait a moment or lower your request rate.";
+
 /// What kind of failure this is; decides whether a retry can help.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -120,7 +123,7 @@ pub fn classify_http(f: &HttpFailure<'_>) -> LlmError {
         ),
         429 => (
             ErrorClass::RateLimit,
-            format!("{p}: rate limited ({said}). Wait a moment or lower your request rate."),
+            format!("{p}: rate limited ({said}). {RATE_LIMIT_ADVICE}"),
         ),
         413 => (
             ErrorClass::ContextOverflow,
@@ -164,7 +167,7 @@ pub fn from_provider_error(provider: &str, error_type: &str, message: &str, retr
         ),
         "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" | "requests" | "tokens" => (
             ErrorClass::RateLimit,
-            format!("{p}: rate limited ({message}). Wait a moment or lower your request rate."),
+            format!("{p}: rate limited ({message}). {RATE_LIMIT_ADVICE}"),
         ),
         "api_error" | "server_error" | "INTERNAL" | "UNAVAILABLE" | "UNKNOWN" => (
             ErrorClass::ServerError,
@@ -221,7 +224,9 @@ pub fn parse_chunk(provider: &str, data: &str) -> Result<serde_json::Value, LlmE
     })
 }
 
-/// Gemini's `RetryInfo.retryDelay` (e.g. `"12s"`, `"1.5s"`) from an error body.
+/// Gemini's `RetryInfo.retryDelay` (e.g. `"12s"`, `"1.5s"`) from an error
+/// body. Negative, NaN and garbage delays are ignored; huge ones saturate
+/// (the retry loop refuses waits beyond `retry.max_wait_ms`).
 pub fn gemini_retry_delay_ms(body: &serde_json::Value) -> Option<u64> {
     let details = body.pointer("/error/details")?.as_array()?;
     details.iter().find_map(|d| {
@@ -230,8 +235,8 @@ pub fn gemini_retry_delay_ms(body: &serde_json::Value) -> Option<u64> {
             .and_then(|t| t.as_str())
             .is_some_and(|t| t.ends_with("RetryInfo"));
         let delay = d.get("retryDelay")?.as_str()?;
-        let secs: f64 = delay.strip_suffix('s')?.parse().ok()?;
-        is_retry_info.then_some((secs.max(0.0) * 1000.0) as u64)
+        let wait = super::ratelimit::parse_seconds(delay.trim().strip_suffix('s')?)?;
+        is_retry_info.then_some(super::ratelimit::duration_ms(wait))
     })
 }
 
@@ -366,6 +371,37 @@ mod tests {
             {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12s"}
         ]}});
         assert_eq!(gemini_retry_delay_ms(&body), Some(12_000));
+    }
+
+    #[test]
+    fn absurd_gemini_retry_delays_are_bounded_or_ignored() {
+        let longest = super::super::ratelimit::duration_ms(super::super::ratelimit::LONGEST_WAIT);
+        let delay = |d: &str| {
+            gemini_retry_delay_ms(&serde_json::json!({"error": {"details": [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": d}
+            ]}}))
+        };
+        let cases: &[(&str, Option<u64>)] = &[
+            ("1.5s", Some(1_500)),
+            ("0s", Some(0)),
+            ("1e400s", Some(longest)),
+            ("1e308s", Some(longest)),
+            ("99999999999999999999s", Some(longest)),
+            ("-3s", None),
+            ("NaNs", None),
+            ("infs", None),
+            ("s", None),
+            ("", None),
+            ("12", None),
+            ("soon", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(delay(text), *want, "{text:?}");
+        }
+        let not_a_string = serde_json::json!({"error": {"details": [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": 1e308}
+        ]}});
+        assert_eq!(gemini_retry_delay_ms(&not_a_string), None);
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! HTTP: client construction, sending a request, and turning transport
 //! failures into the error model. Nothing here knows a wire format.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::error::{classify_http, gemini_retry_delay_ms, redact, ErrorClass, HttpFailure, LlmError};
 use super::providers::{ResolvedProvider, Timeouts};
-use super::ratelimit::RateLimits;
+use super::ratelimit::{self, RateLimits};
 
 /// A request a wire format wants sent: where, with which headers, what body
 /// (`None` sends a GET). Credentials are only ever in `headers`, never in `url`.
@@ -78,10 +78,12 @@ pub async fn send(
     }
     let mut retry_after = retry_after_ms(response.headers());
     let should_retry = should_retry(response.headers());
-    let body = match tokio::time::timeout(Duration::from_millis(timeouts.stream_idle_ms), response.text()).await {
-        Ok(Ok(text)) => text,
-        _ => String::new(),
-    };
+    let body = tokio::time::timeout(
+        Duration::from_millis(timeouts.stream_idle_ms),
+        error_body(response, MAX_ERROR_BODY),
+    )
+    .await
+    .unwrap_or_default();
     let body = redact(&body, provider.api_key.as_deref());
     if retry_after.is_none() {
         retry_after = serde_json::from_str(&body)
@@ -101,6 +103,26 @@ pub async fn send(
         err.retryable = retry;
     }
     Err(err)
+}
+
+/// The most of an error body read: enough for any provider's JSON error, and
+/// a hostile server streaming an endless "error" cannot fill memory.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Up to `limit` bytes of an error response's body, as text (invalid UTF-8
+/// replaced); a body broken off midway gives what arrived.
+async fn error_body(mut response: reqwest::Response, limit: usize) -> String {
+    let mut bytes = Vec::new();
+    while bytes.len() < limit {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = limit - bytes.len();
+                bytes.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// The provider's own verdict on retrying (`x-should-retry: true|false`).
@@ -128,15 +150,19 @@ fn bad_header(provider: &ResolvedProvider, name: &str) -> LlmError {
     )
 }
 
-/// `retry-after-ms`, then `retry-after` in seconds.
+/// `retry-after-ms`, then `retry-after` in seconds or as an HTTP date.
+/// Unreadable values (negative, NaN, garbage, not UTF-8) are ignored; huge
+/// ones saturate, and the retry loop refuses waits beyond `retry.max_wait_ms`.
 fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Some(ms.max(0.0) as u64);
-    }
-    get("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|s| (s.max(0.0) * 1000.0) as u64)
+    let from_ms = get("retry-after-ms")
+        .and_then(ratelimit::parse_number)
+        .and_then(|ms| ratelimit::wait_from_secs(ms / 1000.0));
+    let wait = from_ms.or_else(|| {
+        let text = get("retry-after")?;
+        ratelimit::parse_seconds(text).or_else(|| ratelimit::until_http_date(text, SystemTime::now()))
+    })?;
+    Some(ratelimit::duration_ms(wait))
 }
 
 /// A failure below HTTP (refused, reset, TLS, timeout) as one clear error.
@@ -197,5 +223,42 @@ mod tests {
         assert_eq!(retry_after_ms(&h), Some(2000));
         h.insert("retry-after-ms", HeaderValue::from_static("150"));
         assert_eq!(retry_after_ms(&h), Some(150));
+    }
+
+    #[test]
+    fn absurd_retry_after_values_are_bounded_or_ignored() {
+        let longest = ratelimit::duration_ms(ratelimit::LONGEST_WAIT);
+        let cases: &[(&str, &[u8], Option<u64>)] = &[
+            ("retry-after", b"2", Some(2_000)),
+            ("retry-after", b"0.25", Some(250)),
+            ("retry-after", b"99999999999999999999", Some(longest)),
+            ("retry-after", b"1e308", Some(longest)),
+            ("retry-after", b"-5", None),
+            ("retry-after", b"NaN", None),
+            ("retry-after", b"inf", None),
+            ("retry-after", b"", None),
+            ("retry-after", b"soon", None),
+            ("retry-after", b"\xff\xfe", None),
+            ("retry-after", b"Thu, 01 Jan 1970 00:00:00 GMT", Some(0)),
+            ("retry-after-ms", b"150", Some(150)),
+            ("retry-after-ms", b"1e308", Some(longest)),
+            ("retry-after-ms", b"-1", None),
+            ("retry-after-ms", b"NaN", None),
+        ];
+        for (name, value, want) in cases {
+            let mut h = HeaderMap::new();
+            h.insert(*name, HeaderValue::from_bytes(value).unwrap());
+            assert_eq!(
+                retry_after_ms(&h),
+                *want,
+                "{name}: {:?}",
+                String::from_utf8_lossy(value)
+            );
+        }
+        // A garbage retry-after-ms falls back to a readable retry-after.
+        let mut h = HeaderMap::new();
+        h.insert("retry-after-ms", HeaderValue::from_static("soon"));
+        h.insert("retry-after", HeaderValue::from_static("3"));
+        assert_eq!(retry_after_ms(&h), Some(3_000));
     }
 }

@@ -167,9 +167,15 @@ async fn with_retries(
     let mut attempt = 0u32;
     loop {
         if let Some(wait) = providers.rate_limits.wait_for(&provider.name) {
+            // A window further away than the cap: the request is not sent
+            // and nothing sleeps; the user learns when it resets.
+            if wait > Duration::from_millis(retry.max_wait_ms) {
+                let err = ratelimit::window_over_cap(&provider.name, wait, retry.max_wait_ms);
+                return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+            }
             emit(Delta::Retry {
                 attempt,
-                delay_ms: wait.as_millis() as u64,
+                delay_ms: ratelimit::duration_ms(wait),
                 class: ErrorClass::RateLimit,
                 message: format!(
                     "{}: the rate-limit window is exhausted; waiting for it to reset",
@@ -197,28 +203,33 @@ async fn with_retries(
         if !err.retryable || delivered || attempt >= retry.max_retries {
             return Err(finalize_error(providers, &provider, &model, err, attempt).await);
         }
-        let Some(delay) = err.retry_after_ms.map(Duration::from_millis).or(backoff) else {
+        // The server's own wait (already bounded by the parsers) wins over
+        // backoff, but never beyond the cap: past it, no retry and no sleep.
+        let server_wait = err.retry_after_ms.map(Duration::from_millis);
+        if let Some(wait) = server_wait.filter(|w| *w > Duration::from_millis(retry.max_wait_ms)) {
+            let err = ratelimit::retry_after_over_cap(err, wait, retry.max_wait_ms);
+            return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+        }
+        let Some(delay) = server_wait.or(backoff) else {
             return Err(finalize_error(providers, &provider, &model, err, attempt).await);
         };
-        if delay > Duration::from_millis(retry.max_wait_ms) {
-            let mut err = err;
-            err.message = format!(
-                "{} The provider asked to wait {} s, longer than retry.max_wait_ms allows; try again later.",
-                err.message,
-                delay.as_secs()
-            );
-            return Err(err);
-        }
+        // Our own backoff stays within the cap too (max_delay_ms could exceed it).
+        let delay = delay.min(Duration::from_millis(retry.max_wait_ms));
         attempt += 1;
-        tracing::info!(provider = %provider.name, attempt, delay_ms = delay.as_millis() as u64, class = err.class.as_str(), "retrying");
+        tracing::info!(provider = %provider.name, attempt, delay_ms = ratelimit::duration_ms(delay), class = err.class.as_str(), "retrying");
         emit(Delta::Retry {
             attempt,
-            delay_ms: (delay.as_secs_f64() * 1000.0).round() as u64,
+            delay_ms: rounded_ms(delay),
             class: err.class,
             message: err.message.clone(),
         });
         tokio::time::sleep(delay).await;
     }
+}
+
+/// `d` to the nearest millisecond (backoff delays like 39.99 ms say 40), saturating.
+fn rounded_ms(d: Duration) -> u64 {
+    ratelimit::duration_ms(d.saturating_add(Duration::from_micros(500)))
 }
 
 /// Adds what helps the user act on a final error: the models that exist
