@@ -191,7 +191,11 @@ async fn with_retries(
                 done.retries = attempt;
                 return Ok(done);
             }
-            Err(err) => err,
+            // a server may quote the key back, in a body or in-band
+            Err(mut err) => {
+                err.message = error::redact(&err.message, provider.api_key.as_deref());
+                err
+            }
         };
         let backoff = delays.next();
         if !err.retryable || delivered || attempt >= retry.max_retries {
