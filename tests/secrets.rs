@@ -230,3 +230,31 @@ async fn a_malformed_chunk_quoting_the_key_is_redacted_even_when_cut() {
     assert!(err.message.contains("<redacted>"), "{}", err.message);
     assert!(!err.message.contains("sk-canary-5f0c"), "{}", err.message);
 }
+
+#[test]
+fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
+    std::env::set_var("MIA_SECRETS_TEST_KEY", "sk-env-canary-0123456789");
+    let mut config = CoreConfig::default();
+    let entry = |api_key: Option<&str>, api_key_env: Option<&str>| ProviderConfig {
+        kind: ProviderKind::OpenaiCompatible,
+        base_url: Some("http://127.0.0.1:1/v1".into()),
+        api_key: api_key.map(str::to_string),
+        api_key_env: api_key_env.map(str::to_string),
+        headers: Default::default(),
+        models: vec![],
+        prompt_caching: false,
+    };
+    config.providers.insert("lit".into(), entry(Some(KEY), None));
+    config
+        .providers
+        .insert("env".into(), entry(None, Some("MIA_SECRETS_TEST_KEY")));
+    config.providers.insert("ollama".into(), entry(Some("ollama"), None));
+    config
+        .providers
+        .insert("unset".into(), entry(None, Some("MIA_SECRETS_TEST_SURELY_UNSET")));
+    let secrets = Providers::new(config).secrets();
+    // (the built-in providers add the keys set in this environment, if any)
+    assert!(secrets.contains(&KEY.to_string()), "{}", secrets.len());
+    assert!(secrets.contains(&"sk-env-canary-0123456789".to_string()));
+    assert!(!secrets.contains(&"ollama".to_string()));
+}

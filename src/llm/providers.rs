@@ -285,6 +285,26 @@ impl Providers {
         Ok(client)
     }
 
+    /// The API keys of every configured provider that has one of 8 or more
+    /// characters (shorter ones are placeholders for local servers), read
+    /// from the environment now: what must never leave in a tool result.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .config
+            .providers
+            .values()
+            .filter_map(|cfg| match (&cfg.api_key, &cfg.api_key_env) {
+                (Some(key), _) => Some(key.clone()),
+                (None, Some(var)) => std::env::var(var).ok(),
+                (None, None) => None,
+            })
+            .filter(|key| key.len() >= 8)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
+    }
+
     /// The names of every configured provider.
     pub fn names(&self) -> Vec<String> {
         self.config.providers.keys().cloned().collect()
