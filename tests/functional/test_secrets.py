@@ -278,3 +278,17 @@ def test_checkhealth_reports_a_key_without_printing_it(editor_factory, server):
         assert f"${builtin.upper()}_API_KEY is set" in report
     assert not leaks(report, key)
     assert_nothing_leaked(ed, server, key, store=False)  # no prompt yet: no store
+
+
+@pytest.mark.parametrize("pasted", ["sk-canary-{hex}", "AIzaCanary{hex}"])
+def test_a_key_pasted_as_api_key_env_is_refused_without_being_printed(editor_factory, server, pasted):
+    key = pasted.format(hex=secrets.token_hex(16))
+    ed = editor_factory()
+    ed.lua(CAPTURE)
+    opts = {"model": "canary/echo", "providers": {"canary": {"kind": "gemini", "api_key_env": key}}}
+    result = ed.lua("return { pcall(require('mia').setup, ...) }", opts)
+    assert result[0] is False, "setup() took a key as api_key_env: every 'Set <var>' hint would print it"
+    message = result[1]
+    assert message.startswith("mia.setup: `providers.canary.api_key_env` must be the name of an environment variable")
+    assert key not in message and key[-12:] not in message
+    assert not leaks(ed.messages() + "\n".join(ed.lua("return _G.seen")), key)
