@@ -169,6 +169,25 @@ async fn a_401_body_quoting_the_key_shows_it_redacted_in_every_format() {
 }
 
 #[tokio::test]
+async fn a_key_set_as_a_custom_header_is_redacted_from_an_echo_too() {
+    let body = r#"{"error":{"message":"Incorrect API key provided: {KEY}.","code":"invalid_api_key"}}"#;
+    let (port, seen) = server(http("401 Unauthorized", "application/json", body)).await;
+    let mut providers = providers(ProviderKind::OpenaiCompatible, port, 0);
+    let cfg = providers.config.providers.get_mut("canary").expect("canary");
+    cfg.api_key = None;
+    cfg.headers.insert("api-key".into(), KEY.into());
+    let (err, _) = fail(&providers).await;
+    assert!(
+        err.message.contains("Incorrect API key provided: <redacted>."),
+        "{}",
+        err.message
+    );
+    assert_no_key(&err.message);
+    assert!(seen.lock().expect("seen")[0].head.contains(&format!("api-key: {KEY}")));
+    assert!(providers.secrets().contains(&KEY.to_string()));
+}
+
+#[tokio::test]
 async fn a_key_masked_like_openai_does_is_redacted_whole() {
     let body = format!(
         r#"{{"error":{{"message":"Incorrect API key provided: {}. You can find your API key at https://platform.example/account/api-keys.","type":"invalid_request_error","code":"invalid_api_key"}}}}"#,

@@ -193,7 +193,9 @@ async fn with_retries(
             }
             // a server may quote the key back, in a body or in-band
             Err(mut err) => {
-                err.message = error::redact(&err.message, provider.api_key.as_deref());
+                for secret in provider.secrets() {
+                    err.message = error::redact(&err.message, Some(secret));
+                }
                 err
             }
         };

@@ -1,8 +1,8 @@
 """A canary API key never leaks: not into the log (at trace level), the
 store or any file under the data directory, any buffer, :messages,
 notifications, the error tables `mia.stream` callbacks get, :checkhealth, or
-a request body or URL. Every provider kind, the key from the environment and
-written in setup(), through normal answers, every HTTP error status,
+a request body or URL. Every provider kind, the key from the environment,
+written in setup() or in a header of the user's own, through normal answers, every HTTP error status,
 retries, broken streams and a server that echoes the key back."""
 
 import json
@@ -85,12 +85,15 @@ def provider(kind, form, key, server):
     cfg = {"kind": kind, "base_url": base}
     if form == "api_key_env":
         cfg["api_key_env"] = ENV_VAR
-    else:
+    elif form == "api_key":
         cfg["api_key"] = key
+    else:  # the key in a header of the user's own (an OpenAI-compatible server)
+        cfg["headers"] = {"Authorization": f"Bearer {key}"}
     return cfg
 
 
-@pytest.fixture(params=[(k, f) for k in KINDS for f in FORMS], ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(params=[(k, f) for k in KINDS for f in FORMS] + [("openai_compatible", "headers")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def case(request, editor_factory, server, tmp_path):
     kind, form = request.param
     key = make_canary()
@@ -236,12 +239,12 @@ def test_canary_key_never_leaks_on_any_path(case, server):
     posts = [r for r in server.requests() if r["method"] == "POST"]
     tool_turns = [json.dumps(r["body"]) for r in posts if "<redacted>" in json.dumps(r["body"])]
     assert len(tool_turns) == (2 if form == "api_key_env" else 1), [leaks(json.dumps(r["body"]), key) for r in posts]
-    assert "key=<redacted>" in chats[CHATTED[-2]] or form == "api_key", chats[CHATTED[-2]]
+    assert "key=<redacted>" in chats[CHATTED[-2]] or form != "api_key_env", chats[CHATTED[-2]]
     assert 'api_key = "<redacted>"' in chats[CHATTED[-1]], chats[CHATTED[-1]]
 
     ed.nvim.command("checkhealth mia")
     health = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
-    expected = f"${ENV_VAR} is set" if form == "api_key_env" else "API key set in setup()"
+    expected = {"api_key_env": f"${ENV_VAR} is set", "api_key": "API key set in setup()"}.get(form, "no API key needed")
     assert f"canary ({kind}) " in health and expected in health, health
     ed.nvim.command("Mia health online")
     online = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
