@@ -57,6 +57,11 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   http STATUS [m]  status 400-599 with the format's error body (tables below);
                    words after STATUS replace the message.  429 carries
                    "retry-after: 1" (Gemini: RetryInfo "1s" instead).
+  badkey [masked]  401 (the format's auth error) whose message echoes the
+                   request's credential (Bearer token, x-api-key or
+                   x-goog-api-key): "Incorrect API key provided: <key>.";
+                   with "masked" the key is shown the way OpenAI masks it:
+                   its first 8 and last 4 characters around 20 "*".
   reset N          N word tokens, then a TCP reset (SO_LINGER 0, close).
   stall N          N word tokens, then silence until the client leaves.
   truncate N       N word tokens, then the 0-size chunk: nothing after the
@@ -358,6 +363,8 @@ def parse_scenario(text, seq, whole=None):
             error = (key,)
         if error:
             return Plan(key, echo_tokens(f"ok after {n}"), error=error, gate=n)
+    if key == "badkey" and args in ([], ["masked"]):
+        return Plan("badkey", error=("badkey", bool(args)))
     if key == "context" and not args:
         return Plan("context", error=("context",))
     if key == "filtered" and not args:
@@ -381,6 +388,14 @@ def parse_scenario(text, seq, whole=None):
     if key == "count":
         return Plan("count", [str(seq)])
     return Plan("echo", echo_tokens(whole))
+
+
+def credential(headers):
+    """The API key a request carried, from whichever header its format uses."""
+    auth = headers.get("authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    return headers.get("x-api-key") or headers.get("x-goog-api-key") or auth
 
 
 # ---- request view and stream description -------------------------------------
@@ -413,11 +428,14 @@ class Format:
     name = ""
     FINISH = {}  # plan finish -> this format's finish/stop reason
 
-    def failure(self, error, req):
+    def failure(self, error, req, credential=""):
         """(status, body, headers) for a plan's error tuple."""
         what, *args = error
         if what == "http":
             return self.error(args[0], args[1], req.model)
+        if what == "badkey":
+            shown = credential[:8] + "*" * 20 + credential[-4:] if args[0] else credential
+            return self.error(401, f"Incorrect API key provided: {shown}.", req.model)
         if what == "retry":
             return self.error(429, None, req.model, retry=args[0])
         if what == "retry-raw":
@@ -1005,9 +1023,9 @@ class Server:
         if method == "GET" and path == "/v1beta/models":
             return await self.reply(out, (200, GEMINI.models(), []), close)
         if method == "POST" and path == "/v1/chat/completions":
-            return await self.generate(out, seq, OPENAI, body, close)
+            return await self.generate(out, seq, OPENAI, body, close, headers)
         if method == "POST" and path == "/v1/messages":
-            return await self.generate(out, seq, ANTHROPIC, body, close)
+            return await self.generate(out, seq, ANTHROPIC, body, close, headers)
         gemini = GEMINI_PATH.fullmatch(path)
         if method == "POST" and gemini:
             stream = gemini.group(2) == "streamGenerateContent"
@@ -1015,7 +1033,7 @@ class Server:
                 return await self.reply(out, GEMINI.error(
                     400, "streamGenerateContent requires alt=sse: this server streams "
                     "only server-sent events, not a JSON array."), close)
-            return await self.generate(out, seq, GEMINI, body, close,
+            return await self.generate(out, seq, GEMINI, body, close, headers,
                                        model=unquote(gemini.group(1)), stream=stream)
         if path.startswith("/v1beta/"):
             return await self.reply(out, GEMINI.error(
@@ -1102,7 +1120,7 @@ class Server:
                 plan.error = None
         return plan
 
-    async def generate(self, out, seq, fmt, body, close, **route):
+    async def generate(self, out, seq, fmt, body, close, headers, **route):
         if not isinstance(body, dict):
             return await self.reply(out, fmt.bad_json(), close)
         req = fmt.parse(body, **route)
@@ -1115,7 +1133,7 @@ class Server:
                 out.write(*fmt.overloaded_stream(req, seq))
                 await self.end_body(out)
                 return not close
-            return await self.reply(out, fmt.failure(plan.error, req), close)
+            return await self.reply(out, fmt.failure(plan.error, req, credential(headers)), close)
         extra = fmt.window_headers(plan.window) if plan.window is not None else []
         if plan.raw is not None:
             extra = fmt.raw_window_headers(plan.raw)

@@ -141,6 +141,17 @@ local function validate(opts)
       fail(path .. ".base_url", "is required for an openai_compatible provider", p.base_url)
     end
     check_type(path .. ".api_key_env", p.api_key_env, "string", true)
+    -- a key pasted here would be printed by every "Set X" hint: refuse it without showing it
+    if p.api_key_env and (not p.api_key_env:match("^[%a_][%w_]*$") or p.api_key_env:match("^AIza")) then
+      error(
+        string.format(
+          "mia.setup: `%s.api_key_env` must be the name of an environment variable (letters, digits and _), "
+            .. "not the key itself: put the key in that variable, e.g. api_key_env = \"OPENAI_API_KEY\"",
+          path
+        ),
+        0
+      )
+    end
     check_type(path .. ".api_key", p.api_key, "string", true)
     check_type(path .. ".headers", p.headers, "table", true)
     check_type(path .. ".models", p.models, "table", true)

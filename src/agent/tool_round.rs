@@ -215,7 +215,15 @@ pub async fn run(
             (call, out, started.elapsed())
         }
     });
-    for (call, out, took) in join_all(runs).await {
+    // A tool may print a key (`env`, a config file): it goes neither to the
+    // provider, nor to the store, nor to the chat.
+    let secrets = deps.providers.secrets();
+    for (call, mut out, took) in join_all(runs).await {
+        for secret in &secrets {
+            if out.content.contains(secret.as_str()) {
+                out.content = out.content.replace(secret.as_str(), "<redacted>");
+            }
+        }
         let state = if cancel.is_cancelled() {
             "cancelled"
         } else if out.is_error {

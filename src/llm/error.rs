@@ -275,13 +275,53 @@ fn truncate_chars(s: &str, max: usize) -> String {
     }
 }
 
-/// Removes every occurrence of `secret` from `text`, so a server that echoes
-/// a credential back cannot leak it into a message or the log.
+/// What a credential is replaced with.
+const REDACTED: &str = "<redacted>";
+
+/// Removes `secret` from `text`, so a server that echoes a credential back
+/// cannot leak it into a message or the log: the key itself, any piece of it
+/// of 8 characters or more, and a masked echo of it (OpenAI's
+/// `sk-abc12****…wxyz`: a word with a run of `*`, `...` or `…` that starts
+/// with the key's first characters or ends with its last ones).
 pub fn redact(text: &str, secret: Option<&str>) -> String {
-    match secret {
-        Some(s) if s.len() >= 4 => text.replace(s, "<redacted>"),
-        _ => text.to_string(),
+    let Some(secret) = secret.filter(|s| s.len() >= 4) else {
+        return text.to_string();
+    };
+    let text = text.replace(secret, REDACTED);
+    let is_word_char = |c: char| c.is_alphanumeric() || matches!(c, '-' | '_' | '*' | '.' | '…');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(is_word_char) {
+        out.push_str(&rest[..start]);
+        rest = &rest[start..];
+        let end = rest.find(|c: char| !is_word_char(c)).unwrap_or(rest.len());
+        // a sentence's full stop is not part of the word
+        let word = rest[..end].trim_end_matches('.');
+        if leaks(word, secret) {
+            out.push_str(REDACTED);
+        } else {
+            out.push_str(word);
+        }
+        out.push_str(&rest[word.len()..end]);
+        rest = &rest[end..];
     }
+    out.push_str(rest);
+    out
+}
+
+/// Whether `word` gives away part of `secret` (see [`redact`]).
+fn leaks(word: &str, secret: &str) -> bool {
+    if word.chars().count() >= 8 && secret.contains(word) {
+        return true;
+    }
+    let masks = ["**", "...", "…"];
+    let Some(first) = masks.iter().filter_map(|m| word.find(m)).min() else {
+        return false;
+    };
+    let head = &word[..first];
+    let tail = word.trim_end_matches(|c| c != '*' && c != '.' && c != '…');
+    let tail = &word[tail.len()..];
+    (head.chars().count() >= 3 && secret.starts_with(head)) || (tail.chars().count() >= 3 && secret.ends_with(tail))
 }
 
 #[cfg(test)]
@@ -410,5 +450,19 @@ mod tests {
             redact("key sk-abcdef echoed", Some("sk-abcdef")),
             "key <redacted> echoed"
         );
+    }
+
+    #[test]
+    fn redact_removes_a_masked_echo_of_the_key() {
+        let key = Some("sk-proj-abcdef0123456789wxyz");
+        assert_eq!(
+            redact("Incorrect API key provided: sk-proj-************wxyz. See docs.", key),
+            "Incorrect API key provided: <redacted>. See docs."
+        );
+        assert_eq!(redact("key sk-pro…wxyz here", key), "key <redacted> here");
+        assert_eq!(redact("key sk-proj-abcdef01 cut", key), "key <redacted> cut");
+        // words that share nothing with the key stay
+        assert_eq!(redact("a ** b... wait… x-api-key", key), "a ** b... wait… x-api-key");
+        assert_eq!(redact("no key at all", None), "no key at all");
     }
 }

@@ -84,7 +84,10 @@ pub async fn send(
     )
     .await
     .unwrap_or_default();
-    let body = redact(&body, provider.api_key.as_deref());
+    let body = provider
+        .secrets()
+        .into_iter()
+        .fold(body, |body, secret| redact(&body, Some(secret)));
     if retry_after.is_none() {
         retry_after = serde_json::from_str(&body)
             .ok()
@@ -134,7 +137,7 @@ fn should_retry(headers: &HeaderMap) -> Option<bool> {
     }
 }
 
-fn is_secret_header(name: &str) -> bool {
+pub(crate) fn is_secret_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
     n == "authorization" || n.contains("api-key") || n.contains("token")
 }

@@ -197,7 +197,13 @@ async fn with_retries(
                 done.retries = attempt;
                 return Ok(done);
             }
-            Err(err) => err,
+            // a server may quote the key back, in a body or in-band
+            Err(mut err) => {
+                for secret in provider.secrets() {
+                    err.message = error::redact(&err.message, Some(secret));
+                }
+                err
+            }
         };
         let backoff = delays.next();
         if !err.retryable || delivered || attempt >= retry.max_retries {

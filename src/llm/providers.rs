@@ -148,6 +148,24 @@ pub struct ResolvedProvider {
     pub models: Vec<String>,
 }
 
+/// The credential in a secret header's value (`Bearer KEY` -> `KEY`), if the
+/// header is one (authorization, *api-key*, *token*).
+fn header_secret<'a>(name: &str, value: &'a str) -> Option<&'a str> {
+    if !super::http::is_secret_header(name) {
+        return None;
+    }
+    value.split_whitespace().last()
+}
+
+impl ResolvedProvider {
+    /// Every credential of this provider: the API key and the values of
+    /// secret headers set in `providers.NAME.headers`.
+    pub fn secrets(&self) -> Vec<&str> {
+        let headers = self.headers.iter().filter_map(|(k, v)| header_secret(k, v));
+        self.api_key.as_deref().into_iter().chain(headers).collect()
+    }
+}
+
 fn builtin(kind: ProviderKind, base_url: &str, env: &str) -> ProviderConfig {
     ProviderConfig {
         kind,
@@ -301,6 +319,34 @@ impl Providers {
         })?;
         clients.insert(provider.to_string(), client.clone());
         Ok(client)
+    }
+
+    /// The API keys (and secret header values) of every configured provider
+    /// that are 8 or more characters long (shorter ones are placeholders for
+    /// local servers), read from the environment now: what must never leave
+    /// in a tool result.
+    pub fn secrets(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .config
+            .providers
+            .values()
+            .flat_map(|cfg| {
+                let key = match (&cfg.api_key, &cfg.api_key_env) {
+                    (Some(key), _) => Some(key.clone()),
+                    (None, Some(var)) => std::env::var(var).ok(),
+                    (None, None) => None,
+                };
+                let headers = cfg
+                    .headers
+                    .iter()
+                    .filter_map(|(k, v)| header_secret(k, v).map(str::to_string));
+                key.into_iter().chain(headers).collect::<Vec<_>>()
+            })
+            .filter(|key| key.len() >= 8)
+            .collect();
+        keys.sort();
+        keys.dedup();
+        keys
     }
 
     /// The names of every configured provider.
