@@ -19,7 +19,11 @@ use mia_core::tools::{OutsidePolicy, ToolEffect, ToolSubject};
 
 fn decide(config: &PermissionConfig, root: &Path, tool: &str, effect: ToolEffect, subject: ToolSubject) -> Action {
     match Checked::new(root, Some(&subject)) {
-        Ok(checked) => config.decide("ask", tool, effect, &checked, &[], OutsidePolicy::Refuse).action,
+        Ok(checked) => {
+            config
+                .decide("ask", tool, effect, &checked, &[], OutsidePolicy::Refuse)
+                .action
+        }
         // An unresolvable path never reaches a tool: the call is refused.
         Err(_) => Action::Deny,
     }
@@ -84,7 +88,9 @@ fn outside_spellings(root: &Path) -> Vec<String> {
 
 fn command_forms() -> Vec<String> {
     let mut out = Vec::new();
-    for sep in [";", " ; ", "&&", " && ", "||", "&", " & ", "|", " | ", "|&", "\n", ";\n", "\n\n", " ;; "] {
+    for sep in [
+        ";", " ; ", "&&", " && ", "||", "&", " & ", "|", " | ", "|&", "\n", ";\n", "\n\n", " ;; ",
+    ] {
         out.push(format!("git status{sep}touch x"));
         out.push(format!("touch x{sep}git status"));
     }
@@ -104,7 +110,9 @@ fn command_forms() -> Vec<String> {
     ] {
         out.push(format!("git status {sub}"));
     }
-    for redir in ["> x", ">> x", ">| x", "&> x", "&>> x", "2> x", ">x", "1>x", "> x 2>&1", "<> x"] {
+    for redir in [
+        "> x", ">> x", ">| x", "&> x", "&>> x", "2> x", ">x", "1>x", "> x 2>&1", "<> x",
+    ] {
         out.push(format!("git status {redir}"));
         out.push(format!("{redir} git status"));
     }
@@ -137,7 +145,13 @@ fn command_forms() -> Vec<String> {
 }
 
 /// Forms that are only `git status` to a shell: allowing them is correct.
-const BENIGN: &[&str] = &["git status", "git status -s", "git status # ; touch x", "git  status", "'git' \"status\""];
+const BENIGN: &[&str] = &[
+    "git status",
+    "git status -s",
+    "git status # ; touch x",
+    "git  status",
+    "'git' \"status\"",
+];
 
 fn main() {
     let tmp = std::env::temp_dir().join(format!("mia-permission-forms-{}", std::process::id()));
@@ -210,7 +224,10 @@ fn main() {
     let (n, d, a, al, _) = count(&benign, &allow_git, "bash", ToolEffect::Execute);
     rows.push(("plain `git status` forms (should be allowed)".into(), n, d, a, al));
 
-    println!("{:<48} {:>6} {:>8} {:>6} {:>8}", "subjects", "tried", "refused", "asked", "allowed");
+    println!(
+        "{:<48} {:>6} {:>8} {:>6} {:>8}",
+        "subjects", "tried", "refused", "asked", "allowed"
+    );
     for (name, n, d, a, al) in &rows {
         println!("{name:<48} {n:>6} {d:>8} {a:>6} {al:>8}");
     }
