@@ -470,7 +470,9 @@ async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> R
         &providers.rate_limits,
     )
     .await?;
-    let json: Value = response.json().await.map_err(|e| {
+    // The list is one JSON document: bounded like any response body.
+    let body = read_body(provider, response, providers.config.limits.max_event_bytes).await?;
+    let json: Value = serde_json::from_slice(&body).map_err(|e| {
         LlmError::new(
             ErrorClass::ServerError,
             Some(&provider.name),

@@ -20,8 +20,9 @@ pub enum ProviderKind {
     OpenaiCompatible,
 }
 
-/// One entry of `setup({ providers = { NAME = {...} } })`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// One entry of `setup({ providers = { NAME = {...} } })`. Its `Debug`
+/// leaves out the key and header values, so a log line can never carry them.
+#[derive(Clone, PartialEq, Deserialize)]
 pub struct ProviderConfig {
     pub kind: ProviderKind,
     #[serde(default)]
@@ -135,8 +136,9 @@ pub struct CoreConfig {
     pub pricing: HashMap<String, crate::cost::Price>,
 }
 
-/// A provider ready to be called: its URL, credentials and headers.
-#[derive(Debug, Clone)]
+/// A provider ready to be called: its URL, credentials and headers. Its
+/// `Debug` leaves out the key and header values.
+#[derive(Clone)]
 pub struct ResolvedProvider {
     pub name: String,
     pub kind: ProviderKind,
@@ -146,6 +148,40 @@ pub struct ResolvedProvider {
     pub headers: BTreeMap<String, String>,
     pub prompt_caching: bool,
     pub models: Vec<String>,
+}
+
+/// `<redacted>` for a set secret, for `Debug` output.
+fn hidden(secret: &Option<String>) -> Option<&'static str> {
+    secret.as_ref().map(|_| "<redacted>")
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key_env", &self.api_key_env)
+            .field("api_key", &hidden(&self.api_key))
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("models", &self.models)
+            .field("prompt_caching", &self.prompt_caching)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ResolvedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResolvedProvider")
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("base_url", &self.base_url)
+            .field("api_key_env", &self.api_key_env)
+            .field("api_key", &hidden(&self.api_key))
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("prompt_caching", &self.prompt_caching)
+            .field("models", &self.models)
+            .finish()
+    }
 }
 
 /// The credential in a secret header's value (`Bearer KEY` -> `KEY`), if the
@@ -362,6 +398,21 @@ impl Providers {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn debug_output_never_shows_a_key_or_header_value() {
+        let config: ProviderConfig = serde_json::from_value(serde_json::json!({
+            "kind": "openai", "api_key": "sk-debug-canary", "headers": { "Authorization": "Bearer sk-header-canary" }
+        }))
+        .unwrap();
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("canary"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("Authorization"),
+            "{shown}"
+        );
+    }
+
     use super::*;
 
     fn providers_with(extra: &[(&str, ProviderConfig)]) -> Providers {

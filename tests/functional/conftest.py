@@ -160,3 +160,17 @@ def editor(editor_factory, server):
     if not LIB.exists():
         pytest.fail(f"{LIB} is missing: build it with `cargo build --release` (scripts/test does)")
     return editor_factory(setup=scenario_setup(server))
+
+
+# Test keys for the formats that need one (the scenario server accepts any).
+KEYS = {"MIA_TEST_ANTHROPIC_KEY": "ak-test-secret-0123456789", "MIA_TEST_GEMINI_KEY": "gk-test-secret-0123456789"}
+
+
+def provider_config(fmt, server):
+    """A provider of wire format `fmt` ("openai", "anthropic", "gemini") at the scenario server."""
+    root = f"http://127.0.0.1:{server.port}"
+    return {
+        "openai": {"kind": "openai_compatible", "base_url": root + "/v1"},
+        "anthropic": {"kind": "anthropic", "base_url": root, "api_key_env": "MIA_TEST_ANTHROPIC_KEY"},
+        "gemini": {"kind": "gemini", "base_url": root + "/v1beta", "api_key_env": "MIA_TEST_GEMINI_KEY"},
+    }[fmt]

@@ -7,18 +7,14 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-KEYS = {"MIA_TEST_ANTHROPIC_KEY": "ak-test-secret-0123456789", "MIA_TEST_GEMINI_KEY": "gk-test-secret-0123456789"}
+from conftest import KEYS, provider_config
+
 # provider name in setup() -> the wire format it speaks
 NAMES = {"openai": "oa", "anthropic": "an", "gemini": "ge"}
 
 
 def providers(server):
-    root = f"http://127.0.0.1:{server.port}"
-    return {
-        "oa": {"kind": "openai_compatible", "base_url": root + "/v1"},
-        "an": {"kind": "anthropic", "base_url": root, "api_key_env": "MIA_TEST_ANTHROPIC_KEY"},
-        "ge": {"kind": "gemini", "base_url": root + "/v1beta", "api_key_env": "MIA_TEST_GEMINI_KEY"},
-    }
+    return {name: provider_config(fmt, server) for fmt, name in NAMES.items()}
 
 
 @pytest.fixture

@@ -7,19 +7,12 @@ import re
 import pytest
 from pynvim.api.common import NvimError
 
+from conftest import KEYS, provider_config
+
 MIB = 1 << 20
 DEFAULT_CAP = 8 * MIB
 LINE_MB = 64
-KEYS = {"MIA_TEST_ANTHROPIC_KEY": "ak-test-secret-0123456789", "MIA_TEST_GEMINI_KEY": "gk-test-secret-0123456789"}
 
-
-def provider_config(fmt, server):
-    root = f"http://127.0.0.1:{server.port}"
-    return {
-        "openai": {"kind": "openai_compatible", "base_url": root + "/v1"},
-        "anthropic": {"kind": "anthropic", "base_url": root, "api_key_env": "MIA_TEST_ANTHROPIC_KEY"},
-        "gemini": {"kind": "gemini", "base_url": root + "/v1beta", "api_key_env": "MIA_TEST_GEMINI_KEY"},
-    }[fmt]
 
 
 def status_kib(pid, field):

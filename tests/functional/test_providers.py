@@ -4,19 +4,10 @@ through a real Neovim against the scenario server speaking each format."""
 
 import pytest
 
-from conftest import scenario_setup
+from conftest import KEYS, provider_config, scenario_setup
 
 FORMATS = ["openai", "anthropic", "gemini"]
-KEYS = {"MIA_TEST_ANTHROPIC_KEY": "ak-test-secret-0123456789", "MIA_TEST_GEMINI_KEY": "gk-test-secret-0123456789"}
 
-
-def provider_config(fmt, server):
-    root = f"http://127.0.0.1:{server.port}"
-    return {
-        "openai": {"kind": "openai_compatible", "base_url": root + "/v1"},
-        "anthropic": {"kind": "anthropic", "base_url": root, "api_key_env": "MIA_TEST_ANTHROPIC_KEY"},
-        "gemini": {"kind": "gemini", "base_url": root + "/v1beta", "api_key_env": "MIA_TEST_GEMINI_KEY"},
-    }[fmt]
 
 
 @pytest.fixture(params=FORMATS)
