@@ -162,7 +162,10 @@ pub fn sessions_list(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
-/// `session_load(id)` -> handle; `{ session = SessionInfo, mode, model, messages = { { role, parts, state } } }`.
+/// `session_load(id)` -> handle; `{ session = SessionInfo, mode, model, messages = { { role, parts, state, seq, kind } },
+/// history = { { role, parts } } }`: `messages` is the transcript (every message, and each compaction
+/// where it happened), `history` what the next request sends (the latest compaction's summary in place of
+/// what it covers).
 pub fn session_load(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("session_load", move |_| async move {
         let store = runtime::store().await.ok_or_else(no_store)?;
@@ -178,7 +181,8 @@ pub fn session_load(_: &Lua, id: String) -> LuaResult<StreamHandle> {
             "session": { "sessionId": session.id, "cwd": session.cwd, "title": session.title, "updatedAt": iso(session.updated_at_ms) },
             "mode": session.mode,
             "model": session.model,
-            "messages": messages.iter().map(|m| json!({ "role": m.role, "parts": m.parts, "state": m.state })).collect::<Vec<_>>(),
+            "messages": messages.iter().map(|m| json!({ "role": m.role, "parts": m.parts, "state": m.state, "seq": m.seq, "kind": m.kind.as_str() })).collect::<Vec<_>>(),
+            "history": crate::store::request_rows(&messages).iter().map(|m| json!({ "role": m.role, "parts": m.parts })).collect::<Vec<_>>(),
         }))
     })
 }
