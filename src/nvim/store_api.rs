@@ -163,9 +163,9 @@ pub fn sessions_list(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
 }
 
 /// `session_load(id)` -> handle; `{ session = SessionInfo, mode, model, messages = { { role, parts, state, seq, kind } },
-/// history = { { role, parts } } }`: `messages` is the transcript (every message, and each compaction
-/// where it happened), `history` what the next request sends (the latest compaction's summary in place of
-/// what it covers).
+/// history = { seq } }`: `messages` is the transcript (every message, and each compaction where it
+/// happened), `history` the seqs of the messages the next request sends, in order (the latest compaction's
+/// summary in place of what it covers; seqs rather than copies, so a long session crosses into Lua once).
 pub fn session_load(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("session_load", move |_| async move {
         let store = runtime::store().await.ok_or_else(no_store)?;
@@ -182,7 +182,7 @@ pub fn session_load(_: &Lua, id: String) -> LuaResult<StreamHandle> {
             "mode": session.mode,
             "model": session.model,
             "messages": messages.iter().map(|m| json!({ "role": m.role, "parts": m.parts, "state": m.state, "seq": m.seq, "kind": m.kind.as_str() })).collect::<Vec<_>>(),
-            "history": crate::store::request_rows(&messages).iter().map(|m| json!({ "role": m.role, "parts": m.parts })).collect::<Vec<_>>(),
+            "history": crate::store::request_rows(&messages).iter().map(|m| m.seq).collect::<Vec<_>>(),
         }))
     })
 }
