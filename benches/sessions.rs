@@ -11,7 +11,8 @@
 //! before the schema-2 session log) and `MIA_BENCH_BASELINE_ROOT` (a checkout
 //! of the same commit's `lua/` and `benches/`), the resume is also timed with
 //! that library and Lua, alternating with this one, on a schema-1 copy of the
-//! same store (the same 2,000 messages, without the compaction row).
+//! same store (the same 2,000 messages, without the compaction row), and
+//! this build once more on that copy (migrated on first open).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -184,6 +185,14 @@ fn main() {
     match &baseline {
         Some((home, old)) => {
             let old_code = std::env::var("MIA_BENCH_BASELINE_ROOT").map_or_else(|_| root.clone(), PathBuf::from);
+            // The schema-1 store once more, for this build to migrate: the same 2,000 messages, no compaction.
+            let plain = tmp.path().join("plain");
+            std::fs::create_dir_all(plain.join("nvim").join("mia")).expect("plain dir");
+            std::fs::copy(
+                home.join("nvim").join("mia").join("mia.sqlite3"),
+                plain.join("nvim").join("mia").join("mia.sqlite3"),
+            )
+            .expect("plain copy");
             for _ in 0..3 {
                 run(
                     "baseline (library and Lua), schema 1, 2,000 messages",
@@ -194,6 +203,12 @@ fn main() {
                 run(
                     "this build, schema 2, 2,000 messages + 1 compaction",
                     tmp.path(),
+                    &lib,
+                    &root,
+                );
+                run(
+                    "this build, schema 2, 2,000 messages (no compaction)",
+                    &plain,
                     &lib,
                     &root,
                 );

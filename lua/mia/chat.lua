@@ -95,16 +95,12 @@ function M.load(data)
       parts[#parts + 1] = "\n\n## mia · " .. model .. "\n\n" .. text .. (m.state == "cancelled" and CANCELLED or "")
     end
   end
-  -- What the next prompt sends, as seqs of `data.messages`: the core puts the
-  -- latest compaction's summary in place of what it covers.
-  local by_seq = {}
-  for _, m in ipairs(data.messages) do
-    by_seq[m.seq] = m
-  end
-  for _, seq in ipairs(data.history or {}) do
-    local m = by_seq[seq]
+  -- What the next prompt sends, as indexes in `data.messages`: the core puts
+  -- the latest compaction's summary in place of what it covers.
+  for _, i in ipairs(data.history or {}) do
+    local m = data.messages[i]
     if m then
-      table.insert(history, { role = m.role, parts = m.parts })
+      history[#history + 1] = { role = m.role, parts = m.parts }
     end
   end
   writer.append(b, table.concat(parts))

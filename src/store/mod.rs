@@ -32,7 +32,7 @@ pub use error::StoreError;
 pub use reports::{Breakdown, CostTypes, ReportQuery, Totals, UsageReport};
 pub use rows::{MessageKind, MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
-pub use sessions::{request_rows, MAX_PAGE};
+pub use sessions::{request_positions, request_rows, MAX_PAGE};
 pub use spend::{DayCost, Spend, MAX_DAYS};
 
 use reader::ReadPool;

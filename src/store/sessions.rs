@@ -71,18 +71,29 @@ pub(crate) fn messages(conn: &Connection, path: &Path, session_id: &str) -> Resu
 /// messages outside its range around it. Earlier compactions are left out
 /// (a later summary summarizes them too).
 pub fn request_rows(rows: &[MessageRow]) -> Vec<&MessageRow> {
+    request_positions(rows)
+        .into_iter()
+        .filter_map(|i| rows.get(i))
+        .collect()
+}
+
+/// [`request_rows`] as positions (0-based) in `rows`.
+pub fn request_positions(rows: &[MessageRow]) -> Vec<usize> {
     let has_parts = |r: &MessageRow| r.parts.as_array().is_some_and(|p| !p.is_empty());
-    let latest = rows.iter().rev().find_map(|r| match r.kind {
-        MessageKind::Compaction { covers_from, covers_to } => Some((r, covers_from, covers_to)),
+    let latest = rows.iter().enumerate().rev().find_map(|(i, r)| match r.kind {
+        MessageKind::Compaction { covers_from, covers_to } => Some((i, covers_from, covers_to)),
         MessageKind::Message => None,
     });
-    let plain = rows.iter().filter(|r| r.kind == MessageKind::Message && has_parts(r));
+    let plain = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.kind == MessageKind::Message && has_parts(r));
     let Some((summary, from, to)) = latest else {
-        return plain.collect();
+        return plain.map(|(i, _)| i).collect();
     };
-    let mut out: Vec<&MessageRow> = plain.clone().filter(|r| r.seq < from).collect();
+    let mut out: Vec<usize> = plain.clone().filter(|(_, r)| r.seq < from).map(|(i, _)| i).collect();
     out.push(summary);
-    out.extend(plain.filter(|r| r.seq > to));
+    out.extend(plain.filter(|(_, r)| r.seq > to).map(|(i, _)| i));
     out
 }
 
