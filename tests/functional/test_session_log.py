@@ -96,6 +96,17 @@ def test_compact_then_a_new_prompt_keeps_every_message_and_resume_sends_the_summ
     live = first.chat_text()
     first.close()
 
+    second = make("second")
+    resume_in(second)
+    resumed = second.chat_text()
+    assert turns(resumed) == [
+        ("you", "alpha?"), ("mia", "alpha?"), ("you", "beta?"), ("mia", "beta?"),
+        ("note", "> _context compacted_"), ("you", "gamma?"), ("mia", "gamma?"),
+    ]
+    assert resumed == live
+    listing = second.lua("return require('mia').sessions.list({})")["sessions"]
+    assert [s["_meta"]["messageCount"] for s in listing] == [6]  # the compaction is no message
+
     stored = rows(data_home)
     assert [(r[0], r[1], r[2]) for r in stored] == [
         (0, "user", "message"), (1, "assistant", "message"), (2, "user", "message"), (3, "assistant", "message"),
@@ -106,17 +117,6 @@ def test_compact_then_a_new_prompt_keeps_every_message_and_resume_sends_the_summ
     assert (compaction[3], compaction[4]) == (0, 3)
     summary = text_of(compaction[5])
     assert summary.startswith("(Summary of the earlier conversation)")
-
-    second = make("second")
-    listing = second.lua("return require('mia').sessions.list({})")["sessions"]
-    assert [s["_meta"]["messageCount"] for s in listing] == [6]  # the compaction is no message
-    resume_in(second)
-    resumed = second.chat_text()
-    assert turns(resumed) == [
-        ("you", "alpha?"), ("mia", "alpha?"), ("you", "beta?"), ("mia", "beta?"),
-        ("note", "> _context compacted_"), ("you", "gamma?"), ("mia", "gamma?"),
-    ]
-    assert resumed == live
 
     prompt(second, "delta?")
     sent = posts(server)[-1]["messages"]
