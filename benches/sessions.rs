@@ -2,15 +2,23 @@
 //! - `list_sessions` latency over a store with 10,000 sessions: the first
 //!   page and a deep page (page 150 of 200), in the core and through Lua;
 //! - resuming a 2,000-message session in Neovim until its chat buffer holds
-//!   the whole transcript (`mia.sessions.load`, then a redraw).
+//!   the whole transcript (`mia.sessions.load`, then a redraw); the session
+//!   ends with a compaction covering all but its last 100 messages.
 //!
 //! Run: `cargo bench --bench sessions` (needs Neovim: $MIA_NVIM or .venv/bin/nvim).
+//!
+//! With `MIA_BENCH_BASELINE_LIB=/path/to/an/older/libmia_core.so` (built
+//! before the schema-2 session log) and `MIA_BENCH_BASELINE_ROOT` (a checkout
+//! of the same commit's `lua/` and `benches/`), the resume is also timed with
+//! that library and Lua, alternating with this one, on a schema-1 copy of the
+//! same store (the same 2,000 messages, without the compaction row), and
+//! this build once more on that copy (migrated on first open).
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use mia_core::llm::message::Role;
-use mia_core::store::{MessageRow, MessageState, SessionRow, Store};
+use mia_core::store::{MessageKind, MessageRow, MessageState, SessionRow, Store};
 use serde_json::json;
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -70,6 +78,7 @@ fn main() {
                 parts: json!([{ "type": "text", "text": text }]),
                 state: MessageState::Complete,
                 meta: json!({}),
+                kind: MessageKind::Message,
                 created_at_ms: base,
                 updated_at_ms: base,
             }));
@@ -82,6 +91,19 @@ fn main() {
         for p in pending {
             p.await.expect("insert");
         }
+        let summary = MessageRow {
+            id: "s09999-compaction".into(),
+            session_id: "s09999".into(),
+            seq: 0,
+            role: Role::User,
+            parts: json!([{ "type": "text", "text": format!("(Summary of the earlier conversation)\n{}", "summary ".repeat(200)) }]),
+            state: MessageState::Complete,
+            meta: json!({}),
+            kind: MessageKind::Message,
+            created_at_ms: base,
+            updated_at_ms: base,
+        };
+        store.append_compaction(summary, 100).await.expect("compaction");
     });
     // Timed outside the insert block, on the runtime, as the Lua API uses it.
     let mut cursor = None;
@@ -116,21 +138,82 @@ fn main() {
         "- core `list_sessions`, page 151: {:.2} ms (median of 30)",
         time(deep_cursor.clone())
     );
+    rt.block_on(store.checkpoint()).expect("checkpoint");
     drop(store);
+
+    let baseline = std::env::var("MIA_BENCH_BASELINE_LIB").ok().map(|lib| {
+        // A schema-1 copy of the store for the older library.
+        let home = tmp.path().join("baseline");
+        let dir = home.join("nvim").join("mia");
+        std::fs::create_dir_all(&dir).expect("baseline dir");
+        std::fs::copy(data.join("mia.sqlite3"), dir.join("mia.sqlite3")).expect("store copy");
+        let conn = rusqlite::Connection::open(dir.join("mia.sqlite3")).expect("copy opens");
+        conn.execute_batch(
+            "DELETE FROM messages WHERE kind = 'compaction';
+             DROP INDEX messages_compactions;
+             ALTER TABLE messages DROP COLUMN covers_to;
+             ALTER TABLE messages DROP COLUMN covers_from;
+             ALTER TABLE messages DROP COLUMN kind;
+             PRAGMA user_version = 1;",
+        )
+        .expect("schema-1 copy");
+        let copy = tmp.path().join("libmia_core-baseline.so");
+        std::fs::copy(lib, &copy).expect("the baseline library exists");
+        (home, copy)
+    });
 
     // A snapshot of the library, so edits during a run do not trip the loader's staleness check.
     let lib = tmp.path().join("libmia_core.so");
     std::fs::copy(root.join("target/release/libmia_core.so"), &lib)
         .expect("the library is built (cargo build --release)");
     let nvim = std::env::var("MIA_NVIM").unwrap_or_else(|_| root.join(".venv/bin/nvim").display().to_string());
-    let out = std::process::Command::new(nvim)
-        .args(["--headless", "--clean", "-l"])
-        .arg(root.join("benches/resume.lua"))
-        .env("XDG_DATA_HOME", tmp.path())
-        .env("MIA_CORE_PATH", &lib)
-        .env("MIA_BENCH_CURSOR", deep_cursor.unwrap_or_default())
-        .output()
-        .expect("nvim runs");
-    print!("{}", String::from_utf8_lossy(&out.stdout));
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    let run = |label: &str, home: &std::path::Path, lib: &std::path::Path, code: &std::path::Path| {
+        if !label.is_empty() {
+            println!("{label}:");
+        }
+        let out = std::process::Command::new(&nvim)
+            .args(["--headless", "--clean", "-l"])
+            .arg(code.join("benches/resume.lua"))
+            .env("XDG_DATA_HOME", home)
+            .env("MIA_CORE_PATH", lib)
+            .env("MIA_BENCH_CURSOR", deep_cursor.clone().unwrap_or_default())
+            .output()
+            .expect("nvim runs");
+        print!("{}", String::from_utf8_lossy(&out.stdout));
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    };
+    match &baseline {
+        Some((home, old)) => {
+            let old_code = std::env::var("MIA_BENCH_BASELINE_ROOT").map_or_else(|_| root.clone(), PathBuf::from);
+            // The schema-1 store once more, for this build to migrate: the same 2,000 messages, no compaction.
+            let plain = tmp.path().join("plain");
+            std::fs::create_dir_all(plain.join("nvim").join("mia")).expect("plain dir");
+            std::fs::copy(
+                home.join("nvim").join("mia").join("mia.sqlite3"),
+                plain.join("nvim").join("mia").join("mia.sqlite3"),
+            )
+            .expect("plain copy");
+            for _ in 0..3 {
+                run(
+                    "baseline (library and Lua), schema 1, 2,000 messages",
+                    home,
+                    old,
+                    &old_code,
+                );
+                run(
+                    "this build, schema 2, 2,000 messages + 1 compaction",
+                    tmp.path(),
+                    &lib,
+                    &root,
+                );
+                run(
+                    "this build, schema 2, 2,000 messages (no compaction)",
+                    &plain,
+                    &lib,
+                    &root,
+                );
+            }
+        }
+        None => run("", tmp.path(), &lib, &root),
+    }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mia_core::llm::message::Role;
-use mia_core::store::{MessageRow, MessageState, ReportQuery, SessionRow, Store, UsageRow};
+use mia_core::store::{MessageKind, MessageRow, MessageState, ReportQuery, SessionRow, Store, UsageRow};
 use serde_json::json;
 
 const USAGE_ROWS: usize = 1_000_000;
@@ -270,6 +270,7 @@ fn realistic_message(i: usize, rng: &mut Rng, now: i64) -> MessageRow {
         parts,
         state: MessageState::Complete,
         meta: json!({}),
+        kind: MessageKind::Message,
         created_at_ms: now,
         updated_at_ms: now,
     }

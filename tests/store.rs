@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use mia_core::llm::message::Role;
-use mia_core::store::{MessageRow, MessageState, ReportQuery, SessionRow, Store, StoreError, UsageRow, SCHEMA_VERSION};
+use mia_core::store::{
+    MessageKind, MessageRow, MessageState, ReportQuery, SessionRow, Store, StoreError, UsageRow, SCHEMA_VERSION,
+};
 use serde_json::json;
 
 const HOUR_MS: i64 = 3_600_000;
@@ -44,6 +46,7 @@ fn message(id: &str, session_id: &str, seq: i64, state: MessageState, text: &str
         parts: json!([{ "type": "text", "text": text }]),
         state,
         meta: json!({}),
+        kind: MessageKind::Message,
         created_at_ms: at,
         updated_at_ms: at,
     }

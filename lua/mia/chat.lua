@@ -5,6 +5,8 @@ local M = {}
 
 --- The mark a cancelled answer ends with, live and after a load.
 local CANCELLED = "\n\n*[cancelled]*"
+--- The note that marks a compaction in the transcript, live and after a load.
+local COMPACTED = "> _context compacted_"
 
 local api = vim.api
 local writer = require("mia.writer")
@@ -84,16 +86,21 @@ function M.load(data)
   local parts = {}
   for _, m in ipairs(data.messages) do
     local text = message_text(m)
-    if m.role == "user" then
-      table.insert(history, { role = "user", parts = m.parts })
+    if m.kind == "compaction" then
+      -- The summary itself is for the model; the transcript keeps every message and marks the spot.
+      parts[#parts + 1] = (#parts > 0 and "\n\n" or "") .. COMPACTED
+    elseif m.role == "user" then
       parts[#parts + 1] = (#parts > 0 and "\n\n" or "") .. "## You\n\n" .. text
     elseif m.role == "assistant" then
-      if #(m.parts or {}) > 0 then
-        table.insert(history, { role = "assistant", parts = m.parts })
-      end
       parts[#parts + 1] = "\n\n## mia · " .. model .. "\n\n" .. text .. (m.state == "cancelled" and CANCELLED or "")
-    elseif m.role == "tool" then
-      table.insert(history, { role = "tool", parts = m.parts })
+    end
+  end
+  -- What the next prompt sends, as indexes in `data.messages`: the core puts
+  -- the latest compaction's summary in place of what it covers.
+  for _, i in ipairs(data.history or {}) do
+    local m = data.messages[i]
+    if m then
+      history[#history + 1] = { role = m.role, parts = m.parts }
     end
   end
   writer.append(b, table.concat(parts))
@@ -149,7 +156,7 @@ function M.compact()
   require("mia.bridge").watch(h.id, {
     on_done = function(messages)
       history = messages
-      writer.append(M.buffer(), "\n\n> _context compacted_")
+      writer.append(M.buffer(), "\n\n" .. COMPACTED)
       writer.flush()
     end,
     on_error = function(err)

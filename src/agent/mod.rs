@@ -1,7 +1,8 @@
 //! The agent loop behind `:Mia prompt`: request → stream → tool calls →
 //! permission → results → next request, until the model stops or
 //! `max_turns`. Context overflow triggers one compaction (older turns
-//! summarized by the same model) and a retry.
+//! summarized by the same model, the summary stored as a message of its own)
+//! and a retry.
 
 mod compaction;
 pub mod record;
@@ -239,6 +240,9 @@ pub async fn run(
                 let (compacted_history, summary) =
                     compaction::compact(&deps.providers, &req.model, &history, compaction::KEEP_RECENT).await?;
                 recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
+                if let Some(summary_message) = compacted_history.first() {
+                    recorder.compaction(summary_message, compacted_history.len() - 1).await;
+                }
                 add_usage(&mut total, &summary.usage);
                 add_cost(&mut total_cost, &summary.cost);
                 history = compacted_history;

@@ -2,7 +2,14 @@
 //! streaming answer checkpointed about once a second, so a killed Neovim
 //! loses at most the last second of text), one usage row per provider call
 //! with its cost, and the budget checks before each request.
+//!
+//! Message numbers (`seq`) come from the store, which appends each message
+//! after the session's last one; the caller's history length plays no part,
+//! so a history shortened by compaction can never overwrite stored messages.
+//! A compaction is stored as a message of its own that covers the older
+//! messages (which stay stored); see [`crate::store::MessageKind`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +22,7 @@ use crate::events::StreamId;
 use crate::llm::delta::StreamDone;
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::{Message, Part, Role};
-use crate::store::{MessageRow, MessageState, SessionRow, Store, UsageRow};
+use crate::store::{MessageKind, MessageRow, MessageState, SessionRow, Store, UsageRow};
 
 /// How often a streaming answer is written to the store.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -34,6 +41,45 @@ pub fn local_day(now_ms: i64, utc_offset_s: i32) -> (i64, i64) {
     (start * 1000, (start + 86_400) * 1000)
 }
 
+/// A new message id, unique across the processes sharing the store: the
+/// session, the time, the process and a per-process counter. Ids only name
+/// rows; their order is the store's `seq`.
+pub fn new_message_id(session_id: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{session_id}-m{:x}-{:x}-{n:x}", now_ms(), std::process::id())
+}
+
+/// A message row for [`Store::append_message`] (which assigns its `seq`).
+fn message_row(id: String, session_id: &str, role: Role, parts: serde_json::Value, state: MessageState) -> MessageRow {
+    let now = now_ms();
+    MessageRow {
+        id,
+        session_id: session_id.to_string(),
+        seq: 0,
+        role,
+        parts,
+        state,
+        meta: json!({}),
+        kind: MessageKind::Message,
+        created_at_ms: now,
+        updated_at_ms: now,
+    }
+}
+
+/// Stores a compaction summary under `id`: the summary message stands for
+/// every message of the session but its latest `keep_last` (which the
+/// compacted history kept verbatim). Failures are logged, never fatal: the
+/// conversation goes on with the summary either way.
+pub async fn record_compaction(store: &Store, session_id: &str, id: String, summary: &Message, keep_last: usize) {
+    let parts = serde_json::to_value(&summary.parts).unwrap_or(json!([]));
+    let row = message_row(id, session_id, summary.role, parts, MessageState::Complete);
+    let keep_last = u32::try_from(keep_last).unwrap_or(u32::MAX);
+    if let Err(e) = store.append_compaction(row, keep_last).await {
+        tracing::warn!("cannot record the compaction: {e}");
+    }
+}
+
 /// Writes a streaming answer to the store at most once per second.
 #[derive(Clone)]
 pub struct Checkpointer {
@@ -48,7 +94,7 @@ impl Checkpointer {
         row.updated_at_ms = now_ms();
         let store = self.store.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.upsert_message(row).await {
+            if let Err(e) = store.append_message(row).await {
                 tracing::warn!("checkpoint failed: {e}");
             }
         });
@@ -111,7 +157,9 @@ pub fn usage_row(
 pub struct Recorder {
     store: Option<Arc<Store>>,
     session_id: String,
-    next_seq: i64,
+    /// The id the run's next message (answer or tool results) is stored
+    /// under; its checkpoints and its usage row use it too.
+    next_id: String,
     offset_s: i32,
     budgets: BudgetConfig,
     pub session_cost_usd: f64,
@@ -129,7 +177,7 @@ impl Recorder {
         let mut r = Recorder {
             store,
             session_id: req.session_id.clone(),
-            next_seq: req.messages.len() as i64,
+            next_id: new_message_id(&req.session_id),
             offset_s: req.utc_offset_s,
             budgets: deps.settings.costs,
             session_cost_usd: 0.0,
@@ -150,7 +198,8 @@ impl Recorder {
             tracing::warn!("cannot record the session: {e}");
         }
         if let Some(last) = req.messages.last() {
-            r.write(last, r.next_seq - 1, MessageState::Complete).await;
+            r.write(last, new_message_id(&r.session_id), MessageState::Complete)
+                .await;
         }
         if let Ok(spend) = store.spend(&r.session_id, 0, 0).await {
             r.session_cost_usd = spend.session_usd;
@@ -158,44 +207,31 @@ impl Recorder {
         r
     }
 
-    fn message_id(&self, seq: i64) -> String {
-        format!("{}-{seq}", self.session_id)
-    }
-
-    async fn write(&self, message: &Message, seq: i64, state: MessageState) {
+    async fn write(&self, message: &Message, id: String, state: MessageState) {
         let Some(store) = &self.store else { return };
-        let now = now_ms();
-        let row = MessageRow {
-            id: self.message_id(seq),
-            session_id: self.session_id.clone(),
-            seq,
-            role: message.role,
-            parts: serde_json::to_value(&message.parts).unwrap_or(json!([])),
-            state,
-            meta: json!({}),
-            created_at_ms: now,
-            updated_at_ms: now,
-        };
-        if let Err(e) = store.upsert_message(row).await {
+        let parts = serde_json::to_value(&message.parts).unwrap_or(json!([]));
+        let row = message_row(id, &self.session_id, message.role, parts, state);
+        if let Err(e) = store.append_message(row).await {
             tracing::warn!("cannot record a message: {e}");
         }
+    }
+
+    /// Moves on to a new id for the next message.
+    fn take_id(&mut self) -> String {
+        std::mem::replace(&mut self.next_id, new_message_id(&self.session_id))
     }
 
     /// A partial-text holder for the next assistant message, checkpointed to the store.
     pub fn partial(&self) -> Partial {
         let cp = self.store.clone().map(|store| Checkpointer {
             store,
-            row: MessageRow {
-                id: self.message_id(self.next_seq),
-                session_id: self.session_id.clone(),
-                seq: self.next_seq,
-                role: Role::Assistant,
-                parts: json!([]),
-                state: MessageState::Streaming,
-                meta: json!({}),
-                created_at_ms: now_ms(),
-                updated_at_ms: now_ms(),
-            },
+            row: message_row(
+                self.next_id.clone(),
+                &self.session_id,
+                Role::Assistant,
+                json!([]),
+                MessageState::Streaming,
+            ),
         });
         Partial {
             text: String::new(),
@@ -206,8 +242,17 @@ impl Recorder {
 
     /// Stores a finished message (assistant answer or tool results) at the next position.
     pub async fn message(&mut self, message: &Message) {
-        self.write(message, self.next_seq, MessageState::Complete).await;
-        self.next_seq += 1;
+        let id = self.take_id();
+        self.write(message, id, MessageState::Complete).await;
+    }
+
+    /// Stores the summary of an automatic compaction that kept the latest
+    /// `keep_last` messages verbatim (see [`record_compaction`]).
+    pub async fn compaction(&mut self, summary: &Message, keep_last: usize) {
+        let id = self.take_id();
+        if let Some(store) = &self.store {
+            record_compaction(store, &self.session_id, id, summary, keep_last).await;
+        }
     }
 
     /// Stores what an interrupted answer had produced.
@@ -221,8 +266,8 @@ impl Recorder {
                 text: partial.text.clone(),
             }],
         };
-        self.write(&message, self.next_seq, state).await;
-        self.next_seq += 1;
+        let id = self.take_id();
+        self.write(&message, id, state).await;
     }
 
     async fn spend(&self) -> Option<Spend> {
@@ -277,7 +322,7 @@ impl Recorder {
         if let Some(store) = &self.store {
             let row = usage_row(
                 Some(&self.session_id),
-                Some(self.message_id(self.next_seq)),
+                Some(self.next_id.clone()),
                 agent,
                 done,
                 started_ms,

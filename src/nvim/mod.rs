@@ -245,7 +245,8 @@ fn set_mode(_: &Lua, (session, mode): (String, String)) -> LuaResult<()> {
     })
 }
 
-/// `compact({ model, messages })` -> handle whose result is the compacted message list.
+/// `compact({ model, messages, session_id })` -> handle whose result is the compacted message list;
+/// with a session id, the summary is stored as the session's compaction message.
 fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
     #[derive(serde::Deserialize)]
     struct Req {
@@ -261,9 +262,14 @@ fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
         let started_ms = crate::agent::record::now_ms();
         let (messages, summary) = crate::agent::compact(&providers, &req.model, &req.messages, 0).await?;
         if let (Some(session), Some(store)) = (req.session_id.as_deref(), runtime::store().await) {
-            let row = crate::agent::record::usage_row(Some(session), None, "compaction", &summary, started_ms);
+            let id = crate::agent::record::new_message_id(session);
+            let row =
+                crate::agent::record::usage_row(Some(session), Some(id.clone()), "compaction", &summary, started_ms);
             if let Err(e) = store.record_usage(row).await {
                 tracing::warn!("cannot record the compaction's usage: {e}");
+            }
+            if let Some(summary_message) = messages.first() {
+                crate::agent::record::record_compaction(&store, session, id, summary_message, messages.len() - 1).await;
             }
         }
         Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))

@@ -30,9 +30,9 @@ use std::sync::Arc;
 
 pub use error::StoreError;
 pub use reports::{Breakdown, CostTypes, ReportQuery, Totals, UsageReport};
-pub use rows::{MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};
+pub use rows::{MessageKind, MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
-pub use sessions::MAX_PAGE;
+pub use sessions::{request_positions, request_rows, MAX_PAGE};
 pub use spend::{DayCost, Spend, MAX_DAYS};
 
 use reader::ReadPool;
@@ -147,6 +147,29 @@ impl Store {
     /// [`StoreError::SeqTaken`] if another message holds its `seq`.
     pub async fn upsert_message(&self, row: MessageRow) -> Result<(), StoreError> {
         self.write(Job::UpsertMessage(row)).await.map(drop)
+    }
+
+    /// Appends `row` to its session at the next position (`max(seq) + 1`,
+    /// taken inside the write transaction, so two writers, in this process or
+    /// another, never get the same number) and returns that `seq`; the
+    /// `seq` in `row` is ignored. Writing the same id again updates that
+    /// message in place and keeps its `seq` (how a streaming answer is
+    /// checkpointed); a `Streaming` row never replaces a finished one. A
+    /// message already stored is never overwritten by another id.
+    /// [`StoreError::SessionNotFound`] if the session does not exist;
+    /// [`StoreError::InvalidInput`] if the id belongs to another session.
+    pub async fn append_message(&self, row: MessageRow) -> Result<i64, StoreError> {
+        self.write(Job::AppendMessage(row)).await
+    }
+
+    /// Appends a compaction summary (`row.parts`, usually one text part)
+    /// that stands for every message of the session except its latest
+    /// `keep_last` plain messages (see [`MessageKind::Compaction`]); the range
+    /// is read inside the write transaction and the row's `kind` and `seq` are
+    /// set here. Returns the summary's `seq`.
+    /// [`StoreError::InvalidInput`] when there is nothing older to cover.
+    pub async fn append_compaction(&self, row: MessageRow, keep_last: u32) -> Result<i64, StoreError> {
+        self.write(Job::AppendCompaction { row, keep_last }).await
     }
 
     /// Appends one provider call's usage and returns its row id. The session

@@ -69,6 +69,52 @@ impl MessageState {
     }
 }
 
+/// What a message row is. Stored as `messages.kind` plus, for a compaction,
+/// `covers_from`/`covers_to` (the schema's CHECK keeps them together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MessageKind {
+    /// A prompt, an answer or tool results: shown, and sent to the model
+    /// unless a later compaction covers it.
+    #[default]
+    Message,
+    /// A summary that stands for the session's messages with `seq` in
+    /// `covers_from..=covers_to` in requests to the model. Those messages stay
+    /// in the store (the transcript still shows them); only requests use the
+    /// summary (the row's `parts`) in their place.
+    Compaction { covers_from: i64, covers_to: i64 },
+}
+
+impl MessageKind {
+    /// The text stored in `messages.kind` (the schema's CHECK lists the same words).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageKind::Message => "message",
+            MessageKind::Compaction { .. } => "compaction",
+        }
+    }
+
+    /// The `(covers_from, covers_to)` columns.
+    pub fn covers(self) -> (Option<i64>, Option<i64>) {
+        match self {
+            MessageKind::Message => (None, None),
+            MessageKind::Compaction { covers_from, covers_to } => (Some(covers_from), Some(covers_to)),
+        }
+    }
+
+    /// The inverse of [`MessageKind::as_str`] and [`MessageKind::covers`];
+    /// `None` for an unknown kind or a compaction without its range.
+    pub fn parse(kind: &str, covers_from: Option<i64>, covers_to: Option<i64>) -> Option<Self> {
+        match (kind, covers_from, covers_to) {
+            ("message", _, _) => Some(MessageKind::Message),
+            ("compaction", Some(covers_from), Some(covers_to)) => {
+                Some(MessageKind::Compaction { covers_from, covers_to })
+            }
+            _ => None,
+        }
+    }
+}
+
 /// One message of a session, in the internal message format
 /// ([`crate::llm::message::Part`] list as JSON). The store keeps `parts` as an
 /// opaque JSON value so that it never has to change when a part type is added.
@@ -77,7 +123,9 @@ pub struct MessageRow {
     /// Unique across sessions; upserting the same id rewrites the message.
     pub id: String,
     pub session_id: String,
-    /// Position in the session, unique per session; messages are read in this order.
+    /// Position in the session, unique per session; messages are read in this
+    /// order. [`crate::store::Store::append_message`] assigns it (the caller's
+    /// value is ignored); [`crate::store::Store::upsert_message`] takes it as given.
     pub seq: i64,
     /// Stored as the text `Role` serializes to (`"user"`, `"assistant"`, `"tool"`).
     pub role: Role,
@@ -87,6 +135,9 @@ pub struct MessageRow {
     /// Per-message extras (stop reason, error text, model...), kept verbatim.
     #[serde(default = "empty_object")]
     pub meta: serde_json::Value,
+    /// A plain message or a compaction summary (see [`MessageKind`]).
+    #[serde(default)]
+    pub kind: MessageKind,
     /// Kept from the first insert (the first checkpoint of a streaming message).
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
@@ -147,6 +198,7 @@ pub struct SessionSummary {
     pub model: String,
     pub created_at_ms: i64,
     pub updated_at_ms: i64,
+    /// Prompts, answers and tool results; compactions are not counted.
     pub message_count: u64,
     pub cost_usd: f64,
 }

@@ -89,8 +89,31 @@ CREATE INDEX usage_by_time ON usage (created_at_ms, cost_known, total_usd);
 CREATE INDEX usage_by_session ON usage (session_id, cost_known, total_usd);
 ";
 
+/// Version 2: compaction is a message of its own.
+///
+/// - `kind` says what a row is: `'message'` (a prompt, answer or tool
+///   results, as before) or `'compaction'` (a summary that stands for the
+///   messages `covers_from..=covers_to` of its session in requests to the
+///   model; those messages stay for display and resume).
+/// - The range columns are set exactly on compaction rows (the CHECK says so),
+///   so a reader never has to guess from the text what a row is.
+/// - `messages_compactions` (partial: compaction rows only) lets listings
+///   count a session's messages without its compactions while still
+///   counting from the `UNIQUE (session_id, seq)` index alone.
+/// - A session's next `seq` (`max(seq) + 1`, taken inside the write
+///   transaction) comes from the `UNIQUE (session_id, seq)` index; no new
+///   index is needed.
+const V2: &str = "
+ALTER TABLE messages ADD COLUMN kind TEXT NOT NULL DEFAULT 'message' CHECK (kind IN ('message', 'compaction'));
+ALTER TABLE messages ADD COLUMN covers_from INTEGER;
+ALTER TABLE messages ADD COLUMN covers_to INTEGER CHECK (
+    (kind = 'compaction') = (covers_from IS NOT NULL AND covers_to IS NOT NULL AND covers_from <= covers_to)
+);
+CREATE INDEX messages_compactions ON messages (session_id, seq) WHERE kind = 'compaction';
+";
+
 /// Every migration step in order (see the module docs).
-pub(crate) const MIGRATIONS: &[&str] = &[V1];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// Opens the connection that writes: WAL (readers never block the writer nor
 /// each other, across processes), `synchronous=NORMAL` (durable at every

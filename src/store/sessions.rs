@@ -14,7 +14,7 @@ use rusqlite::{params_from_iter, Connection, OptionalExtension, Row, ToSql};
 
 use super::cursor::{self, Cursor};
 use super::error::{from_sqlite, StoreError};
-use super::rows::{MessageRow, MessageState, SessionPage, SessionRow, SessionSummary};
+use super::rows::{MessageKind, MessageRow, MessageState, SessionPage, SessionRow, SessionSummary};
 
 /// Largest page `list_sessions` returns, whatever was asked.
 pub const MAX_PAGE: usize = 500;
@@ -53,7 +53,8 @@ pub(crate) fn session(conn: &Connection, path: &Path, id: &str) -> Result<Option
 pub(crate) fn messages(conn: &Connection, path: &Path, session_id: &str) -> Result<Vec<MessageRow>, StoreError> {
     let raw = conn
         .prepare_cached(
-            "SELECT id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms
+            "SELECT id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
+                    kind, covers_from, covers_to
              FROM messages WHERE session_id = ?1 ORDER BY seq",
         )
         .and_then(|mut s| {
@@ -62,6 +63,38 @@ pub(crate) fn messages(conn: &Connection, path: &Path, session_id: &str) -> Resu
         })
         .map_err(|e| from_sqlite(path, "reading messages", &e))?;
     raw.into_iter().map(RawMessage::decode).collect()
+}
+
+/// The rows a request to the model is built from, in order: with no
+/// compaction, every message that has parts; otherwise the latest
+/// compaction's summary in place of the messages it covers, and the plain
+/// messages outside its range around it. Earlier compactions are left out
+/// (a later summary summarizes them too).
+pub fn request_rows(rows: &[MessageRow]) -> Vec<&MessageRow> {
+    request_positions(rows)
+        .into_iter()
+        .filter_map(|i| rows.get(i))
+        .collect()
+}
+
+/// [`request_rows`] as positions (0-based) in `rows`.
+pub fn request_positions(rows: &[MessageRow]) -> Vec<usize> {
+    let has_parts = |r: &MessageRow| r.parts.as_array().is_some_and(|p| !p.is_empty());
+    let latest = rows.iter().enumerate().rev().find_map(|(i, r)| match r.kind {
+        MessageKind::Compaction { covers_from, covers_to } => Some((i, covers_from, covers_to)),
+        MessageKind::Message => None,
+    });
+    let plain = rows
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.kind == MessageKind::Message && has_parts(r));
+    let Some((summary, from, to)) = latest else {
+        return plain.map(|(i, _)| i).collect();
+    };
+    let mut out: Vec<usize> = plain.clone().filter(|(_, r)| r.seq < from).map(|(i, _)| i).collect();
+    out.push(summary);
+    out.extend(plain.filter(|(_, r)| r.seq > to).map(|(i, _)| i));
+    out
 }
 
 /// A message row as stored, before its JSON and enum columns are checked.
@@ -75,6 +108,9 @@ struct RawMessage {
     meta: String,
     created_at_ms: i64,
     updated_at_ms: i64,
+    kind: String,
+    covers_from: Option<i64>,
+    covers_to: Option<i64>,
 }
 
 impl RawMessage {
@@ -89,6 +125,9 @@ impl RawMessage {
             meta: r.get(6)?,
             created_at_ms: r.get(7)?,
             updated_at_ms: r.get(8)?,
+            kind: r.get(9)?,
+            covers_from: r.get(10)?,
+            covers_to: r.get(11)?,
         })
     }
 
@@ -102,7 +141,16 @@ impl RawMessage {
             what: "message state",
             detail: format!("unknown state {:?} in message {:?}", self.state, self.id),
         })?;
+        let kind =
+            MessageKind::parse(&self.kind, self.covers_from, self.covers_to).ok_or_else(|| StoreError::Decode {
+                what: "message kind",
+                detail: format!(
+                    "unknown kind {:?} (covers {:?}..={:?}) in message {:?}",
+                    self.kind, self.covers_from, self.covers_to, self.id
+                ),
+            })?;
         Ok(MessageRow {
+            kind,
             parts: parse_json("message parts", &self.parts)?,
             meta: parse_json("message meta", &self.meta)?,
             id: self.id,
@@ -156,7 +204,8 @@ pub(crate) fn list(
     };
     let sql = format!(
         "SELECT s.id, s.cwd, s.title, s.mode, s.model, s.created_at_ms, s.updated_at_ms,
-             (SELECT count(*) FROM messages m WHERE m.session_id = s.id),
+             (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
+               - (SELECT count(*) FROM messages c WHERE c.session_id = s.id AND c.kind = 'compaction'),
              (SELECT total(u.total_usd) FROM usage u WHERE u.session_id = s.id AND u.cost_known = 1)
          FROM sessions s {where_clause}
          ORDER BY s.updated_at_ms DESC, s.id DESC

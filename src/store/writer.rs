@@ -30,7 +30,8 @@ const MAX_BATCH: usize = 1024;
 /// busy timeout) before its callers get [`StoreError::Busy`].
 const MAX_BUSY_WAIT: Duration = Duration::from_secs(30);
 
-/// What a job returns: the new row id for `RecordUsage`, 0 otherwise.
+/// What a job returns: the new row id for `RecordUsage`, the message's `seq`
+/// for `AppendMessage` and `AppendCompaction`, 0 otherwise.
 pub(crate) type Outcome = Result<i64, StoreError>;
 
 /// One write, as the async API hands it to the thread.
@@ -48,6 +49,15 @@ pub(crate) enum Job {
         id: String,
     },
     UpsertMessage(MessageRow),
+    /// Inserts a message at the session's next `seq`, or updates it by id
+    /// keeping its `seq`; the outcome is the row's `seq`.
+    AppendMessage(MessageRow),
+    /// Appends a compaction summary covering all but the session's latest
+    /// `keep_last` plain messages; the outcome is the new row's `seq`.
+    AppendCompaction {
+        row: MessageRow,
+        keep_last: u32,
+    },
     RecordUsage(UsageRow),
     /// Copies the WAL into the main file and truncates it; runs outside any
     /// transaction, after the jobs queued before it.
@@ -257,6 +267,8 @@ fn apply(conn: &Connection, path: &Path, job: &Job) -> Result<i64, JobError> {
             Ok(0)
         }
         Job::UpsertMessage(row) => upsert_message(conn, row),
+        Job::AppendMessage(row) => append_message(conn, row),
+        Job::AppendCompaction { row, keep_last } => append_compaction(conn, row, *keep_last),
         Job::RecordUsage(row) => record_usage(conn, row),
         Job::Checkpoint => Err(JobError::Own(StoreError::Sqlite {
             op: "checkpointing",
@@ -310,14 +322,17 @@ fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> 
         }));
     }
     let role = role_text(row)?;
+    let (covers_from, covers_to) = row.kind.covers();
     let result = conn
         .prepare_cached(
-            "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
+                                   kind, covers_from, covers_to)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              ON CONFLICT (id) DO UPDATE SET
                  session_id = excluded.session_id, seq = excluded.seq, role = excluded.role,
                  parts = excluded.parts, state = excluded.state, meta = excluded.meta,
-                 updated_at_ms = excluded.updated_at_ms
+                 updated_at_ms = excluded.updated_at_ms, kind = excluded.kind,
+                 covers_from = excluded.covers_from, covers_to = excluded.covers_to
              WHERE excluded.state <> 'streaming'
                 OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms)",
         )
@@ -332,10 +347,18 @@ fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> 
                 json_text(&row.meta),
                 row.created_at_ms,
                 row.updated_at_ms,
+                row.kind.as_str(),
+                covers_from,
+                covers_to,
             ])
         });
+    message_outcome(result.map(|_| 0), row)
+}
+
+/// Maps a message write's constraint failures to the caller's own errors.
+fn message_outcome(result: rusqlite::Result<i64>, row: &MessageRow) -> Result<i64, JobError> {
     match result {
-        Ok(_) => Ok(0),
+        Ok(seq) => Ok(seq),
         Err(e) if extended_code(&e) == Some(CONSTRAINT_FOREIGNKEY) => Err(JobError::Own(StoreError::SessionNotFound {
             id: row.session_id.clone(),
         })),
@@ -346,6 +369,92 @@ fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> 
         })),
         Err(e) => Err(JobError::Sqlite("saving a message", e)),
     }
+}
+
+/// Inserts `row` at `max(seq) + 1` of its session, read inside this write
+/// transaction (which holds the database's write lock, so no other
+/// connection can take the same number); a row whose id exists keeps its
+/// `seq` and is updated like [`upsert_message`] would (a late `Streaming`
+/// checkpoint never replaces a finished message). Returns the row's `seq`.
+fn append_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> {
+    if !row.parts.is_array() {
+        return Err(JobError::Own(StoreError::InvalidInput {
+            detail: format!("message {:?}: parts must be a JSON array", row.id),
+        }));
+    }
+    let role = role_text(row)?;
+    let (covers_from, covers_to) = row.kind.covers();
+    let result = conn
+        .prepare_cached(
+            "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
+                                   kind, covers_from, covers_to)
+             VALUES (?1, ?2, (SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE session_id = ?2),
+                     ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT (id) DO UPDATE SET
+                 parts = excluded.parts, state = excluded.state, meta = excluded.meta,
+                 updated_at_ms = excluded.updated_at_ms
+             WHERE messages.session_id = excluded.session_id
+               AND (excluded.state <> 'streaming'
+                    OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms))",
+        )
+        .and_then(|mut s| {
+            s.execute(params![
+                row.id,
+                row.session_id,
+                role,
+                json_text(&row.parts),
+                row.state.as_str(),
+                json_text(&row.meta),
+                row.created_at_ms,
+                row.updated_at_ms,
+                row.kind.as_str(),
+                covers_from,
+                covers_to,
+            ])
+        })
+        .and_then(|_| {
+            conn.prepare_cached("SELECT seq FROM messages WHERE id = ?1 AND session_id = ?2")
+                .and_then(|mut s| s.query_row(params![row.id, row.session_id], |r| r.get::<_, i64>(0)))
+        });
+    match result {
+        Err(rusqlite::Error::QueryReturnedNoRows) => Err(JobError::Own(StoreError::InvalidInput {
+            detail: format!(
+                "message id {:?} belongs to another session than {:?}",
+                row.id, row.session_id
+            ),
+        })),
+        other => message_outcome(other, row),
+    }
+}
+
+/// Appends a compaction summary that covers the session's messages from its
+/// first `seq` up to (not including) its latest `keep_last` plain messages,
+/// both read inside this write transaction. Fails with `InvalidInput` when
+/// nothing is left to cover.
+fn append_compaction(conn: &Connection, row: &MessageRow, keep_last: u32) -> Result<i64, JobError> {
+    let range = conn
+        .prepare_cached(
+            "SELECT (SELECT min(seq) FROM messages WHERE session_id = ?1),
+                    (SELECT seq FROM messages WHERE session_id = ?1 AND kind = 'message'
+                     ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+        )
+        .and_then(|mut s| {
+            s.query_row(params![row.session_id, i64::from(keep_last)], |r| {
+                Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?))
+            })
+        })
+        .map_err(sqlite("reading the range to compact"))?;
+    let (Some(covers_from), Some(covers_to)) = range else {
+        return Err(JobError::Own(StoreError::InvalidInput {
+            detail: format!(
+                "session {:?} has no message older than its latest {keep_last} to compact",
+                row.session_id
+            ),
+        }));
+    };
+    let mut row = row.clone();
+    row.kind = super::rows::MessageKind::Compaction { covers_from, covers_to };
+    append_message(conn, &row)
 }
 
 /// The role as the text `Role` serializes to, so Lua and the table agree.

@@ -1,0 +1,155 @@
+"""A conversation is never lost: message numbers come from the store, a
+compaction is stored as a message of its own, and a resumed session shows
+every prompt and answer while its next request sends the summary in place
+of what it covers — in real Neovims, against the scenario server, with the
+real SQLite file."""
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from conftest import scenario_setup
+
+
+@pytest.fixture
+def data_home(tmp_path):
+    d = tmp_path / "shared-data"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def make(editor_factory, server, data_home, tmp_path):
+    def make(name="nvim"):
+        e = editor_factory(name=name, env={"XDG_DATA_HOME": str(data_home)}, setup=scenario_setup(server))
+        e.lua("vim.cmd.cd(...)", str(tmp_path))
+        return e
+    return make
+
+
+def rows(data_home):
+    with sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3") as c:
+        return c.execute(
+            "select seq, role, kind, covers_from, covers_to, parts from messages order by seq"
+        ).fetchall()
+
+
+def text_of(parts):
+    return "".join(p.get("text", "") for p in json.loads(parts))
+
+
+def posts(server):
+    return [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
+
+
+def prompt(ed, text, state="done"):
+    ed.nvim.command("Mia prompt " + text)
+    ed.wait(f"require('mia.chat').state() == '{state}'")
+
+
+def resume_in(ed):
+    """Resumes the only session the way a user does: :Mia sessions, pick it."""
+    ed.lua("vim.ui.select = function(items, opts, cb) _G.picked = #items; cb(items[1], 1) end")
+    ed.nvim.command("Mia sessions")
+    # Polled from here rather than inside vim.wait: the pick then runs from
+    # Neovim's own loop, as it does for a user, not nested in a test's wait.
+    loaded = "return _G.picked ~= nil and require('mia.chat').state() == 'idle' and " \
+             "#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false) > 1"
+    for _ in range(1500):
+        if ed.lua(loaded):
+            break
+        time.sleep(0.02)
+    assert ed.lua(loaded), f"the session was not resumed:\n{ed.chat_text()}\n{ed.messages()}"
+    assert ed.lua("return _G.picked") == 1
+
+
+def turns(chat_text):
+    """The transcript as (who, text) in order: prompts, answers and notes."""
+    out = []
+    for block in chat_text.split("\n\n"):
+        if block == "## You":
+            out.append(["you", None])
+        elif block.startswith("## mia"):
+            out.append(["mia", None])
+        elif block.startswith("> _"):
+            out.append(["note", block])
+        elif out and out[-1][1] is None:
+            out[-1][1] = block
+    return [tuple(t) for t in out]
+
+
+def test_compact_then_a_new_prompt_keeps_every_message_and_resume_sends_the_summary(make, server, data_home):
+    first = make("first")
+    prompt(first, "alpha?")
+    prompt(first, "beta?")
+    # /compact typed in the chat's prompt buffer, sent with <CR> as a user does.
+    first.nvim.command("Mia open")
+    first.lua("vim.api.nvim_set_current_win(vim.fn.bufwinid(require('mia.prompt').buffer()))")
+    first.nvim.input("i/compact<Esc>")
+    first.lua("vim.wait(50)")
+    first.nvim.input("<CR>")
+    first.wait("require('mia.chat').buffer() and table.concat(vim.api.nvim_buf_get_lines("
+               "require('mia.chat').buffer(), 0, -1, false), '\\n'):find('context compacted', 1, true) ~= nil")
+    prompt(first, "gamma?")
+    live = first.chat_text()
+    first.close()
+
+    second = make("second")
+    resume_in(second)
+    resumed = second.chat_text()
+    assert turns(resumed) == [
+        ("you", "alpha?"), ("mia", "alpha?"), ("you", "beta?"), ("mia", "beta?"),
+        ("note", "> _context compacted_"), ("you", "gamma?"), ("mia", "gamma?"),
+    ]
+    assert resumed == live
+    listing = second.lua("return require('mia').sessions.list({})")["sessions"]
+    assert [s["_meta"]["messageCount"] for s in listing] == [6]  # the compaction is no message
+
+    stored = rows(data_home)
+    assert [(r[0], r[1], r[2]) for r in stored] == [
+        (0, "user", "message"), (1, "assistant", "message"), (2, "user", "message"), (3, "assistant", "message"),
+        (4, "user", "compaction"), (5, "user", "message"), (6, "assistant", "message"),
+    ]
+    assert [text_of(r[5]) for r in stored if r[2] == "message"][::2] == ["alpha?", "beta?", "gamma?"]
+    compaction = stored[4]
+    assert (compaction[3], compaction[4]) == (0, 3)
+    summary = text_of(compaction[5])
+    assert summary.startswith("(Summary of the earlier conversation)")
+
+    prompt(second, "delta?")
+    sent = posts(server)[-1]["messages"]
+    contents = [(m["role"], m["content"]) for m in sent if m["role"] != "system"]
+    assert contents == [("user", summary), ("user", "gamma?"), ("assistant", "gamma?"), ("user", "delta?")]
+    # The store kept appending after the compaction: nothing was overwritten.
+    assert [text_of(r[5]) for r in rows(data_home)][7:] == ["delta?", "delta?"]
+
+
+def test_automatic_compaction_on_context_overflow_stores_the_summary(make, server, data_home):
+    first = make("first")
+    prompt(first, "echo an earlier turn")
+    prompt(first, "context", state="error")
+    assert "> _context compacted_" in first.chat_text()
+    first.close()
+
+    stored = rows(data_home)
+    assert [(r[0], r[1], r[2]) for r in stored] == [
+        (0, "user", "message"), (1, "assistant", "message"), (2, "user", "message"), (3, "user", "compaction"),
+    ]
+    # The run kept its latest two messages (the answer and "context") verbatim.
+    assert (stored[3][3], stored[3][4]) == (0, 0)
+    summary = text_of(stored[3][5])
+    assert summary.startswith("(Summary of the earlier conversation)")
+
+    second = make("second")
+    resume_in(second)
+    assert turns(second.chat_text()) == [
+        ("you", "echo an earlier turn"), ("mia", "echo an earlier turn"), ("you", "context"), ("note", "> _context compacted_"),
+    ]
+    prompt(second, "echo after resume")
+    sent = posts(server)[-1]["messages"]
+    contents = [(m["role"], m["content"]) for m in sent if m["role"] != "system"]
+    assert contents == [
+        ("user", summary), ("assistant", "echo an earlier turn"), ("user", "context"), ("user", "echo after resume"),
+    ]
