@@ -244,7 +244,8 @@ pub async fn run(
                 turn -= 1;
                 let started_ms = record::now_ms();
                 let (compacted_history, summary) =
-                    compaction::compact(&caller, &deps.providers, &req.model, &history, compaction::KEEP_RECENT).await?;
+                    compaction::compact(&caller, &deps.providers, &req.model, &history, compaction::KEEP_RECENT)
+                        .await?;
                 recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
                 if let Some(summary_message) = compacted_history.first() {
                     recorder.compaction(summary_message, compacted_history.len() - 1).await;

@@ -322,8 +322,7 @@ fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
         let providers = runtime::providers();
         stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
             let started_ms = crate::agent::record::now_ms();
-            let (messages, summary) =
-                crate::agent::compact(&caller, &providers, &req.model, &req.messages, 0).await?;
+            let (messages, summary) = crate::agent::compact(&caller, &providers, &req.model, &req.messages, 0).await?;
             if let (Some(session), Some(store)) = (req.session_id.as_deref(), runtime::store().await) {
                 let id = crate::agent::record::new_message_id(session);
                 let row = crate::agent::record::usage_row(
@@ -451,7 +450,15 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
                     t.set("call_kind", kind.as_str())?;
                     if kind == "hook" {
                         // The request comes back from Lua: empty lists must stay lists.
-                        t.set("data", lua.to_value_with(payload, SerializeOptions::new().serialize_none_to_null(false).serialize_unit_to_null(false))?)?;
+                        t.set(
+                            "data",
+                            lua.to_value_with(
+                                payload,
+                                SerializeOptions::new()
+                                    .serialize_none_to_null(false)
+                                    .serialize_unit_to_null(false),
+                            )?,
+                        )?;
                     } else {
                         t.set("data", to_lua(lua, payload)?)?;
                     }
