@@ -96,9 +96,21 @@ async fn api_call(
     let mut emit = |delta| q.push(Event::Delta { stream, delta });
     let done = crate::hooks::call_model(&caller, &providers, &req, streaming, &mut emit).await?;
     if let Some(store) = &store {
+        let day = |s: crate::store::Spend| crate::cost::budget::Spend {
+            session_usd: 0.0,
+            day_usd: s.day_usd,
+        };
+        let before = store.spend("", day_start, day_end).await.ok().map(day);
         let row = record::usage_row(None, None, &api.agent, &done, started_ms);
         if let Err(e) = store.record_usage(row).await {
             tracing::warn!("cannot record the usage of a {} call: {e}", api.agent);
+        }
+        let after = store.spend("", day_start, day_end).await.ok().map(day);
+        if let (Some(b), Some(a)) = (before, after) {
+            for w in crate::cost::budget::crossed_warnings(&api.budgets, b, a) {
+                let value = serde_json::json!({ "type": "warning", "text": w.message });
+                caller.queue.push(Event::Agent { stream, value });
+            }
         }
     }
     Ok(done)

@@ -76,18 +76,24 @@ local function request_with_hooks(kind, request, callbacks, opts)
     agent = opts.agent,
     utc_offset_s = require("mia.costs").utc_offset(),
   })
-  local cbs = callbacks
-  if hooks.has("post_response") then
-    local info = hooks.info(req.model)
-    cbs = setmetatable({
-      on_done = function(done)
+  local post = hooks.has("post_response")
+  local info = post and hooks.info(req.model) or nil
+  local cbs = setmetatable({
+    -- A cost warning this call crossed (|mia-budgets|) shows like the chat's.
+    on_agent = function(ev)
+      if ev.type == "warning" then
+        vim.notify(ev.text, vim.log.levels.WARN)
+      end
+    end,
+    on_done = function(done)
+      if post then
         done = hooks.run("post_response", done, info)
-        if callbacks.on_done then
-          callbacks.on_done(done)
-        end
-      end,
-    }, { __index = callbacks })
-  end
+      end
+      if callbacks.on_done then
+        callbacks.on_done(done)
+      end
+    end,
+  }, { __index = callbacks })
   require("mia.bridge").watch(native.id, cbs)
   return M._handle_of(native)
 end

@@ -136,3 +136,15 @@ def test_without_hooks_nothing_changes_on_the_wire(make, server):
     ed = make()
     assert call(ed, "echo plain").get("err") is None
     assert "mia_tag" not in posts(server)[-1]["body"]
+
+
+def test_a_call_that_crosses_the_daily_warning_warns_once(make):
+    ed = make(costs={"daily_warning_usd": 0.000001})
+    ed.lua("_G.notes = {}; vim.notify = function(msg, level) table.insert(notes, { msg, level }) end")
+    assert call(ed, "echo first").get("err") is None
+    ed.wait("#notes > 0")
+    assert call(ed, "echo second").get("err") is None
+    notes = ed.lua("return notes")
+    assert len(notes) == 1
+    assert notes[0][0].startswith("mia: today's requests have cost $") and "daily warning" in notes[0][0]
+    assert notes[0][1] == ed.lua("return vim.log.levels.WARN")
