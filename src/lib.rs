@@ -5,6 +5,7 @@ pub mod agent;
 pub mod calls;
 pub mod cost;
 pub mod events;
+pub mod hooks;
 pub mod llm;
 pub mod logging;
 pub mod runtime;

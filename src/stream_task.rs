@@ -10,32 +10,47 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use crate::events::{Event, EventQueue, StreamId};
+use crate::llm::delta::StreamDone;
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::ChatRequest;
 use crate::llm::providers::Providers;
 
+/// Who a `mia.stream`/`mia.send` call is recorded under, and the budgets
+/// it must respect.
+#[derive(Debug, Clone)]
+pub struct ApiCall {
+    /// The usage row's agent: `"api"` unless the caller names itself.
+    pub agent: String,
+    /// Local time's offset from UTC, for the calendar-day budget.
+    pub utc_offset_s: i32,
+    pub budgets: crate::cost::BudgetConfig,
+}
+
 /// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
 /// false); events for `stream` go to `queue`. Cancelling `cancel` ends it
-/// with a `cancelled` error event.
+/// with a `cancelled` error event. The budgets are checked first (a reached
+/// hard limit sends nothing), the transform hooks run over the request, and
+/// the call's usage and cost are stored under `api.agent`.
+#[allow(clippy::too_many_arguments)]
 pub fn spawn_stream(
     rt: &Handle,
     queue: Arc<EventQueue>,
     providers: Arc<Providers>,
+    calls: Arc<crate::calls::PendingCalls>,
     stream: StreamId,
     req: ChatRequest,
     streaming: bool,
+    api: ApiCall,
     cancel: CancellationToken,
 ) {
     rt.spawn(async move {
-        let q = queue.clone();
-        let work = async move {
-            let mut emit = |delta| q.push(Event::Delta { stream, delta });
-            if streaming {
-                crate::llm::stream_chat(&providers, &req, &mut emit).await
-            } else {
-                crate::llm::send_chat(&providers, &req, &mut emit).await
-            }
+        let caller = crate::hooks::Caller {
+            queue: queue.clone(),
+            calls,
+            stream,
+            cancel: cancel.clone(),
         };
+        let work = api_call(caller, providers, req, streaming, api);
         match supervise(work, &cancel).await {
             Ok(done) => queue.push(Event::Done {
                 stream,
@@ -44,6 +59,61 @@ pub fn spawn_stream(
             Err(error) => push_error(&queue, stream, error),
         }
     });
+}
+
+/// One `mia.stream`/`mia.send` call: budget gate, hooks, the request, its usage row.
+async fn api_call(
+    caller: crate::hooks::Caller,
+    providers: Arc<Providers>,
+    req: ChatRequest,
+    streaming: bool,
+    api: ApiCall,
+) -> Result<StreamDone, LlmError> {
+    use crate::agent::record;
+    let store = crate::runtime::store().await;
+    let (day_start, day_end) = record::local_day(record::now_ms(), api.utc_offset_s);
+    if let Some(store) = &store {
+        // An API call belongs to no chat session: only the daily budget applies.
+        if let Ok(s) = store.spend("", day_start, day_end).await {
+            let spend = crate::cost::budget::Spend {
+                session_usd: 0.0,
+                day_usd: s.day_usd,
+            };
+            record::gate_spend(
+                &api.budgets,
+                spend,
+                &caller.calls,
+                &caller.queue,
+                caller.stream,
+                &caller.cancel,
+            )
+            .await?;
+        }
+    }
+    let started_ms = record::now_ms();
+    let q = caller.queue.clone();
+    let stream = caller.stream;
+    let mut emit = |delta| q.push(Event::Delta { stream, delta });
+    let done = crate::hooks::call_model(&caller, &providers, &req, streaming, &mut emit).await?;
+    if let Some(store) = &store {
+        let day = |s: crate::store::Spend| crate::cost::budget::Spend {
+            session_usd: 0.0,
+            day_usd: s.day_usd,
+        };
+        let before = store.spend("", day_start, day_end).await.ok().map(day);
+        let row = record::usage_row(None, None, &api.agent, &done, started_ms);
+        if let Err(e) = store.record_usage(row).await {
+            tracing::warn!("cannot record the usage of a {} call: {e}", api.agent);
+        }
+        let after = store.spend("", day_start, day_end).await.ok().map(day);
+        if let (Some(b), Some(a)) = (before, after) {
+            for w in crate::cost::budget::crossed_warnings(&api.budgets, b, a) {
+                let value = serde_json::json!({ "type": "warning", "text": w.message });
+                caller.queue.push(Event::Agent { stream, value });
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// Starts an agent run (`:Mia prompt`). Unlike a plain stream it is not

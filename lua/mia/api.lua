@@ -16,6 +16,7 @@ function M._core()
     loader.call(core.configure_agent, cfg.agent())
     bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
     M._started = true
+    require("mia.hooks").sync()
     require("mia.tools.editor").register()
     require("mia.tools").flush()
   end
@@ -55,48 +56,67 @@ function M._handle_of(native)
   }
 end
 
---- Starts a request through the core (`kind` is "stream" or "send").
-local function request_with_hooks(kind, request, callbacks)
-  vim.validate({ request = { request, "table" }, callbacks = { callbacks, "table" } })
+--- Starts a request through the core (`kind` is "stream" or "send"). The
+--- core checks the budgets, runs the pre_request hooks and records the
+--- call's usage under `opts.agent` (default "api").
+local function request_with_hooks(kind, request, callbacks, opts)
+  vim.validate({
+    request = { request, "table" },
+    callbacks = { callbacks, "table" },
+    opts = { opts, "table", true },
+  })
   vim.validate({ ["request.messages"] = { request.messages, "table" } })
+  opts = opts or {}
+  vim.validate({ ["opts.agent"] = { opts.agent, "string", true } })
   local core = M._core()
   local hooks = require("mia.hooks")
   local req = vim.deepcopy(request)
   req.model = req.model or require("mia.config").get().model
-  local info = hooks.info(req.model)
-  req = hooks.run("pre_request", req, info)
-  local native = require("mia.core").call(core[kind], req)
-  local cbs = callbacks
-  if hooks.has("post_response") then
-    cbs = setmetatable({
-      on_done = function(done)
+  local native = require("mia.core").call(core[kind], req, {
+    agent = opts.agent,
+    utc_offset_s = require("mia.costs").utc_offset(),
+  })
+  local post = hooks.has("post_response")
+  local info = post and hooks.info(req.model) or nil
+  local cbs = setmetatable({
+    -- A cost warning this call crossed (|mia-budgets|) shows like the chat's.
+    on_agent = function(ev)
+      if ev.type == "warning" then
+        vim.notify(ev.text, vim.log.levels.WARN)
+      end
+    end,
+    on_done = function(done)
+      if post then
         done = hooks.run("post_response", done, info)
-        if callbacks.on_done then
-          callbacks.on_done(done)
-        end
-      end,
-    }, { __index = callbacks })
-  end
+      end
+      if callbacks.on_done then
+        callbacks.on_done(done)
+      end
+    end,
+  }, { __index = callbacks })
   require("mia.bridge").watch(native.id, cbs)
   return M._handle_of(native)
 end
 
 --- Streams one answer. Callbacks run on the main thread; text deltas that
---- arrive within one frame come as one delta.
+--- arrive within one frame come as one delta. The call is recorded in the
+--- cost store under `opts.agent` (default "api") and respects the budgets.
 --- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number, extra_body?: table }
 --- @param callbacks mia.StreamCallbacks
+--- @param opts? { agent?: string }
 --- @return mia.StreamHandle
-function M.stream(request, callbacks)
-  return request_with_hooks("stream", request, callbacks)
+function M.stream(request, callbacks, opts)
+  return request_with_hooks("stream", request, callbacks, opts)
 end
 
 --- Like |mia.stream()| over a non-streaming request: the answer arrives
 --- whole (on_delta still sees it, then on_done).
 --- @param request table
 --- @param callbacks mia.StreamCallbacks
+--- @param opts? { agent?: string }
 --- @return mia.StreamHandle
-function M.send(request, callbacks)
-  return request_with_hooks("send", request, callbacks)
+function M.send(request, callbacks, opts)
+  return request_with_hooks("send", request, callbacks, opts)
 end
 
 --- Runs one core job for `provider` and hands its outcome to `cb(err, value)`.

@@ -54,6 +54,8 @@ local function dispatch(events)
         call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
       elseif ev.call_kind == "ask" then
         call(require("mia.permission").question, "a question", ev.call, ev.data)
+      elseif ev.call_kind == "hook" then
+        call(require("mia.hooks").answer, "a transform hook", ev.call, ev.data)
       elseif ev.call_kind == "confirm" then
         call(require("mia.permission").confirm, "a question", ev.call, ev.data)
       end

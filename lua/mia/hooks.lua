@@ -1,6 +1,11 @@
 --- Transform hooks: Lua functions that adjust a request before it is sent
 --- (`pre_request`) or an answer once it is complete (`post_response`).
 --- Both run on the main thread, in registration order.
+---
+--- `pre_request` hooks run for every request that goes to a model (chat and
+--- agent turns, compaction, mia.stream/mia.send): the core asks for them
+--- with a "hook" call event (see `M.answer`) right before it sends, and only
+--- while one is registered (`M.sync` tells it).
 
 local M = {}
 
@@ -22,10 +27,29 @@ function M.register(hook)
   for i, h in ipairs(hooks) do
     if h.name == hook.name then
       hooks[i] = { name = hook.name, phase = hook.phase, fn = hook.fn }
+      M.sync()
       return
     end
   end
   hooks[#hooks + 1] = { name = hook.name, phase = hook.phase, fn = hook.fn }
+  M.sync()
+end
+
+--- Tells a started core whether requests must come through `pre_request` hooks.
+function M.sync()
+  local api = package.loaded["mia.api"]
+  local loader = package.loaded["mia.core"]
+  if api and api._started and loader and loader.is_loaded() then
+    pcall(loader.get().set_hooks, M.has("pre_request"))
+  end
+end
+
+--- Answers the core's "hook" call: `data.request` as the pre_request hooks
+--- leave it, or the first failing hook's error (the request is then not sent).
+function M.answer(call, data)
+  local req = data.request
+  local ok, result = pcall(M.run, "pre_request", req, M.info(req.model or ""))
+  pcall(require("mia.core").get().reply, call, ok, ok and result or tostring(result))
 end
 
 --- True when any hook is registered for `phase`.

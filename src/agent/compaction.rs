@@ -35,8 +35,10 @@ fn transcript(messages: &[Message]) -> String {
 
 /// The history with everything but the latest `keep_recent` messages
 /// replaced by a summary, and the summarizing call's answer (whose usage is
-/// recorded like any other call's).
+/// recorded like any other call's). The summarizing request goes through
+/// the transform hooks like every other model call.
 pub async fn compact(
+    caller: &crate::hooks::Caller,
     providers: &Providers,
     model: &str,
     history: &[Message],
@@ -71,7 +73,7 @@ pub async fn compact(
         temperature: None,
         extra_body: None,
     };
-    let done = crate::llm::send_chat(providers, &req, &mut |_| {}).await?;
+    let done = crate::hooks::call_model(caller, providers, &req, false, &mut |_| {}).await?;
     let mut out = vec![Message::text(
         Role::User,
         format!("(Summary of the earlier conversation)\n{}", done.text),

@@ -182,6 +182,12 @@ pub async fn run(
     };
     let mut recorder = record::Recorder::start(&deps, &req, &root).await;
     let mut compacted = false;
+    let caller = crate::hooks::Caller {
+        queue: deps.queue.clone(),
+        calls: deps.calls.clone(),
+        stream,
+        cancel: cancel.clone(),
+    };
     let mut turn = 0;
     let mut last: Option<StreamDone> = None;
     while turn < max_turns {
@@ -228,7 +234,7 @@ pub async fn run(
             q.push(Event::Delta { stream, delta })
         };
         let result = tokio::select! {
-            r = crate::llm::stream_chat(&deps.providers, &chat, &mut emit) => r,
+            r = crate::hooks::call_model(&caller, &deps.providers, &chat, true, &mut emit) => r,
             _ = cancel.cancelled() => Err(LlmError::cancelled()),
         };
         let done = match result {
@@ -238,7 +244,8 @@ pub async fn run(
                 turn -= 1;
                 let started_ms = record::now_ms();
                 let (compacted_history, summary) =
-                    compaction::compact(&deps.providers, &req.model, &history, compaction::KEEP_RECENT).await?;
+                    compaction::compact(&caller, &deps.providers, &req.model, &history, compaction::KEEP_RECENT)
+                        .await?;
                 recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
                 if let Some(summary_message) = compacted_history.first() {
                     recorder.compaction(summary_message, compacted_history.len() - 1).await;

@@ -153,6 +153,47 @@ pub fn usage_row(
     }
 }
 
+/// Checks `budgets` against `spend` before a request: a reached hard limit
+/// refuses (class `budget_exceeded`), a soft one asks the user through a
+/// `confirm` call. The agent loop and `mia.stream`/`mia.send` share it.
+pub async fn gate_spend(
+    budgets: &BudgetConfig,
+    spend: Spend,
+    calls: &crate::calls::PendingCalls,
+    queue: &crate::events::EventQueue,
+    stream: StreamId,
+    cancel: &CancellationToken,
+) -> Result<(), LlmError> {
+    match budget::gate(budgets, spend) {
+        Gate::Proceed => Ok(()),
+        Gate::Refuse { message } => Err(LlmError::new(ErrorClass::BudgetExceeded, None, message)),
+        Gate::Confirm { message } => {
+            let answer = calls
+                .call(
+                    queue,
+                    stream,
+                    "confirm",
+                    json!({ "message": message }),
+                    Duration::from_secs(3600),
+                    cancel,
+                )
+                .await;
+            match answer {
+                Ok(Ok(serde_json::Value::Bool(true))) => Ok(()),
+                Err(crate::calls::CallError::Cancelled) => Err(LlmError::cancelled()),
+                _ => Err(LlmError::new(
+                    ErrorClass::BudgetExceeded,
+                    None,
+                    format!(
+                        "{} Not sent: you answered no.",
+                        message.trim_end_matches(" Continue? [y/N]")
+                    ),
+                )),
+            }
+        }
+    }
+}
+
 /// The store side of one run.
 pub struct Recorder {
     store: Option<Arc<Store>>,
@@ -284,35 +325,7 @@ impl Recorder {
     /// (soft) or refuses (hard). Refusing sends nothing to the provider.
     pub async fn gate(&self, deps: &AgentDeps, stream: StreamId, cancel: &CancellationToken) -> Result<(), LlmError> {
         let Some(spend) = self.spend().await else { return Ok(()) };
-        match budget::gate(&self.budgets, spend) {
-            Gate::Proceed => Ok(()),
-            Gate::Refuse { message } => Err(LlmError::new(ErrorClass::BudgetExceeded, None, message)),
-            Gate::Confirm { message } => {
-                let answer = deps
-                    .calls
-                    .call(
-                        &deps.queue,
-                        stream,
-                        "confirm",
-                        json!({ "message": message }),
-                        Duration::from_secs(3600),
-                        cancel,
-                    )
-                    .await;
-                match answer {
-                    Ok(Ok(serde_json::Value::Bool(true))) => Ok(()),
-                    Err(crate::calls::CallError::Cancelled) => Err(LlmError::cancelled()),
-                    _ => Err(LlmError::new(
-                        ErrorClass::BudgetExceeded,
-                        None,
-                        format!(
-                            "{} Not sent: you answered no.",
-                            message.trim_end_matches(" Continue? [y/N]")
-                        ),
-                    )),
-                }
-            }
-        }
+        gate_spend(&self.budgets, spend, &deps.calls, &deps.queue, stream, cancel).await
     }
 
     /// Records one provider call and tells Lua about the new totals; warns

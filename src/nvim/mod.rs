@@ -101,7 +101,18 @@ fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<crat
     Ok((rt, queue))
 }
 
-fn start_request(lua: &Lua, request: LuaValue, streaming: bool) -> LuaResult<StreamHandle> {
+/// The second argument of `stream`/`send`: who the call is recorded under.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct RequestOpts {
+    agent: Option<String>,
+    utc_offset_s: i32,
+}
+
+/// Longest agent name a usage row takes from `opts.agent`.
+const MAX_AGENT_NAME: usize = 64;
+
+fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) -> LuaResult<StreamHandle> {
     let what = if streaming { "mia.stream" } else { "mia.send" };
     let request: ChatRequest = lua.from_value(request).map_err(|e| {
         LuaError::RuntimeError(format!(
@@ -109,21 +120,61 @@ fn start_request(lua: &Lua, request: LuaValue, streaming: bool) -> LuaResult<Str
             e.to_string().trim_start_matches("deserialize error: ")
         ))
     })?;
+    let opts: RequestOpts = match opts {
+        LuaValue::Nil => RequestOpts::default(),
+        v => lua.from_value(v).map_err(|e| {
+            LuaError::RuntimeError(format!(
+                "{what}: invalid opts: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?,
+    };
+    let agent = match opts.agent.as_deref().map(str::trim) {
+        None | Some("") => "api".to_string(),
+        Some(name) if name.chars().count() <= MAX_AGENT_NAME => name.to_string(),
+        Some(_) => {
+            return Err(LuaError::RuntimeError(format!(
+                "{what}: opts.agent is longer than {MAX_AGENT_NAME} characters; give a short name"
+            )))
+        }
+    };
+    let api = stream_task::ApiCall {
+        agent,
+        utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
+        budgets: runtime::agent_settings().costs,
+    };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
     let cancel = CancellationToken::new();
-    stream_task::spawn_stream(&rt, queue, runtime::providers(), id, request, streaming, cancel.clone());
+    stream_task::spawn_stream(
+        &rt,
+        queue,
+        runtime::providers(),
+        crate::calls::pending(),
+        id,
+        request,
+        streaming,
+        api,
+        cancel.clone(),
+    );
     Ok(StreamHandle { id, cancel })
 }
 
-/// `stream(request)` -> handle. Starts the runtime on first use.
-fn stream(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
-    guarded("stream", || start_request(lua, request, true))
+/// `stream(request, opts?)` -> handle. Starts the runtime on first use.
+fn stream(lua: &Lua, (request, opts): (LuaValue, LuaValue)) -> LuaResult<StreamHandle> {
+    guarded("stream", || start_request(lua, request, opts, true))
 }
 
-/// `send(request)` -> handle: the same events over a non-streaming request.
-fn send(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
-    guarded("send", || start_request(lua, request, false))
+/// `send(request, opts?)` -> handle: the same events over a non-streaming request.
+fn send(lua: &Lua, (request, opts): (LuaValue, LuaValue)) -> LuaResult<StreamHandle> {
+    guarded("send", || start_request(lua, request, opts, false))
+}
+
+/// `set_hooks(pre_request)`: whether model requests must go through Lua's
+/// `pre_request` transform hooks first.
+fn set_hooks(_: &Lua, pre_request: bool) -> LuaResult<()> {
+    crate::hooks::set_pre_request(pre_request);
+    Ok(())
 }
 
 /// Starts a one-shot job whose value arrives as one `result` event.
@@ -258,21 +309,40 @@ fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
     let req: Req = lua
         .from_value(request)
         .map_err(|e| LuaError::RuntimeError(format!("mia: invalid compact request: {e}")))?;
-    start_job("compact", move |providers| async move {
-        let started_ms = crate::agent::record::now_ms();
-        let (messages, summary) = crate::agent::compact(&providers, &req.model, &req.messages, 0).await?;
-        if let (Some(session), Some(store)) = (req.session_id.as_deref(), runtime::store().await) {
-            let id = crate::agent::record::new_message_id(session);
-            let row =
-                crate::agent::record::usage_row(Some(session), Some(id.clone()), "compaction", &summary, started_ms);
-            if let Err(e) = store.record_usage(row).await {
-                tracing::warn!("cannot record the compaction's usage: {e}");
+    guarded("compact", || {
+        let (rt, queue) = runtime_and_queue()?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let caller = crate::hooks::Caller {
+            queue: queue.clone(),
+            calls: crate::calls::pending(),
+            stream: id,
+            cancel: cancel.clone(),
+        };
+        let providers = runtime::providers();
+        stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
+            let started_ms = crate::agent::record::now_ms();
+            let (messages, summary) = crate::agent::compact(&caller, &providers, &req.model, &req.messages, 0).await?;
+            if let (Some(session), Some(store)) = (req.session_id.as_deref(), runtime::store().await) {
+                let id = crate::agent::record::new_message_id(session);
+                let row = crate::agent::record::usage_row(
+                    Some(session),
+                    Some(id.clone()),
+                    "compaction",
+                    &summary,
+                    started_ms,
+                );
+                if let Err(e) = store.record_usage(row).await {
+                    tracing::warn!("cannot record the compaction's usage: {e}");
+                }
+                if let Some(summary_message) = messages.first() {
+                    crate::agent::record::record_compaction(&store, session, id, summary_message, messages.len() - 1)
+                        .await;
+                }
             }
-            if let Some(summary_message) = messages.first() {
-                crate::agent::record::record_compaction(&store, session, id, summary_message, messages.len() - 1).await;
-            }
-        }
-        Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
+            Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
+        });
+        Ok(StreamHandle { id, cancel })
     })
 }
 
@@ -378,7 +448,20 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
                     t.set("kind", "call")?;
                     t.set("call", *call)?;
                     t.set("call_kind", kind.as_str())?;
-                    t.set("data", to_lua(lua, payload)?)?;
+                    if kind == "hook" {
+                        // The request comes back from Lua: empty lists must stay lists.
+                        t.set(
+                            "data",
+                            lua.to_value_with(
+                                payload,
+                                SerializeOptions::new()
+                                    .serialize_none_to_null(false)
+                                    .serialize_unit_to_null(false),
+                            )?,
+                        )?;
+                    } else {
+                        t.set("data", to_lua(lua, payload)?)?;
+                    }
                 }
                 Event::Abort { call, .. } => {
                     t.set("kind", "abort")?;
@@ -429,6 +512,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("configure", lua.create_function(configure)?)?;
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
+    m.set("set_hooks", lua.create_function(set_hooks)?)?;
     m.set("agent", lua.create_function(agent)?)?;
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
