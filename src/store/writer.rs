@@ -315,13 +315,18 @@ fn upsert_session(conn: &Connection, row: &SessionRow) -> Result<i64, JobError> 
     Ok(0)
 }
 
-fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> {
+/// The row's role as stored, after checking that its parts are a JSON array.
+fn checked_role(row: &MessageRow) -> Result<String, JobError> {
     if !row.parts.is_array() {
         return Err(JobError::Own(StoreError::InvalidInput {
             detail: format!("message {:?}: parts must be a JSON array", row.id),
         }));
     }
-    let role = role_text(row)?;
+    role_text(row)
+}
+
+fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> {
+    let role = checked_role(row)?;
     let (covers_from, covers_to) = row.kind.covers();
     let result = conn
         .prepare_cached(
@@ -377,12 +382,7 @@ fn message_outcome(result: rusqlite::Result<i64>, row: &MessageRow) -> Result<i6
 /// `seq` and is updated like [`upsert_message`] would (a late `Streaming`
 /// checkpoint never replaces a finished message). Returns the row's `seq`.
 fn append_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> {
-    if !row.parts.is_array() {
-        return Err(JobError::Own(StoreError::InvalidInput {
-            detail: format!("message {:?}: parts must be a JSON array", row.id),
-        }));
-    }
-    let role = role_text(row)?;
+    let role = checked_role(row)?;
     let (covers_from, covers_to) = row.kind.covers();
     let result = conn
         .prepare_cached(

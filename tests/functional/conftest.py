@@ -174,3 +174,11 @@ def provider_config(fmt, server):
         "anthropic": {"kind": "anthropic", "base_url": root, "api_key_env": "MIA_TEST_ANTHROPIC_KEY"},
         "gemini": {"kind": "gemini", "base_url": root + "/v1beta", "api_key_env": "MIA_TEST_GEMINI_KEY"},
     }[fmt]
+
+
+@pytest.fixture
+def data_home(tmp_path):
+    """One XDG_DATA_HOME that several Neovims share (the same store file)."""
+    d = tmp_path / "shared-data"
+    d.mkdir()
+    return d

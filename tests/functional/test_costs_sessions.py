@@ -21,13 +21,6 @@ def posts(server):
 
 
 @pytest.fixture
-def data_home(tmp_path):
-    d = tmp_path / "shared-data"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
 def make(editor_factory, server, data_home, tmp_path):
     def make(name="nvim", **extra):
         opts = scenario_setup(server, pricing={"scn/echo": PRICE}, **extra)

@@ -14,13 +14,6 @@ from conftest import scenario_setup
 
 
 @pytest.fixture
-def data_home(tmp_path):
-    d = tmp_path / "shared-data"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
 def make(editor_factory, server, data_home, tmp_path):
     def make(name="nvim"):
         e = editor_factory(name=name, env={"XDG_DATA_HOME": str(data_home)}, setup=scenario_setup(server))
