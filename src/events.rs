@@ -11,8 +11,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 
+use agent_client_protocol_schema::v1 as acp;
+use serde::Serialize;
+
 use crate::llm::delta::{Delta, StreamDone};
-use crate::llm::error::LlmError;
+use crate::llm::error::{ErrorClass, LlmError};
+use crate::session::TurnEnd;
 
 /// Identifies one stream (one `mia.stream` call) across the boundary.
 pub type StreamId = u64;
@@ -50,11 +54,36 @@ pub enum Event {
         stream: StreamId,
         call: u64,
     },
-    /// Progress of an agent run: tool-call status, new messages, notices.
-    Agent {
+    /// One ACP `session/update` of a chat session's turn.
+    Update {
         stream: StreamId,
-        value: serde_json::Value,
+        update: Box<acp::SessionUpdate>,
     },
+    /// The end of a chat session's turn (ACP's answer to `session/prompt`).
+    End {
+        stream: StreamId,
+        end: Box<TurnEnd>,
+    },
+    /// What only mia's UI shows: a retry countdown, a budget warning.
+    Mia {
+        stream: StreamId,
+        event: MiaEvent,
+    },
+}
+
+/// mia's own events beside ACP's updates: typed, never text to parse.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MiaEvent {
+    /// A request failed and is retried after `delay_ms`.
+    Retry {
+        attempt: u32,
+        delay_ms: u64,
+        class: ErrorClass,
+        message: String,
+    },
+    /// Something the user should know now (a budget warning crossed, a corrupt file set aside).
+    Warning { text: String },
 }
 
 impl Event {
@@ -66,7 +95,9 @@ impl Event {
             | Event::Result { stream, .. }
             | Event::Call { stream, .. }
             | Event::Abort { stream, .. }
-            | Event::Agent { stream, .. } => *stream,
+            | Event::Update { stream, .. }
+            | Event::End { stream, .. }
+            | Event::Mia { stream, .. } => *stream,
         }
     }
 }
@@ -103,6 +134,20 @@ pub fn coalesce(events: Vec<Event>) -> Vec<Event> {
                     delta: Delta::Text { text },
                 });
             }
+            Event::Update { update, .. } if chunk_text(&update).is_some() => {
+                if let Some(&i) = open_text.get(&stream) {
+                    if let Event::Update { update: acc, .. } = &mut out[i] {
+                        if same_kind(acc, &update) {
+                            if let (Some(acc_text), Some(text)) = (chunk_text_mut(acc), chunk_text(&update)) {
+                                acc_text.push_str(text);
+                                continue;
+                            }
+                        }
+                    }
+                }
+                open_text.insert(stream, out.len());
+                out.push(Event::Update { stream, update });
+            }
             other => {
                 open_text.remove(&stream);
                 out.push(other);
@@ -110,6 +155,31 @@ pub fn coalesce(events: Vec<Event>) -> Vec<Event> {
         }
     }
     out
+}
+
+/// The text of an agent message or thought chunk.
+fn chunk_text(update: &acp::SessionUpdate) -> Option<&str> {
+    match update {
+        acp::SessionUpdate::AgentMessageChunk(c) | acp::SessionUpdate::AgentThoughtChunk(c) => match &c.content {
+            acp::ContentBlock::Text(t) if c.meta.is_none() => Some(t.text.as_str()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn chunk_text_mut(update: &mut acp::SessionUpdate) -> Option<&mut String> {
+    match update {
+        acp::SessionUpdate::AgentMessageChunk(c) | acp::SessionUpdate::AgentThoughtChunk(c) => match &mut c.content {
+            acp::ContentBlock::Text(t) => Some(&mut t.text),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn same_kind(a: &acp::SessionUpdate, b: &acp::SessionUpdate) -> bool {
+    std::mem::discriminant(a) == std::mem::discriminant(b)
 }
 
 /// A file descriptor the main loop can poll: readable while a wake is pending.
@@ -232,7 +302,12 @@ impl EventQueue {
     pub fn push(&self, event: Event) {
         let urgent = matches!(
             event,
-            Event::Call { .. } | Event::Abort { .. } | Event::Result { .. } | Event::Done { .. } | Event::Error { .. }
+            Event::Call { .. }
+                | Event::Abort { .. }
+                | Event::Result { .. }
+                | Event::Done { .. }
+                | Event::Error { .. }
+                | Event::End { .. }
         );
         if urgent {
             self.urgent.store(true, Ordering::SeqCst);

@@ -96,19 +96,11 @@ pub fn registry() -> Arc<Registry> {
     REGISTRY.get_or_init(|| Arc::new(Registry::with_builtins())).clone()
 }
 
-static SESSION_MODES: Mutex<Option<std::collections::HashMap<String, String>>> = Mutex::new(None);
+static SESSIONS: OnceLock<Arc<crate::session::Sessions>> = OnceLock::new();
 
-/// Records the mode of `session` (read by agent runs at every request).
-pub fn set_session_mode(session: &str, mode: &str) {
-    let mut map = SESSION_MODES.lock().unwrap_or_else(|p| p.into_inner());
-    map.get_or_insert_with(Default::default)
-        .insert(session.to_string(), mode.to_string());
-}
-
-/// The mode last set for `session`, if any.
-pub fn session_mode(session: &str) -> Option<String> {
-    let map = SESSION_MODES.lock().unwrap_or_else(|p| p.into_inner());
-    map.as_ref()?.get(session).cloned()
+/// The chat sessions this Neovim has open.
+pub fn sessions() -> Arc<crate::session::Sessions> {
+    SESSIONS.get_or_init(Default::default).clone()
 }
 
 static STORE: tokio::sync::OnceCell<Option<Arc<crate::store::Store>>> = tokio::sync::OnceCell::const_new();

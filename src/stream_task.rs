@@ -108,38 +108,51 @@ async fn api_call(
         let after = store.spend("", day_start, day_end).await.ok().map(day);
         if let (Some(b), Some(a)) = (before, after) {
             for w in crate::cost::budget::crossed_warnings(&api.budgets, b, a) {
-                let value = serde_json::json!({ "type": "warning", "text": w.message });
-                caller.queue.push(Event::Agent { stream, value });
+                let event = crate::events::MiaEvent::Warning { text: w.message };
+                caller.queue.push(Event::Mia { stream, event });
             }
         }
     }
     Ok(done)
 }
 
-/// Starts an agent run (`:Mia prompt`). Unlike a plain stream it is not
-/// dropped on cancellation: the loop sees `cancel`, lets running tools
-/// return their partial results, and then ends with `cancelled`.
-pub fn spawn_agent(
+/// Starts one prompt turn of a chat session (`:Mia prompt`). Unlike a
+/// plain stream it is not dropped on cancellation: the loop sees `cancel`,
+/// lets running tools return their partial results, and then ends with
+/// `cancelled`. However it ends (a panic included), the end is stored in
+/// the session's log and sent as one `End` event.
+pub fn spawn_turn(
     rt: &Handle,
     deps: crate::agent::AgentDeps,
     stream: StreamId,
-    req: crate::agent::AgentRequest,
+    session: Arc<crate::session::Session>,
+    turn: crate::session::Turn,
+    prompt: crate::agent::Prompt,
     cancel: CancellationToken,
 ) {
     rt.spawn(async move {
         let queue = deps.queue.clone();
-        let work = crate::agent::run(deps, stream, req, cancel);
+        session.attach_store(crate::runtime::store().await);
+        let work = crate::agent::run(deps, stream, session.clone(), prompt, cancel);
         let outcome = match AssertUnwindSafe(work).catch_unwind().await {
             Ok(r) => r,
             Err(panic) => Err(panic_error(panic)),
         };
-        match outcome {
-            Ok(done) => queue.push(Event::Done {
-                stream,
-                done: Box::new(done),
-            }),
-            Err(error) => push_error(&queue, stream, error),
-        }
+        let end = match outcome {
+            Ok(end) => end,
+            Err(error) => {
+                if error.class != ErrorClass::Cancelled {
+                    tracing::warn!(stream, class = error.class.as_str(), "turn failed: {}", error.message);
+                }
+                crate::agent::failed_end(&session.info().model, &error)
+            }
+        };
+        crate::agent::record_end(&session, &end).await;
+        drop(turn);
+        queue.push(Event::End {
+            stream,
+            end: Box::new(end),
+        });
     });
 }
 

@@ -343,7 +343,7 @@ fn a_soft_session_limit_asks_before_sending() {
     assert_eq!(
         gate(&limits(false), spend(10.0, 12.0)),
         Gate::Confirm {
-            message: "Session cost limit reached ($10.00). Continue? [y/N]".to_string()
+            reason: "Session cost limit reached ($10.00).".to_string()
         }
     );
 }
@@ -353,14 +353,14 @@ fn a_soft_daily_limit_asks_before_sending() {
     assert_eq!(
         gate(&limits(false), spend(2.0, 50.5)),
         Gate::Confirm {
-            message: "Daily cost limit reached ($50.00). Continue? [y/N]".to_string()
+            reason: "Daily cost limit reached ($50.00).".to_string()
         }
     );
 }
 
 #[test]
 fn the_session_limit_is_checked_before_the_daily_one() {
-    let Gate::Confirm { message } = gate(&limits(false), spend(11.0, 60.0)) else {
+    let Gate::Confirm { reason: message } = gate(&limits(false), spend(11.0, 60.0)) else {
         panic!("expected a confirmation");
     };
     assert!(message.starts_with("Session cost limit reached"), "{message}");

@@ -23,20 +23,6 @@ function M._core()
   return core
 end
 
---- Starts an agent run (what :Mia prompt uses): the model may call tools;
---- `callbacks.on_agent(event)` receives tool progress and new messages.
---- @param request table
---- @param callbacks mia.StreamCallbacks|{ on_agent?: fun(ev: table) }
---- @return mia.StreamHandle
-function M._agent(request, callbacks)
-  local loader = require("mia.core")
-  local core = M._core()
-  require("mia.tools.project").load(request.root)
-  local native = loader.call(core.agent, request)
-  require("mia.bridge").watch(native.id, callbacks)
-  return M._handle_of(native)
-end
-
 --- Registers a tool the model can call; see |mia.register_tool()|.
 --- @param spec mia.ToolSpec
 function M.register_tool(spec)
@@ -80,7 +66,7 @@ local function request_with_hooks(kind, request, callbacks, opts)
   local info = post and hooks.info(req.model) or nil
   local cbs = setmetatable({
     -- A cost warning this call crossed (|mia-budgets|) shows like the chat's.
-    on_agent = function(ev)
+    on_mia = function(ev)
       if ev.type == "warning" then
         vim.notify(ev.text, vim.log.levels.WARN)
       end
@@ -234,10 +220,6 @@ function M.set_mode(id)
   local chat = require("mia.chat")
   local previous = chat.mode()
   chat.set_mode(id)
-  local loader = package.loaded["mia.core"]
-  if loader and loader.is_loaded() and M._started then
-    loader.call(loader.get().set_mode, chat.session_id(), id)
-  end
   vim.api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = id, previousModeId = previous } })
   vim.cmd.redrawstatus({ bang = true })
 end

@@ -14,6 +14,9 @@ local FRAME_NS = 16 * 1000 * 1000
 --- @field on_delta? fun(delta: table)
 --- @field on_done? fun(done: table)
 --- @field on_error? fun(err: table)
+--- @field on_update? fun(update: table) a chat session's ACP `session/update`
+--- @field on_mia? fun(event: table) mia's own events (retry, warning)
+--- @field on_end? fun(turn_end: table) the end of a chat session's turn
 
 --- @type table<integer, mia.StreamCallbacks>
 local callbacks = {}
@@ -50,7 +53,7 @@ local function dispatch(events)
         call(require("mia.tools").run, "a Lua tool", ev.call, ev.data)
       elseif ev.call_kind == "subject" then
         call(require("mia.tools").subject, "a Lua tool's subject", ev.call, ev.data)
-      elseif ev.call_kind == "permission" then
+      elseif ev.call_kind == "session/request_permission" then
         call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
       elseif ev.call_kind == "ask" then
         call(require("mia.permission").question, "a question", ev.call, ev.data)
@@ -61,9 +64,18 @@ local function dispatch(events)
       end
     elseif ev.kind == "abort" then
       call(require("mia.tools").abort, "aborting a Lua tool", ev.call)
-    elseif ev.kind == "agent" then
+    elseif ev.kind == "update" then
       if cb then
-        call(cb.on_agent, "on_agent", ev.data)
+        call(cb.on_update, "on_update", ev.data)
+      end
+    elseif ev.kind == "mia" then
+      if cb then
+        call(cb.on_mia, "on_mia", ev.data)
+      end
+    elseif ev.kind == "end" then
+      if cb then
+        callbacks[ev.stream] = nil
+        call(cb.on_end, "on_end", ev.data)
       end
     elseif cb then
       if ev.kind == "delta" then
@@ -90,8 +102,15 @@ local function drain()
   -- streamed text starts a frame, so the first text after other events
   -- (a turn starting, usage, a tool's status) is still written at once.
   for i = 1, #events do
-    local d = events[i].kind == "delta" and events[i].data
-    if d and (d.type == "text" or d.type == "reasoning") then
+    local ev = events[i]
+    local d = ev.data
+    if
+      (ev.kind == "delta" and (d.type == "text" or d.type == "reasoning"))
+      or (
+        ev.kind == "update"
+        and (d.sessionUpdate == "agent_message_chunk" or d.sessionUpdate == "agent_thought_chunk")
+      )
+    then
       last_drain = uv.hrtime()
       break
     end

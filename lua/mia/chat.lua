@@ -1,48 +1,38 @@
---- The chat: a markdown buffer in a split that shows the conversation and
---- streams answers into it, through the one buffer writer.
+--- The chat: a view of one session the core owns. Lua sends only what the
+--- user adds (a prompt, a mode or model change, a cancel); the core keeps
+--- the conversation and answers with Agent Client Protocol session updates,
+--- which `mia.chat.render` draws the same way live and after a load.
 
 local M = {}
 
---- The mark a cancelled answer ends with, live and after a load.
-local CANCELLED = "\n\n*[cancelled]*"
---- The note that marks a compaction in the transcript, live and after a load.
-local COMPACTED = "> _context compacted_"
-
 local api = vim.api
-local writer = require("mia.writer")
+local window = require("mia.chat.window")
+local render = require("mia.chat.render")
+local status = require("mia.chat.status")
 
-local buf = nil
---- @type table[] the conversation so far (internal message format)
-local history = {}
---- @type { handle: mia.StreamHandle, model: string, text: string[] }?
+--- @type { handle: mia.StreamHandle, model: string, text: string[], done: table?, error: table? }?
 local current = nil
 --- "idle" | "streaming" | "done" | "cancelled" | "error"
 local last_state = "idle"
---- the last finished answer's done table
+--- the last finished turn's end (`stopReason`, `model`, `usage`, `cost`, …)
 local last_done = nil
---- the chat's session (a new one after :Mia clear)
-local session = { id = nil, cost_usd = 0, title = nil }
+--- The chat's session: its id in the core (nil until the first prompt),
+--- and what the statusline shows of it.
+local session = { id = nil, cost_usd = 0, title = nil, prompts = 0 }
 
-local function new_session_id()
-  -- random bytes from the OS: two Neovims started together never collide
-  local bytes = (vim.uv or vim.loop).random(6)
-  local hex = bytes and bytes:gsub(".", function(c)
-    return string.format("%02x", c:byte())
-  end) or string.format("%x%x", vim.uv.hrtime(), vim.fn.getpid())
-  return string.format("%s-%s", os.date("!%Y%m%dT%H%M%S"), hex)
+local function core()
+  return require("mia")._core()
 end
 
---- The id of the chat's session (created on first use).
-function M.session_id()
-  if not session.id then
-    session.id = new_session_id()
-  end
-  return session.id
+--- The chat buffer (created on first use).
+function M.buffer()
+  return window.buffer(M.stop)
 end
 
---- The conversation so far (internal message format).
-function M.history()
-  return history
+--- Opens the chat in a split, or focuses the window that shows it.
+--- @return integer buf, integer win
+function M.open()
+  return window.open(M.stop)
 end
 
 --- The chat's current mode (the configured default until changed).
@@ -50,76 +40,203 @@ function M.mode()
   return session.mode or require("mia.config").get().mode
 end
 
---- Sets the chat's mode (see mia.set_mode, which validates and announces it).
+--- The id of the chat's session, created in the core on first use.
+function M.session_id()
+  if not session.id then
+    local cfg = require("mia.config").get()
+    session.id = require("mia.core").call(core().session_new, {
+      cwd = vim.fn.getcwd(),
+      mode = M.mode(),
+      model = cfg.model,
+      title = session.title,
+    })
+  end
+  return session.id
+end
+
+--- Sets the chat's mode (see mia.set_mode, which validates and announces
+--- it); the core's session uses it from its next request, also mid-answer.
 function M.set_mode(id)
   session.mode = id
+  if session.id then
+    require("mia.core").call(core().session_set, session.id, { mode = id })
+  end
 end
 
-local function message_text(m)
-  local out = {}
-  for _, p in ipairs(m.parts or {}) do
-    if p.type == "text" then
-      out[#out + 1] = p.text
-    elseif p.type == "tool_call" then
-      out[#out + 1] = "⚙ **" .. p.name .. "**"
-    end
-  end
-  return table.concat(out, "\n\n")
-end
-
---- Reopens a stored session (from mia.sessions.load): its history and transcript.
-function M.load(data)
-  if current then
-    current.handle:cancel()
-  end
-  local b = M.buffer()
-  api.nvim_buf_set_lines(b, 0, -1, false, {})
-  require("mia.chat.blocks").reset()
-  history = {}
-  session = {
-    id = data.session.sessionId,
-    title = data.session.title,
-    mode = data.mode ~= "" and data.mode or nil,
-    cost_usd = 0,
-  }
-  local model = data.model ~= "" and data.model or require("mia.config").get().model
-  local parts = {}
-  for _, m in ipairs(data.messages) do
-    local text = message_text(m)
-    if m.kind == "compaction" then
-      -- The summary itself is for the model; the transcript keeps every message and marks the spot.
-      parts[#parts + 1] = (#parts > 0 and "\n\n" or "") .. COMPACTED
-    elseif m.role == "user" then
-      parts[#parts + 1] = (#parts > 0 and "\n\n" or "") .. "## You\n\n" .. text
-    elseif m.role == "assistant" then
-      parts[#parts + 1] = "\n\n## mia · " .. model .. "\n\n" .. text .. (m.state == "cancelled" and CANCELLED or "")
-    end
-  end
-  -- What the next prompt sends, as indexes in `data.messages`: the core puts
-  -- the latest compaction's summary in place of what it covers.
-  for _, i in ipairs(data.history or {}) do
-    local m = data.messages[i]
-    if m then
-      history[#history + 1] = { role = m.role, parts = m.parts }
-    end
-  end
-  writer.append(b, table.concat(parts))
-  writer.flush()
-  last_state = "idle"
-  M.open()
+--- True once the session holds something a request would send.
+function M.has_messages()
+  return session.prompts > 0
 end
 
 --- Renames the current session (stored at once when it already exists).
 function M.rename(title)
   session.title = title
   if session.id then
+    pcall(require("mia.core").call, core().session_set, session.id, { title = title })
     pcall(require("mia.sessions").rename, session.id, title)
   end
 end
 
+--- What the statusline shows of the session's cost: known dollars, and
+--- whether some answers had no price (then it never reads as $0.00).
+function M.session_cost()
+  return session.cost_usd, session.unknown_cost == true
+end
+
+--- The status text shown under the answer, or nil (for tests and statuslines).
+function M.status_text()
+  return status.text(window.existing())
+end
+
+local function finish(state)
+  status.clear()
+  current = nil
+  last_state = state
+  api.nvim_exec_autocmds("User", { pattern = "MiaAnswerEnd", data = { state = state } })
+  vim.cmd.redrawstatus({ bang = true }) -- statuslines showing mia.statusline() drop the "…"
+end
+
+--- mia's own events: retries and warnings.
+local function on_mia(ev)
+  if ev.type == "retry" then
+    if current then
+      current.retries = ev.attempt
+    end
+    status.retry(M.buffer(), ev)
+  elseif ev.type == "warning" then
+    vim.notify(ev.text, vim.log.levels.WARN)
+  end
+end
+
+--- Draws one update of the chat's session and keeps the statusline's figures.
+local function on_update(u)
+  local buf = M.buffer()
+  if u.sessionUpdate == "usage_update" then
+    local meta = type(u._meta) == "table" and u._meta.mia or {}
+    session.cost_usd = meta.session_cost_usd or session.cost_usd
+    if type(meta.cost) == "table" and meta.cost.known == false then
+      session.unknown_cost = true
+    end
+    vim.cmd.redrawstatus({ bang = true })
+    return
+  end
+  if u.sessionUpdate ~= "user_message_chunk" then
+    status.clear()
+  end
+  if current and u.sessionUpdate == "agent_message_chunk" then
+    current.text[#current.text + 1] = u.content.text
+  end
+  local ev = render.update(buf, u)
+  if ev and (ev.status == "done" or ev.status == "failed" or ev.status == "rejected" or ev.status == "cancelled") then
+    api.nvim_exec_autocmds("User", {
+      pattern = "MiaToolInvoked",
+      data = { name = ev.name, status = ev.status, duration_ms = ev.duration_ms, id = ev.id },
+    })
+  end
+end
+
+--- Sends `text` as the next user turn and streams the answer.
+--- @param text string
+--- @param opts? { model?: string, context?: string }
+function M.prompt(text, opts)
+  opts = opts or {}
+  if text == nil or vim.trim(text) == "" then
+    error("mia: nothing to send. Usage: :Mia prompt {text}", 0)
+  end
+  if current then
+    error("mia: an answer is still streaming. Stop it with :Mia stop (or <C-c> in the chat) first.", 0)
+  end
+  local c = core() -- fails early, with the loader's message, before anything changes
+  local cfg = require("mia.config").get()
+  local model = opts.model or cfg.model
+  local content = text
+  if opts.context and opts.context ~= "" then
+    content = text .. "\n\n" .. opts.context
+  end
+  session.title = session.title or vim.trim(text):sub(1, 80)
+  local id = M.session_id()
+  require("mia.tools.project").load(vim.fn.getcwd())
+  M.open()
+  local native = require("mia.core").call(c.session_prompt, id, {
+    content = content,
+    model = model,
+    mode = M.mode(),
+    system = cfg.system,
+    title = session.title,
+    utc_offset_s = require("mia.costs").utc_offset(),
+  })
+  local entry = { model = model, text = {}, retries = 0 }
+  entry.handle = require("mia")._handle_of(native)
+  current = entry
+  last_state = "streaming"
+  session.prompts = session.prompts + 1
+  -- After :Mia clear or a load, the old turn's last events draw nothing.
+  require("mia.bridge").watch(native.id, {
+    on_update = function(u)
+      if current == entry then
+        on_update(u)
+      end
+    end,
+    on_mia = function(ev)
+      if current == entry then
+        on_mia(ev)
+      end
+    end,
+    on_end = function(e)
+      if current ~= entry then
+        return
+      end
+      render.turn_end(M.buffer(), e)
+      session.cost_usd = e.session_cost_usd or session.cost_usd
+      if e.stopReason == "cancelled" then
+        finish("cancelled")
+      elseif e.stopReason == "error" then
+        entry.error = e.error
+        finish("error")
+      else
+        entry.done = e
+        last_done = e
+        finish("done")
+      end
+    end,
+  })
+end
+
+--- Reopens a stored session (from mia.sessions.load): the core owns it
+--- again, and the chat draws every update it stored.
+function M.load(data)
+  if current then
+    current.handle:cancel()
+    current = nil
+  end
+  if session.id and session.id ~= data.session.sessionId then
+    pcall(core().session_close, session.id)
+  end
+  local b = M.buffer()
+  window.clear()
+  render.reset(b)
+  status.clear()
+  local prompts = 0
+  for _, item in ipairs(data.items) do
+    if item.update and item.update.sessionUpdate == "user_message_chunk" then
+      prompts = prompts + 1
+    end
+  end
+  session = {
+    id = data.session.sessionId,
+    title = data.session.title ~= vim.NIL and data.session.title or nil,
+    mode = data.session.mode ~= "" and data.session.mode or nil,
+    cost_usd = data.cost_usd or 0,
+    prompts = prompts,
+  }
+  render.replay(b, data.items)
+  last_state = "idle"
+  M.open()
+end
+
 --- The session's cost-saving suggestions, shown when it ends (if any).
 local function suggest_on_end()
-  if not session.id or #history == 0 or not require("mia")._started then
+  if not session.id or session.prompts == 0 or not require("mia")._started then
     return
   end
   pcall(require("mia.costs").fetch, { scope = "session", session_id = session.id }, function(err, report)
@@ -141,288 +258,26 @@ function M.new_session()
 end
 
 --- Summarizes the conversation so far (the model of the session does it).
+--- Refused while an answer streams.
 function M.compact()
-  if #history == 0 then
+  if current then
+    error("mia: an answer is still streaming; /compact after it ends (or stop it with :Mia stop).", 0)
+  end
+  if not M.has_messages() then
     error("mia: nothing to compact: the chat is empty", 0)
   end
-  local mia = require("mia")
-  local loader = require("mia.core")
-  local core = mia._core()
-  local h = loader.call(core.compact, {
-    model = require("mia.config").get().model,
-    messages = history,
-    session_id = M.session_id(),
-  })
-  require("mia.bridge").watch(h.id, {
-    on_done = function(messages)
-      history = messages
-      writer.append(M.buffer(), "\n\n" .. COMPACTED)
-      writer.flush()
+  local native = require("mia.core").call(core().session_compact, session.id)
+  local id = session.id
+  require("mia.bridge").watch(native.id, {
+    on_update = function(u)
+      if session.id == id then
+        on_update(u)
+      end
     end,
+    on_mia = on_mia,
+    on_done = function() end,
     on_error = function(err)
       vim.notify("mia: /compact failed: " .. err.message, vim.log.levels.ERROR)
-    end,
-  })
-end
-
---- What the statusline shows of the session's cost: known dollars, and
---- whether some answers had no price (then it never reads as $0.00).
-function M.session_cost()
-  return session.cost_usd, session.unknown_cost == true
-end
-
-local status_ns = api.nvim_create_namespace("mia_chat_status")
-
-api.nvim_set_hl(0, "MiaReasoning", { default = true, link = "Comment" })
-api.nvim_set_hl(0, "MiaStatus", { default = true, link = "DiagnosticWarn" })
-
---- The live status line under the answer ("⏳ rate limited, retrying in 12s").
-local status = { timer = nil, mark = nil }
-
-local function clear_status()
-  if status.timer then
-    status.timer:stop()
-    status.timer:close()
-    status.timer = nil
-  end
-  if buf and api.nvim_buf_is_valid(buf) then
-    api.nvim_buf_clear_namespace(buf, status_ns, 0, -1)
-  end
-  status.mark = nil
-end
-
-local function retry_text(d, seconds)
-  if d.class == "rate_limit" and d.attempt == 0 then
-    return string.format("⏳ waiting for the rate-limit window to reset, %ds", seconds)
-  end
-  local what = ({
-    rate_limit = "rate limited",
-    server_error = "server error",
-    network_error = "connection failed",
-    timeout = "timed out",
-  })[d.class] or d.class
-  return string.format("⏳ %s, retrying in %ds (attempt %d) — :Mia stop cancels", what, seconds, d.attempt)
-end
-
---- Shows a retry status below the last line, counting down each second.
-local function show_retry(d)
-  clear_status()
-  local deadline = vim.uv.now() + d.delay_ms
-  local function draw()
-    if not (buf and api.nvim_buf_is_valid(buf)) then
-      return
-    end
-    local seconds = math.max(0, math.ceil((deadline - vim.uv.now()) / 1000))
-    local last = api.nvim_buf_line_count(buf) - 1
-    status.mark = api.nvim_buf_set_extmark(buf, status_ns, last, 0, {
-      id = status.mark,
-      virt_lines = { { { retry_text(d, seconds), "MiaStatus" } } },
-    })
-  end
-  draw()
-  status.timer = vim.uv.new_timer()
-  status.timer:start(1000, 1000, vim.schedule_wrap(function()
-    if status.timer then
-      draw()
-    end
-  end))
-end
-
---- The status text shown under the answer, or nil (for tests and statuslines).
-function M.status_text()
-  if not (buf and api.nvim_buf_is_valid(buf)) then
-    return nil
-  end
-  local marks = api.nvim_buf_get_extmarks(buf, status_ns, 0, -1, { details = true })
-  local m = marks[1]
-  return m and m[4].virt_lines and m[4].virt_lines[1][1][1] or nil
-end
-
-local function valid(b)
-  return b and api.nvim_buf_is_valid(b)
-end
-
-local function create_buffer()
-  local b = api.nvim_create_buf(false, true)
-  pcall(api.nvim_buf_set_name, b, "mia://chat")
-  vim.bo[b].buftype = "nofile"
-  vim.bo[b].bufhidden = "hide"
-  vim.bo[b].swapfile = false
-  -- A streamed answer is not an edit to undo, and undo history grows with every change.
-  vim.bo[b].undolevels = -1
-  vim.bo[b].filetype = "markdown"
-  vim.bo[b].synmaxcol = require("mia.config").get().chat.synmaxcol
-  vim.keymap.set("n", "<C-c>", M.stop, { buffer = b, desc = "mia: stop the answer" })
-  return b
-end
-
---- The chat buffer (created on first use).
-function M.buffer()
-  if not valid(buf) then
-    buf = create_buffer()
-  end
-  return buf
-end
-
---- Opens the chat in a split, or focuses the window that shows it.
---- @return integer buf, integer win
-function M.open()
-  local b = M.buffer()
-  local wins = vim.fn.win_findbuf(b)
-  if #wins > 0 then
-    return b, wins[1]
-  end
-  local chat = require("mia.config").get().chat
-  local cmd = ({ right = "botright vsplit", left = "topleft vsplit", bottom = "botright split", top = "topleft split" })[chat.position]
-  local size = (chat.size and chat.size > 0) and tostring(chat.size) or ""
-  vim.cmd(size .. " " .. (cmd or "botright vsplit"))
-  local win = api.nvim_get_current_win()
-  api.nvim_win_set_buf(win, b)
-  vim.wo[win].wrap = true
-  vim.wo[win].linebreak = true
-  vim.wo[win].number = false
-  vim.wo[win].relativenumber = false
-  vim.wo[win].foldmethod = "manual"
-  vim.wo[win].foldenable = true
-  return b, win
-end
-
-local function is_empty(b)
-  return api.nvim_buf_line_count(b) == 1 and api.nvim_buf_get_lines(b, 0, 1, true)[1] == ""
-end
-
-local function finish(state, suffix)
-  clear_status()
-  if current and suffix then
-    writer.append(buf, suffix)
-  end
-  current = nil
-  last_state = state
-  vim.api.nvim_exec_autocmds("User", { pattern = "MiaAnswerEnd", data = { state = state } })
-  vim.cmd.redrawstatus({ bang = true }) -- statuslines showing mia.statusline() drop the "…"
-end
-
---- Sends `text` as the next user turn and streams the answer.
---- @param text string
---- @param opts? { model?: string, context?: string }
-function M.prompt(text, opts)
-  opts = opts or {}
-  if text == nil or vim.trim(text) == "" then
-    error("mia: nothing to send. Usage: :Mia prompt {text}", 0)
-  end
-  if current then
-    error("mia: an answer is still streaming. Stop it with :Mia stop (or <C-c> in the chat) first.", 0)
-  end
-  local mia = require("mia")
-  mia._core() -- fails early, with the loader's message, before anything changes
-  local cfg = require("mia.config").get()
-  local model = opts.model or cfg.model
-  local content = text
-  if opts.context and opts.context ~= "" then
-    content = text .. "\n\n" .. opts.context
-  end
-  local b = M.open()
-  local header = string.format("## You\n\n%s\n\n## mia · %s\n\n", content, model)
-  writer.append(b, is_empty(b) and header or ("\n\n" .. header))
-  writer.flush()
-  table.insert(history, { role = "user", content = content })
-  local answer = {}
-  local entry = { model = model, text = answer, retries = 0 }
-  current = entry
-  last_state = "streaming"
-  local in_reasoning = false
-  local after_block = false
-  local function on_text(delta)
-    clear_status()
-    if in_reasoning or after_block then
-      in_reasoning, after_block = false, false
-      writer.append(buf, "\n\n")
-    end
-    answer[#answer + 1] = delta
-    writer.append(buf, delta)
-  end
-  session.title = session.title or vim.trim(text):sub(1, 80)
-  entry.handle = mia._agent({
-    model = model,
-    system = cfg.system,
-    messages = vim.deepcopy(history),
-    mode = M.mode(),
-    root = vim.fn.getcwd(),
-    session_id = M.session_id(),
-    title = session.title,
-    utc_offset_s = require("mia.costs").utc_offset(),
-  }, {
-    on_delta = function(d)
-      if current ~= entry then
-        return
-      end
-      if d.type == "text" then
-        on_text(d.text)
-      elseif d.type == "reasoning" then
-        clear_status()
-        if after_block then
-          after_block = false
-          writer.append(buf, "\n\n")
-        end
-        in_reasoning = true
-        writer.append(buf, d.text, "MiaReasoning")
-      elseif d.type == "retry" then
-        entry.retries = d.attempt
-        show_retry(d)
-      end
-    end,
-    on_agent = function(ev)
-      if ev.type == "message" then
-        table.insert(history, ev.message)
-        answer = {}
-        entry.text = answer
-      elseif ev.type == "tool" then
-        require("mia.chat.blocks").update(buf, ev, in_reasoning or #answer > 0 or after_block)
-        in_reasoning = false
-        after_block = true
-        if ev.status == "done" or ev.status == "failed" or ev.status == "rejected" or ev.status == "cancelled" then
-          api.nvim_exec_autocmds("User", {
-            pattern = "MiaToolInvoked",
-            data = { name = ev.name, status = ev.status, duration_ms = ev.duration_ms, id = ev.id },
-          })
-        end
-      elseif ev.type == "usage" then
-        session.cost_usd = ev.session_cost_usd or session.cost_usd
-        if ev.cost and ev.cost.known == false then
-          session.unknown_cost = true
-        end
-        entry.footer = ev.footer
-        vim.cmd.redrawstatus({ bang = true })
-      elseif ev.type == "warning" then
-        vim.notify(ev.text, vim.log.levels.WARN)
-      elseif ev.type == "notice" then
-        if ev.text == "context compacted" and ev.messages then
-          history = ev.messages
-        end
-        writer.append(buf, "\n\n> _" .. ev.text .. "_")
-        after_block = true
-      end
-    end,
-    on_done = function(done)
-      entry.done = done
-      last_done = done
-      local footer = done.footer or entry.footer
-      if footer then
-        writer.append(buf, "\n\n" .. footer, "MiaCost")
-      end
-      finish("done", nil)
-    end,
-    on_error = function(err)
-      local partial = table.concat(answer)
-      if partial ~= "" then
-        table.insert(history, { role = "assistant", content = partial })
-      end
-      entry.error = err
-      if err.class == "cancelled" then
-        finish("cancelled", CANCELLED)
-      else
-        finish("error", string.format("\n\n> **Error** (%s): %s", err.class, err.message))
-      end
     end,
   })
 end
@@ -436,7 +291,7 @@ function M.stop()
   current.handle:cancel()
 end
 
---- The last finished answer's done table (for tests and scripts).
+--- The last finished turn's end (for tests and scripts).
 function M._last_done()
   return last_done
 end
@@ -446,17 +301,22 @@ function M.state()
   return last_state
 end
 
---- Forgets the conversation (the buffer is cleared).
+--- Forgets the conversation (the buffer is cleared; the core closes the session).
 function M.clear()
   if current then
     current.handle:cancel()
+    current = nil
   end
-  history = {}
-  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode }
-  if valid(buf) then
-    api.nvim_buf_set_lines(buf, 0, -1, false, {})
+  if session.id then
+    pcall(core().session_close, session.id)
   end
-  require("mia.chat.blocks").reset()
+  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0 }
+  window.clear()
+  local b = window.existing()
+  if b then
+    render.reset(b)
+  end
+  status.clear()
   last_state = "idle"
 end
 

@@ -4,37 +4,45 @@
 
 local M = {}
 
---- Options in the order shown; `kind` is what the core receives.
-M.options = {
-  { name = "Allow once", kind = "allow_once" },
-  { name = "Allow always for this project", kind = "allow_always" },
-  { name = "Reject", kind = "reject_once" },
-}
-
 local VERBS = { read = "read with", write = "change files with", execute = "run" }
 
---- The question for one call.
+--- The question for one call; `data` is ACP's `session/request_permission`
+--- params, mia's details (tool, subject, effect) in `_meta.mia`.
 function M.prompt_for(data)
-  local verb = VERBS[data.effect] or "use"
-  if data.effect == "execute" and data.subject then
-    return string.format("mia wants to run `%s`: %s", data.tool, data.subject)
+  local mia = type(data._meta) == "table" and data._meta.mia or {}
+  local tool = mia.tool or (data.toolCall or {}).title or "a tool"
+  local subject = mia.subject ~= vim.NIL and mia.subject or nil
+  local verb = VERBS[mia.effect] or "use"
+  if mia.effect == "execute" and subject then
+    return string.format("mia wants to run `%s`: %s", tool, subject)
   end
-  if data.subject then
-    return string.format("mia wants to %s `%s` on %s", verb, data.tool, data.subject)
+  if subject then
+    return string.format("mia wants to %s `%s` on %s", verb, tool, subject)
   end
-  return string.format("mia wants to %s `%s`", verb, data.tool)
+  return string.format("mia wants to %s `%s`", verb, tool)
 end
 
---- Asks the user about call `call`; answers the core with the chosen kind
---- (a dismissed picker rejects).
+--- Asks the user about call `call` with the request's options (in their
+--- order) and answers the core with ACP's outcome: the chosen option, or
+--- the first reject option when the picker is dismissed.
 function M.ask(call, data)
+  local options = data.options or {}
   local names = vim.tbl_map(function(o)
     return o.name
-  end, M.options)
+  end, options)
   vim.ui.select(names, { prompt = M.prompt_for(data), kind = "mia_permission" }, function(_, idx)
-    local kind = idx and M.options[idx].kind or "reject_once"
+    local chosen = idx and options[idx] or nil
+    if not chosen then
+      for _, o in ipairs(options) do
+        if o.kind == "reject_once" then
+          chosen = o
+          break
+        end
+      end
+    end
+    local outcome = chosen and { outcome = "selected", optionId = chosen.optionId } or { outcome = "cancelled" }
     local loader = require("mia.core")
-    pcall(loader.get().reply, call, true, kind)
+    pcall(loader.get().reply, call, true, { outcome = outcome })
   end)
 end
 
@@ -77,10 +85,10 @@ function M.question(call, data)
   end)
 end
 
---- Asks a yes/no question whose default is no (e.g. a budget limit):
---- `data.message` ends with "[y/N]"; only an answer starting with y says yes.
+--- Asks a yes/no question whose default is no (a budget limit: `data =
+--- { kind = "budget", reason }`); only an answer starting with y says yes.
 function M.confirm(call, data)
-  vim.ui.input({ prompt = data.message .. " " }, function(answer)
+  vim.ui.input({ prompt = data.reason .. " Continue? [y/N] " }, function(answer)
     local yes = answer ~= nil and answer:match("^%s*[yY]") ~= nil
     local loader = require("mia.core")
     pcall(loader.get().reply, call, true, yes)

@@ -37,7 +37,7 @@ end
 --- Reopens session `id` in the chat with its full history; the next prompt continues it.
 function M.load(id)
   vim.validate({ id = { id, "string" } })
-  local data = job("session_load", id)
+  local data = job("session_open", id)
   require("mia.chat").load(data)
   return data
 end

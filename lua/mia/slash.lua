@@ -132,7 +132,7 @@ add({
   name = "compact",
   description = "summarize the conversation so far to save context",
   available = function()
-    return #chat().history() > 0
+    return chat().has_messages()
   end,
   run = function()
     chat().compact()

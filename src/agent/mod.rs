@@ -18,11 +18,12 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::PendingCalls;
-use crate::events::{Event, EventQueue, StreamId};
-use crate::llm::delta::StreamDone;
+use crate::events::{Event, EventQueue, MiaEvent, StreamId};
+use crate::llm::delta::Cost;
 use crate::llm::error::{ErrorClass, LlmError};
-use crate::llm::message::{ChatRequest, Message, ToolDef, Usage};
+use crate::llm::message::{ChatRequest, ToolDef, Usage};
 use crate::llm::providers::Providers;
+use crate::session::{updates, Session, Stop, TurnEnd};
 use crate::tools::permissions::{PermissionConfig, Remembered};
 use crate::tools::registry::Registry;
 use crate::tools::{AgentInfo, ToolLimits};
@@ -66,36 +67,22 @@ impl Default for AgentSettings {
     }
 }
 
-/// One `:Mia prompt` run, as Lua sends it.
-#[derive(Debug, Clone, Deserialize)]
-pub struct AgentRequest {
-    pub model: String,
-    #[serde(default)]
+/// What the user adds to a session: one prompt, and the settings it
+/// changes (mode, model). Lua never sends the history: the session has it.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default)]
+pub struct Prompt {
+    pub content: String,
+    pub model: Option<String>,
+    pub mode: Option<String>,
     pub system: Option<String>,
-    pub messages: Vec<Message>,
-    #[serde(default = "default_mode")]
-    pub mode: String,
-    /// Project root (default: the working directory).
-    #[serde(default)]
-    pub root: Option<String>,
-    #[serde(default)]
-    pub session_id: String,
-    #[serde(default)]
     pub max_turns: Option<u32>,
-    #[serde(default)]
     pub max_tokens: Option<u32>,
-    #[serde(default)]
     pub temperature: Option<f64>,
-    /// The session's title (stored with it).
-    #[serde(default)]
+    /// The session's title, if it has none yet.
     pub title: Option<String>,
     /// Local time's offset from UTC, for calendar-day budgets.
-    #[serde(default)]
     pub utc_offset_s: i32,
-}
-
-fn default_mode() -> String {
-    "ask".to_string()
 }
 
 /// What a run needs from the rest of the core.
@@ -108,9 +95,17 @@ pub struct AgentDeps {
     pub settings: AgentSettings,
 }
 
-/// Sends agent progress to Lua.
-pub(crate) fn notify(queue: &EventQueue, stream: StreamId, value: serde_json::Value) {
-    queue.push(Event::Agent { stream, value });
+/// Sends one ACP `session/update` to the UI.
+pub(crate) fn update(queue: &EventQueue, stream: StreamId, update: agent_client_protocol_schema::v1::SessionUpdate) {
+    queue.push(Event::Update {
+        stream,
+        update: Box::new(update),
+    });
+}
+
+/// Sends one of mia's own events to the UI.
+pub(crate) fn mia_event(queue: &EventQueue, stream: StreamId, event: MiaEvent) {
+    queue.push(Event::Mia { stream, event });
 }
 
 /// The system prompt with the tools the model may use and where it works.
@@ -139,48 +134,43 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.estimated |= u.estimated;
 }
 
-/// Runs the loop. Text deltas of every turn go to `stream` as they arrive;
-/// tool progress and new history messages go as agent events. Returns the
-/// last turn's answer with `usage` summed over the run.
+/// Runs one prompt turn of `session`: the prompt is appended to its log,
+/// then request → stream → tool calls → permission → results → next
+/// request, until the model stops or `max_turns`. Every step reaches the UI
+/// as an ACP update; the returned [`TurnEnd`] (or the error) ends the turn,
+/// and [`record_end`] stores it.
 pub async fn run(
     deps: AgentDeps,
     stream: StreamId,
-    req: AgentRequest,
+    session: Arc<Session>,
+    prompt: Prompt,
     cancel: CancellationToken,
-) -> Result<StreamDone, LlmError> {
-    let root = match &req.root {
-        Some(r) => PathBuf::from(r),
-        None => std::env::current_dir().map_err(|e| {
-            LlmError::new(
-                ErrorClass::InvalidRequest,
-                None,
-                format!("mia: no project root ({e}); pass `root`."),
-            )
-        })?,
-    };
-    let root = tokio::fs::canonicalize(&root).await.unwrap_or(root);
+) -> Result<TurnEnd, LlmError> {
+    let info = session.info();
+    let root = tokio::fs::canonicalize(&info.cwd)
+        .await
+        .unwrap_or_else(|_| info.cwd.clone());
     let mut remembered = match &deps.settings.data_dir {
         Some(dir) => {
             let loaded = Remembered::load(dir).await;
-            if let Some(warning) = loaded.warning {
-                notify(&deps.queue, stream, json!({ "type": "warning", "text": warning }));
+            if let Some(text) = loaded.warning {
+                mia_event(&deps.queue, stream, MiaEvent::Warning { text });
             }
             loaded.remembered.for_project(&root)
         }
         None => Vec::new(),
     };
     let mut agent = AgentInfo {
-        name: "mia".into(),
-        mode: req.mode.clone(),
+        name: info.agent.clone(),
+        mode: info.mode.clone(),
     };
-    let max_turns = req.max_turns.unwrap_or(deps.settings.max_turns).max(1);
-    let mut history = req.messages.clone();
+    let max_turns = prompt.max_turns.unwrap_or(deps.settings.max_turns).max(1);
     let mut total = Usage::default();
     let mut total_cost = crate::llm::delta::Cost {
         known: true,
         ..Default::default()
     };
-    let mut recorder = record::Recorder::start(&deps, &req, &root).await;
+    let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt).await;
     let mut compacted = false;
     let caller = crate::hooks::Caller {
         queue: deps.queue.clone(),
@@ -189,11 +179,14 @@ pub async fn run(
         cancel: cancel.clone(),
     };
     let mut turn = 0;
-    let mut last: Option<StreamDone> = None;
+    // The model as the provider named it in its last answer (the footer shows it).
+    let mut answered_by = session.info().model;
     while turn < max_turns {
         turn += 1;
-        // The mode may change while the run goes on (`set_mode`); each request uses the current one.
-        agent.mode = crate::runtime::session_mode(&req.session_id).unwrap_or_else(|| req.mode.clone());
+        // The mode and model may change while the run goes on (`session_set_mode`); each request uses the current ones.
+        let info = session.info();
+        agent.mode = info.mode.clone();
+        let model = info.model.clone();
         let mut tools = deps.registry.available(&agent.mode, &deps.settings.permissions);
         if let Some(only) = deps.settings.mode_tools.get(&agent.mode) {
             tools.retain(|t| only.iter().any(|name| name == t.name()));
@@ -206,11 +199,12 @@ pub async fn run(
                 parameters: t.parameters(),
             })
             .collect();
+        let history = session.request_messages();
         let chat = ChatRequest {
-            model: req.model.clone(),
+            model: model.clone(),
             system: Some(system_prompt(
                 &[
-                    req.system.as_deref(),
+                    prompt.system.as_deref(),
                     deps.settings.mode_prompts.get(&agent.mode).map(String::as_str),
                 ],
                 &defs,
@@ -218,20 +212,39 @@ pub async fn run(
             )),
             messages: history.clone(),
             tools: defs,
-            max_tokens: req.max_tokens,
-            temperature: req.temperature,
+            max_tokens: prompt.max_tokens,
+            temperature: prompt.temperature,
             extra_body: None,
         };
         recorder.gate(&deps, stream, &cancel).await?;
-        notify(&deps.queue, stream, json!({ "type": "turn", "turn": turn }));
         let q = deps.queue.clone();
         let mut partial = recorder.partial();
         let started_ms = record::now_ms();
-        let mut emit = |delta: crate::llm::delta::Delta| {
-            if let crate::llm::delta::Delta::Text { text } = &delta {
-                partial.push(text);
+        let mut emit = |delta: crate::llm::delta::Delta| match delta {
+            crate::llm::delta::Delta::Text { text } => {
+                partial.push(&text);
+                update(&q, stream, updates::agent_text(&text));
             }
-            q.push(Event::Delta { stream, delta })
+            crate::llm::delta::Delta::Reasoning { text } => {
+                partial.push_reasoning(&text);
+                update(&q, stream, updates::agent_thought(&text));
+            }
+            crate::llm::delta::Delta::Retry {
+                attempt,
+                delay_ms,
+                class,
+                message,
+            } => mia_event(
+                &q,
+                stream,
+                MiaEvent::Retry {
+                    attempt,
+                    delay_ms,
+                    class,
+                    message,
+                },
+            ),
+            _ => {}
         };
         let result = tokio::select! {
             r = crate::hooks::call_model(&caller, &deps.providers, &chat, true, &mut emit) => r,
@@ -244,20 +257,18 @@ pub async fn run(
                 turn -= 1;
                 let started_ms = record::now_ms();
                 let (compacted_history, summary) =
-                    compaction::compact(&caller, &deps.providers, &req.model, &history, compaction::KEEP_RECENT)
-                        .await?;
+                    compaction::compact(&caller, &deps.providers, &model, &history, compaction::KEEP_RECENT).await?;
                 recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
                 if let Some(summary_message) = compacted_history.first() {
-                    recorder.compaction(summary_message, compacted_history.len() - 1).await;
+                    let row = recorder.compaction(summary_message, compacted_history.len() - 1).await;
+                    update(
+                        &deps.queue,
+                        stream,
+                        updates::compaction(&row.id, &summary_message.plain_text()),
+                    );
                 }
                 add_usage(&mut total, &summary.usage);
                 add_cost(&mut total_cost, &summary.cost);
-                history = compacted_history;
-                notify(
-                    &deps.queue,
-                    stream,
-                    json!({ "type": "notice", "text": "context compacted", "messages": history }),
-                );
                 continue;
             }
             Err(e) => {
@@ -271,59 +282,106 @@ pub async fn run(
             }
         };
         recorder.usage(&deps, stream, &done, &agent.name, started_ms).await;
+        answered_by = done.model.clone();
         add_usage(&mut total, &done.usage);
         add_cost(&mut total_cost, &done.cost);
         if !done.message.parts.is_empty() {
-            recorder.message(&done.message).await;
-            history.push(done.message.clone());
-            notify(
-                &deps.queue,
-                stream,
-                json!({ "type": "message", "message": done.message }),
-            );
+            recorder.message(&done.message, json!({})).await;
         }
+        let stop = match done.stop_reason {
+            crate::llm::message::StopReason::MaxTokens => Stop::MaxTokens,
+            crate::llm::message::StopReason::ContentFilter => Stop::Refusal,
+            _ => Stop::EndTurn,
+        };
         if done.tool_calls.is_empty() {
-            return Ok(finish(done, total, total_cost, recorder.session_cost_usd));
+            return Ok(finish(
+                &answered_by,
+                total,
+                total_cost,
+                recorder.session_cost_usd,
+                stop,
+                None,
+            ));
         }
-        let results = tool_round::run(
+        let (results, outcomes) = tool_round::run(
             &deps,
             stream,
             &agent,
             &root,
-            &req.session_id,
+            &info.id,
             &done,
             &mut remembered,
             &cancel,
             &history,
         )
         .await;
-        recorder.message(&results).await;
-        history.push(results.clone());
-        notify(&deps.queue, stream, json!({ "type": "message", "message": results }));
+        recorder.message(&results, json!({ "tools": outcomes })).await;
         if cancel.is_cancelled() {
             return Err(LlmError::cancelled());
         }
-        last = Some(done);
     }
-    notify(
-        &deps.queue,
-        stream,
-        json!({ "type": "notice", "text": format!("stopped after {max_turns} turns (max_turns)") }),
+    Ok(finish(
+        &answered_by,
+        total,
+        total_cost,
+        recorder.session_cost_usd,
+        Stop::MaxTurnRequests,
+        Some(format!("stopped after {max_turns} turns (max_turns)")),
+    ))
+}
+
+/// The turn's end: totals over every request of the turn.
+fn finish(model: &str, usage: Usage, cost: Cost, session_cost_usd: f64, stop: Stop, notice: Option<String>) -> TurnEnd {
+    TurnEnd {
+        stop,
+        model: model.to_string(),
+        usage,
+        cost,
+        error: None,
+        notice,
+        session_cost_usd: Some(session_cost_usd),
+    }
+}
+
+/// The end of a turn that failed or was cancelled.
+pub fn failed_end(model: &str, error: &LlmError) -> TurnEnd {
+    let cancelled = error.class == ErrorClass::Cancelled;
+    TurnEnd {
+        stop: if cancelled { Stop::Cancelled } else { Stop::Error },
+        model: model.to_string(),
+        usage: Usage::default(),
+        cost: Cost::default(),
+        error: (!cancelled).then(|| updates::TurnError {
+            class: error.class.as_str().to_string(),
+            message: error.message.clone(),
+        }),
+        notice: None,
+        session_cost_usd: None,
+    }
+}
+
+/// Stores the end of a turn in the session's log, so a replay ends it the same way.
+pub async fn record_end(session: &Session, end: &TurnEnd) {
+    let id = session.id();
+    let state = match end.stop {
+        Stop::Cancelled => crate::store::MessageState::Cancelled,
+        Stop::Error => crate::store::MessageState::Error,
+        _ => crate::store::MessageState::Complete,
+    };
+    let mut stored = end.clone();
+    stored.session_cost_usd = None;
+    let mut row = crate::session::message_row(
+        &id,
+        crate::session::new_message_id(&id),
+        crate::llm::message::Role::Assistant,
+        json!([]),
+        state,
     );
-    let done = last.ok_or_else(LlmError::cancelled)?;
-    Ok(finish(done, total, total_cost, recorder.session_cost_usd))
+    row.meta = json!({ "turn_end": stored });
+    session.append(row).await;
 }
 
-/// The last turn's answer with the run's totals and the chat footer.
-fn finish(mut done: StreamDone, total: Usage, cost: crate::llm::delta::Cost, session_cost_usd: f64) -> StreamDone {
-    done.usage = total;
-    done.cost = cost;
-    done.footer = Some(crate::cost::footer(&done.model, &done.usage, &done.cost));
-    done.session_cost_usd = Some(session_cost_usd);
-    done
-}
-
-fn add_cost(total: &mut crate::llm::delta::Cost, c: &crate::llm::delta::Cost) {
+fn add_cost(total: &mut Cost, c: &Cost) {
     if !c.known {
         *total = crate::llm::delta::Cost::default();
         return;
@@ -337,4 +395,58 @@ fn add_cost(total: &mut crate::llm::delta::Cost, c: &crate::llm::delta::Cost) {
     total.output_usd = add(total.output_usd, c.output_usd);
     total.cache_read_usd = add(total.cache_read_usd, c.cache_read_usd);
     total.cache_write_usd = add(total.cache_write_usd, c.cache_write_usd);
+}
+
+/// `/compact`: the model of the session summarizes everything the next
+/// request would send; the summary is stored as a compaction that covers
+/// it all, and the UI gets a `compaction_update`. The caller holds the
+/// session's [`crate::session::Turn`], so no prompt runs meanwhile.
+pub async fn compact_session(
+    deps: &AgentDeps,
+    stream: StreamId,
+    session: Arc<Session>,
+    cancel: CancellationToken,
+) -> Result<(), LlmError> {
+    let history = session.request_messages();
+    if history.is_empty() {
+        return Err(LlmError::new(
+            ErrorClass::InvalidRequest,
+            None,
+            "mia: nothing to compact: the chat is empty",
+        ));
+    }
+    let caller = crate::hooks::Caller {
+        queue: deps.queue.clone(),
+        calls: deps.calls.clone(),
+        stream,
+        cancel,
+    };
+    let model = session.info().model;
+    let id = session.id();
+    let started_ms = record::now_ms();
+    let (messages, summary) = compaction::compact(&caller, &deps.providers, &model, &history, 0).await?;
+    let message_id = crate::session::new_message_id(&id);
+    if let Some(store) = session.store() {
+        let row = record::usage_row(Some(&id), Some(message_id.clone()), "compaction", &summary, started_ms);
+        if let Err(e) = store.record_usage(row).await {
+            tracing::warn!("cannot record the compaction's usage: {e}");
+        }
+    }
+    if let Some(summary_message) = messages.first() {
+        let parts = serde_json::to_value(&summary_message.parts).unwrap_or(json!([]));
+        let row = crate::session::message_row(
+            &id,
+            message_id,
+            summary_message.role,
+            parts,
+            crate::store::MessageState::Complete,
+        );
+        let row = session.append_compaction(row, 0).await;
+        update(
+            &deps.queue,
+            stream,
+            updates::compaction(&row.id, &summary_message.plain_text()),
+        );
+    }
+    Ok(())
 }

@@ -9,30 +9,26 @@
 //! A compaction is stored as a message of its own that covers the older
 //! messages (which stay stored); see [`crate::store::MessageKind`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::{notify, AgentDeps, AgentRequest};
+use super::{mia_event, update, AgentDeps, Prompt};
 use crate::cost::budget::{self, BudgetConfig, Gate, Spend};
+use crate::events::MiaEvent;
 use crate::events::StreamId;
 use crate::llm::delta::StreamDone;
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::{Message, Part, Role};
-use crate::store::{MessageKind, MessageRow, MessageState, SessionRow, Store, UsageRow};
+use crate::session::{message_row, updates, Session};
+use crate::store::{MessageRow, MessageState, Store, UsageRow};
 
 /// How often a streaming answer is written to the store.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub use crate::session::{new_message_id, now_ms};
 
 /// Start and end (ms since the epoch) of the local calendar day containing `now_ms`.
 pub fn local_day(now_ms: i64, utc_offset_s: i32) -> (i64, i64) {
@@ -41,43 +37,20 @@ pub fn local_day(now_ms: i64, utc_offset_s: i32) -> (i64, i64) {
     (start * 1000, (start + 86_400) * 1000)
 }
 
-/// A new message id, unique across the processes sharing the store: the
-/// session, the time, the process and a per-process counter. Ids only name
-/// rows; their order is the store's `seq`.
-pub fn new_message_id(session_id: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{session_id}-m{:x}-{:x}-{n:x}", now_ms(), std::process::id())
-}
-
-/// A message row for [`Store::append_message`] (which assigns its `seq`).
-fn message_row(id: String, session_id: &str, role: Role, parts: serde_json::Value, state: MessageState) -> MessageRow {
-    let now = now_ms();
-    MessageRow {
-        id,
-        session_id: session_id.to_string(),
-        seq: 0,
-        role,
-        parts,
-        state,
-        meta: json!({}),
-        kind: MessageKind::Message,
-        created_at_ms: now,
-        updated_at_ms: now,
+/// The parts of an answer interrupted after `reasoning` and `text` arrived.
+fn partial_parts(reasoning: &str, text: &str) -> serde_json::Value {
+    let mut parts = Vec::new();
+    if !reasoning.is_empty() {
+        parts.push(Part::Reasoning {
+            text: reasoning.to_string(),
+            signature: None,
+            redacted: false,
+        });
     }
-}
-
-/// Stores a compaction summary under `id`: the summary message stands for
-/// every message of the session but its latest `keep_last` (which the
-/// compacted history kept verbatim). Failures are logged, never fatal: the
-/// conversation goes on with the summary either way.
-pub async fn record_compaction(store: &Store, session_id: &str, id: String, summary: &Message, keep_last: usize) {
-    let parts = serde_json::to_value(&summary.parts).unwrap_or(json!([]));
-    let row = message_row(id, session_id, summary.role, parts, MessageState::Complete);
-    let keep_last = u32::try_from(keep_last).unwrap_or(u32::MAX);
-    if let Err(e) = store.append_compaction(row, keep_last).await {
-        tracing::warn!("cannot record the compaction: {e}");
+    if !text.is_empty() {
+        parts.push(Part::Text { text: text.to_string() });
     }
+    serde_json::to_value(parts).unwrap_or(json!([]))
 }
 
 /// Writes a streaming answer to the store at most once per second.
@@ -88,9 +61,9 @@ pub struct Checkpointer {
 }
 
 impl Checkpointer {
-    pub fn save(&self, text: &str) {
+    pub fn save(&self, reasoning: &str, text: &str) {
         let mut row = self.row.clone();
-        row.parts = json!([{ "type": "text", "text": text }]);
+        row.parts = partial_parts(reasoning, text);
         row.updated_at_ms = now_ms();
         let store = self.store.clone();
         tokio::spawn(async move {
@@ -104,6 +77,7 @@ impl Checkpointer {
 /// Throttles checkpoints of the text streamed so far.
 pub struct Partial {
     pub text: String,
+    pub reasoning: String,
     last: Instant,
     cp: Option<Checkpointer>,
 }
@@ -111,9 +85,18 @@ pub struct Partial {
 impl Partial {
     pub fn push(&mut self, text: &str) {
         self.text.push_str(text);
+        self.tick();
+    }
+
+    pub fn push_reasoning(&mut self, text: &str) {
+        self.reasoning.push_str(text);
+        self.tick();
+    }
+
+    fn tick(&mut self) {
         if let Some(cp) = &self.cp {
             if self.last.elapsed() >= CHECKPOINT_EVERY {
-                cp.save(&self.text);
+                cp.save(&self.reasoning, &self.text);
                 self.last = Instant::now();
             }
         }
@@ -167,13 +150,13 @@ pub async fn gate_spend(
     match budget::gate(budgets, spend) {
         Gate::Proceed => Ok(()),
         Gate::Refuse { message } => Err(LlmError::new(ErrorClass::BudgetExceeded, None, message)),
-        Gate::Confirm { message } => {
+        Gate::Confirm { reason } => {
             let answer = calls
                 .call(
                     queue,
                     stream,
                     "confirm",
-                    json!({ "message": message }),
+                    json!({ "kind": "budget", "reason": reason }),
                     Duration::from_secs(3600),
                     cancel,
                 )
@@ -184,18 +167,17 @@ pub async fn gate_spend(
                 _ => Err(LlmError::new(
                     ErrorClass::BudgetExceeded,
                     None,
-                    format!(
-                        "{} Not sent: you answered no.",
-                        message.trim_end_matches(" Continue? [y/N]")
-                    ),
+                    format!("{reason} Not sent: you answered no."),
                 )),
             }
         }
     }
 }
 
-/// The store side of one run.
+/// The store side of one run: everything goes through the session, which
+/// keeps its log in memory and in the store.
 pub struct Recorder {
+    session: Arc<Session>,
     store: Option<Arc<Store>>,
     session_id: String,
     /// The id the run's next message (answer or tool results) is stored
@@ -207,54 +189,37 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Opens the store, records the session and the new user message.
-    /// Without a session id (a bare `mia.agent` call) nothing is stored.
-    pub async fn start(deps: &AgentDeps, req: &AgentRequest, root: &std::path::Path) -> Recorder {
-        let store = if req.session_id.is_empty() {
-            None
-        } else {
-            crate::runtime::store().await
-        };
+    /// Records the session and the new user message, and shows the prompt.
+    pub async fn start(deps: &AgentDeps, stream: StreamId, session: Arc<Session>, prompt: &Prompt) -> Recorder {
+        session.update_info(prompt.mode.as_deref(), prompt.model.as_deref(), None);
+        if session.info().title.is_none() {
+            session.update_info(None, None, prompt.title.as_deref());
+        }
+        let session_id = session.id();
+        let store = session.store();
         let mut r = Recorder {
+            session: session.clone(),
             store,
-            session_id: req.session_id.clone(),
-            next_id: new_message_id(&req.session_id),
-            offset_s: req.utc_offset_s,
+            next_id: new_message_id(&session_id),
+            session_id,
+            offset_s: prompt.utc_offset_s,
             budgets: deps.settings.costs,
             session_cost_usd: 0.0,
         };
-        let Some(store) = r.store.clone() else { return r };
-        let now = now_ms();
-        let session = SessionRow {
-            id: req.session_id.clone(),
-            cwd: root.display().to_string(),
-            title: req.title.clone(),
-            mode: req.mode.clone(),
-            model: req.model.clone(),
-            created_at_ms: now,
-            updated_at_ms: now,
-            meta: json!({}),
-        };
-        if let Err(e) = store.upsert_session(session).await {
-            tracing::warn!("cannot record the session: {e}");
-        }
-        if let Some(last) = req.messages.last() {
-            r.write(last, new_message_id(&r.session_id), MessageState::Complete)
-                .await;
-        }
-        if let Ok(spend) = store.spend(&r.session_id, 0, 0).await {
-            r.session_cost_usd = spend.session_usd;
-        }
+        session.persist().await;
+        let model = session.info().model;
+        let mut row = message_row(
+            &r.session_id,
+            new_message_id(&r.session_id),
+            Role::User,
+            json!([{ "type": "text", "text": prompt.content }]),
+            MessageState::Complete,
+        );
+        row.meta = json!({ "model": model });
+        session.append(row).await;
+        update(&deps.queue, stream, updates::user_chunk(&prompt.content, &model));
+        r.session_cost_usd = session.cost_usd().await;
         r
-    }
-
-    async fn write(&self, message: &Message, id: String, state: MessageState) {
-        let Some(store) = &self.store else { return };
-        let parts = serde_json::to_value(&message.parts).unwrap_or(json!([]));
-        let row = message_row(id, &self.session_id, message.role, parts, state);
-        if let Err(e) = store.append_message(row).await {
-            tracing::warn!("cannot record a message: {e}");
-        }
     }
 
     /// Moves on to a new id for the next message.
@@ -267,8 +232,8 @@ impl Recorder {
         let cp = self.store.clone().map(|store| Checkpointer {
             store,
             row: message_row(
-                self.next_id.clone(),
                 &self.session_id,
+                self.next_id.clone(),
                 Role::Assistant,
                 json!([]),
                 MessageState::Streaming,
@@ -276,39 +241,45 @@ impl Recorder {
         });
         Partial {
             text: String::new(),
+            reasoning: String::new(),
             last: Instant::now(),
             cp,
         }
     }
 
-    /// Stores a finished message (assistant answer or tool results) at the next position.
-    pub async fn message(&mut self, message: &Message) {
+    /// Stores a finished message (assistant answer or tool results) at the
+    /// next position, with `meta` (e.g. how each tool call ended).
+    pub async fn message(&mut self, message: &Message, meta: serde_json::Value) {
         let id = self.take_id();
-        self.write(message, id, MessageState::Complete).await;
+        let parts = serde_json::to_value(&message.parts).unwrap_or(json!([]));
+        let mut row = message_row(&self.session_id, id, message.role, parts, MessageState::Complete);
+        row.meta = meta;
+        self.session.append(row).await;
     }
 
     /// Stores the summary of an automatic compaction that kept the latest
-    /// `keep_last` messages verbatim (see [`record_compaction`]).
-    pub async fn compaction(&mut self, summary: &Message, keep_last: usize) {
+    /// `keep_last` messages verbatim.
+    pub async fn compaction(&mut self, summary: &Message, keep_last: usize) -> MessageRow {
         let id = self.take_id();
-        if let Some(store) = &self.store {
-            record_compaction(store, &self.session_id, id, summary, keep_last).await;
-        }
+        let parts = serde_json::to_value(&summary.parts).unwrap_or(json!([]));
+        let row = message_row(&self.session_id, id, summary.role, parts, MessageState::Complete);
+        self.session.append_compaction(row, keep_last).await
     }
 
     /// Stores what an interrupted answer had produced.
     pub async fn interrupted(&mut self, partial: &Partial, state: MessageState) {
-        if partial.text.is_empty() {
+        if partial.text.is_empty() && partial.reasoning.is_empty() {
             return;
         }
-        let message = Message {
-            role: Role::Assistant,
-            parts: vec![Part::Text {
-                text: partial.text.clone(),
-            }],
-        };
         let id = self.take_id();
-        self.write(&message, id, state).await;
+        let row = message_row(
+            &self.session_id,
+            id,
+            Role::Assistant,
+            partial_parts(&partial.reasoning, &partial.text),
+            state,
+        );
+        self.session.append(row).await;
     }
 
     async fn spend(&self) -> Option<Spend> {
@@ -328,7 +299,7 @@ impl Recorder {
         gate_spend(&self.budgets, spend, &deps.calls, &deps.queue, stream, cancel).await
     }
 
-    /// Records one provider call and tells Lua about the new totals; warns
+    /// Records one provider call and tells the UI the new totals; warns
     /// once when a warning threshold is crossed.
     pub async fn usage(&mut self, deps: &AgentDeps, stream: StreamId, done: &StreamDone, agent: &str, started_ms: i64) {
         let before = self.spend().await;
@@ -350,20 +321,20 @@ impl Recorder {
         } else if let Some(total) = done.cost.total_usd {
             self.session_cost_usd += total;
         }
-        notify(
+        update(
             &deps.queue,
             stream,
-            json!({
-                "type": "usage",
-                "usage": done.usage,
-                "cost": done.cost,
-                "session_cost_usd": self.session_cost_usd,
-                "day_cost_usd": after.map(|a| a.day_usd),
-            }),
+            updates::usage(
+                &done.usage,
+                &done.cost,
+                0,
+                self.session_cost_usd,
+                after.map(|a| a.day_usd),
+            ),
         );
         if let (Some(b), Some(a)) = (before, after) {
             for w in budget::crossed_warnings(&self.budgets, b, a) {
-                notify(&deps.queue, stream, json!({ "type": "warning", "text": w.message }));
+                mia_event(&deps.queue, stream, MiaEvent::Warning { text: w.message });
             }
         }
     }

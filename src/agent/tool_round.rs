@@ -2,7 +2,7 @@
 //! time), run the approved calls in parallel, and return the results as one
 //! tool message in the order the model asked.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,34 +11,58 @@ use futures_util::future::join_all;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::{notify, AgentDeps};
+use agent_client_protocol_schema::v1 as acp;
+
+use super::{update, AgentDeps};
 use crate::calls::CallError;
 use crate::events::StreamId;
 use crate::llm::delta::{StreamDone, ToolCall};
 use crate::llm::message::{Message, Part, Role};
+use crate::session::{updates, ToolOutcome, ToolStatus};
 use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
 use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolLimits, ToolOutput};
 
-/// How much of a tool's output the chat shows.
-const CHAT_OUTPUT_CAP: usize = 4000;
-
-fn status(deps: &AgentDeps, stream: StreamId, call: &ToolCall, status: &str, extra: Value) {
-    let mut v =
-        json!({ "type": "tool", "id": call.id, "name": call.name, "status": status, "arguments": call.arguments });
-    if let (Value::Object(target), Value::Object(more)) = (&mut v, extra) {
-        target.extend(more);
-    }
-    notify(&deps.queue, stream, v);
+/// The permission question for one call, as ACP's `session/request_permission`:
+/// the call, and the options in the order the UI shows them. What mia's
+/// picker needs besides (subject, effect, the rule that asked) is in `_meta.mia`.
+fn permission_request(session_id: &str, call: &ToolCall, extra: Value) -> acp::RequestPermissionRequest {
+    let tool_call = acp::ToolCallUpdate::new(
+        call.id.clone(),
+        acp::ToolCallUpdateFields::new()
+            .title(call.name.clone())
+            .kind(updates::tool_kind(&call.name))
+            .status(acp::ToolCallStatus::Pending)
+            .raw_input(call.arguments.clone()),
+    );
+    let mut meta = acp::Meta::new();
+    meta.insert("mia".into(), extra);
+    acp::RequestPermissionRequest::new(
+        session_id.to_string(),
+        tool_call,
+        vec![
+            acp::PermissionOption::new("allow_once", "Allow once", acp::PermissionOptionKind::AllowOnce),
+            acp::PermissionOption::new(
+                "allow_always",
+                "Allow always for this project",
+                acp::PermissionOptionKind::AllowAlways,
+            ),
+            acp::PermissionOption::new("reject_once", "Reject", acp::PermissionOptionKind::RejectOnce),
+        ],
+    )
+    .meta(meta)
 }
 
-fn short(text: &str) -> String {
-    match text.char_indices().nth(CHAT_OUTPUT_CAP) {
-        Some((i, _)) => format!("{}…", &text[..i]),
-        None => text.to_string(),
+/// The user's answer: the option chosen, or `None` for a dismissed question.
+fn chosen_option(answer: Value) -> Option<String> {
+    let response: acp::RequestPermissionResponse = serde_json::from_value(answer).ok()?;
+    match response.outcome {
+        acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
+        _ => None,
     }
 }
 
-/// Runs the tool calls of `done`; the returned message holds one result per call.
+/// Runs the tool calls of `done`; the returned message holds one result per
+/// call, and the map how each ended (typed: done, failed, rejected, cancelled).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     deps: &AgentDeps,
@@ -50,11 +74,16 @@ pub async fn run(
     remembered: &mut Vec<Rule>,
     cancel: &CancellationToken,
     history: &[Message],
-) -> Message {
+) -> (Message, BTreeMap<String, ToolOutcome>) {
     for call in &done.tool_calls {
-        status(deps, stream, call, "pending", json!({}));
+        update(
+            &deps.queue,
+            stream,
+            updates::tool_call(&call.id, &call.name, &call.arguments),
+        );
     }
     let mut results: HashMap<String, ToolOutput> = HashMap::new();
+    let mut ended: HashMap<String, ToolStatus> = HashMap::new();
     let mut approved: Vec<(&ToolCall, SharedTool, Checked)> = Vec::new();
     for call in &done.tool_calls {
         if cancel.is_cancelled() {
@@ -62,6 +91,7 @@ pub async fn run(
                 call.id.clone(),
                 ToolOutput::error("Cancelled by the user before it ran."),
             );
+            ended.insert(call.id.clone(), ToolStatus::Cancelled);
             continue;
         }
         let tool = match deps.registry.get(&call.name) {
@@ -119,24 +149,43 @@ pub async fn run(
                 );
             }
             Action::Ask => {
-                status(deps, stream, call, "awaiting_permission", json!({ "subject": subject }));
-                let payload = json!({
-                    "tool": call.name,
-                    "call_id": call.id,
-                    "arguments": call.arguments,
-                    "subject": subject,
-                    "effect": tool.effect(),
-                    "because": decision.because,
-                    "root": root.display().to_string(),
-                });
+                update(
+                    &deps.queue,
+                    stream,
+                    updates::tool_progress(&call.id, ToolStatus::AwaitingPermission, json!({ "subject": subject })),
+                );
+                let request = permission_request(
+                    session_id,
+                    call,
+                    json!({
+                        "tool": call.name,
+                        "subject": subject,
+                        "effect": tool.effect(),
+                        "because": decision.because,
+                        "root": root.display().to_string(),
+                    }),
+                );
+                let payload = serde_json::to_value(&request).unwrap_or(Value::Null);
                 let timeout = Duration::from_millis(deps.settings.ask_timeout_ms);
                 let answer = deps
                     .calls
-                    .call(&deps.queue, stream, "permission", payload, timeout, cancel)
+                    .call(
+                        &deps.queue,
+                        stream,
+                        "session/request_permission",
+                        payload,
+                        timeout,
+                        cancel,
+                    )
                     .await;
-                match answer {
-                    Ok(Ok(Value::String(a))) if a == "allow_once" => approved.push((call, tool, checked)),
-                    Ok(Ok(Value::String(a))) if a == "allow_always" => {
+                let choice = match answer {
+                    Ok(Ok(v)) => Ok(chosen_option(v)),
+                    Ok(Err(_)) => Ok(None),
+                    Err(e) => Err(e),
+                };
+                match choice {
+                    Ok(Some(a)) if a == "allow_once" => approved.push((call, tool, checked)),
+                    Ok(Some(a)) if a == "allow_always" => {
                         let rule = remembered_rule(&call.name, &checked);
                         if let Some(dir) = &deps.settings.data_dir {
                             if let Err(e) = Remembered::remember(dir, root, rule.clone()).await {
@@ -151,12 +200,14 @@ pub async fn run(
                             call.id.clone(),
                             ToolOutput::error("Cancelled by the user before it ran."),
                         );
+                        ended.insert(call.id.clone(), ToolStatus::Cancelled);
                     }
                     _ => {
                         results.insert(
                             call.id.clone(),
                             ToolOutput::error("The user rejected this call. Ask what they want instead."),
                         );
+                        ended.insert(call.id.clone(), ToolStatus::Rejected);
                     }
                 }
             }
@@ -173,14 +224,20 @@ pub async fn run(
         done.tool_calls.first().map(|c| c.id.as_str()).unwrap_or("")
     );
     let conversation = Arc::new(history.to_vec());
+    let mut outcomes: BTreeMap<String, ToolOutcome> = BTreeMap::new();
     for call in &done.tool_calls {
         if let Some(out) = results.get(&call.id) {
-            let state = if out.content.starts_with("The user rejected") {
-                "rejected"
-            } else {
-                "failed"
+            let outcome = ToolOutcome {
+                status: ended.get(&call.id).copied().unwrap_or(ToolStatus::Failed),
+                duration_ms: None,
+                summary: None,
             };
-            status(deps, stream, call, state, json!({ "output": short(&out.content) }));
+            update(
+                &deps.queue,
+                stream,
+                updates::tool_finished(&call.id, &out.content, &outcome),
+            );
+            outcomes.insert(call.id.clone(), outcome);
         }
     }
     let runs = approved.into_iter().map(|(call, tool, checked)| {
@@ -201,15 +258,15 @@ pub async fn run(
             subject: checked.path().cloned(),
             conversation: conversation.clone(),
             metadata: Arc::new(move |m| {
-                notify(
-                    &queue,
-                    stream,
-                    json!({ "type": "tool_metadata", "id": call_id, "metadata": m }),
-                );
+                update(&queue, stream, updates::tool_metadata(&call_id, m));
             }),
         };
         async move {
-            status(deps, stream, call, "running", json!({}));
+            update(
+                &deps.queue,
+                stream,
+                updates::tool_progress(&call.id, ToolStatus::Running, json!({})),
+            );
             let started = Instant::now();
             let out = tool.call(call.arguments.clone(), ctx).await;
             (call, out, started.elapsed())
@@ -224,20 +281,24 @@ pub async fn run(
                 out.content = out.content.replace(secret.as_str(), "<redacted>");
             }
         }
-        let state = if cancel.is_cancelled() {
-            "cancelled"
+        let status = if cancel.is_cancelled() {
+            ToolStatus::Cancelled
         } else if out.is_error {
-            "failed"
+            ToolStatus::Failed
         } else {
-            "done"
+            ToolStatus::Done
         };
-        status(
-            deps,
+        let outcome = ToolOutcome {
+            status,
+            duration_ms: Some(took.as_millis() as u64),
+            summary: out.metadata.get("summary").and_then(Value::as_str).map(str::to_string),
+        };
+        update(
+            &deps.queue,
             stream,
-            call,
-            state,
-            json!({ "output": short(&out.content), "metadata": out.metadata, "duration_ms": took.as_millis() as u64 }),
+            updates::tool_finished(&call.id, &out.content, &outcome),
         );
+        outcomes.insert(call.id.clone(), outcome);
         results.insert(call.id.clone(), out);
     }
     let parts = done
@@ -254,8 +315,11 @@ pub async fn run(
             }
         })
         .collect();
-    Message {
-        role: Role::Tool,
-        parts,
-    }
+    (
+        Message {
+            role: Role::Tool,
+            parts,
+        },
+        outcomes,
+    )
 }

@@ -34,9 +34,9 @@ pub struct Spend {
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Gate {
     Proceed,
-    /// A soft limit is reached: send only if the user answers yes to `message`.
+    /// A soft limit is reached: send only if the user, told `reason`, answers yes.
     Confirm {
-        message: String,
+        reason: String,
     },
     /// A hard limit is reached: do not send; show `message`.
     Refuse {
@@ -79,7 +79,7 @@ pub fn gate(cfg: &BudgetConfig, spend: Spend) -> Gate {
             }
         } else {
             Gate::Confirm {
-                message: format!("Session cost limit reached ({}). Continue? [y/N]", usd(limit)),
+                reason: format!("Session cost limit reached ({}).", usd(limit)),
             }
         };
     }
@@ -95,7 +95,7 @@ pub fn gate(cfg: &BudgetConfig, spend: Spend) -> Gate {
             }
         } else {
             Gate::Confirm {
-                message: format!("Daily cost limit reached ({}). Continue? [y/N]", usd(limit)),
+                reason: format!("Daily cost limit reached ({}).", usd(limit)),
             }
         };
     }

@@ -162,7 +162,8 @@ pub struct ToolCall {
 }
 
 /// The cost of one answer; `known == false` (and no figures) when the model has no price.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Cost {
     pub known: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

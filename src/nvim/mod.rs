@@ -210,27 +210,171 @@ fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
     })
 }
 
-/// `agent(request)` -> handle: the agent loop behind `:Mia prompt`.
-fn agent(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
-    guarded("agent", || {
-        let request: crate::agent::AgentRequest = lua.from_value(request).map_err(|e| {
-            LuaError::RuntimeError(format!(
+fn lua_error(e: impl std::fmt::Display) -> LuaError {
+    LuaError::RuntimeError(e.to_string())
+}
+
+fn agent_deps(queue: std::sync::Arc<crate::events::EventQueue>) -> crate::agent::AgentDeps {
+    crate::agent::AgentDeps {
+        providers: runtime::providers(),
+        registry: runtime::registry(),
+        queue,
+        calls: crate::calls::pending(),
+        settings: runtime::agent_settings(),
+    }
+}
+
+fn open_session(id: &str) -> LuaResult<std::sync::Arc<crate::session::Session>> {
+    runtime::sessions()
+        .get(id)
+        .ok_or_else(|| lua_error(crate::session::SessionError::NotFound(id.to_string())))
+}
+
+/// What `session_new` takes.
+#[derive(serde::Deserialize)]
+struct NewSession {
+    cwd: String,
+    mode: String,
+    model: String,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+/// `session_new({ cwd, mode, model, title? })` -> id: a new, empty chat
+/// session owned by the core (stored at its first prompt).
+fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
+    guarded("session_new", || {
+        let opts: NewSession = lua
+            .from_value(opts)
+            .map_err(|e| lua_error(format!("mia: invalid session options: {e}")))?;
+        let id = crate::session::new_session_id();
+        let info = crate::session::SessionInfo {
+            id: id.clone(),
+            cwd: PathBuf::from(opts.cwd),
+            title: opts.title,
+            mode: opts.mode,
+            model: opts.model,
+            agent: "mia".into(),
+            created_at_ms: crate::session::now_ms(),
+        };
+        runtime::sessions().insert(crate::session::Session::new(info, None));
+        Ok(id)
+    })
+}
+
+/// `session_prompt(id, { content, model?, mode?, system?, title?, ... })` -> handle:
+/// one prompt turn. Its ACP updates and its end arrive as events; Lua never
+/// sends the history. Refused while the session has a turn in flight.
+fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
+    guarded("session_prompt", || {
+        let prompt: crate::agent::Prompt = lua.from_value(prompt).map_err(|e| {
+            lua_error(format!(
                 "mia.prompt: invalid request: {}",
                 e.to_string().trim_start_matches("deserialize error: ")
             ))
         })?;
+        let session = open_session(&id)?;
         let (rt, queue) = runtime_and_queue()?;
-        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let deps = crate::agent::AgentDeps {
-            providers: runtime::providers(),
-            registry: runtime::registry(),
-            queue,
-            calls: crate::calls::pending(),
-            settings: runtime::agent_settings(),
+        let turn = session.begin(cancel.clone()).map_err(lua_error)?;
+        stream_task::spawn_turn(&rt, agent_deps(queue), stream, session, turn, prompt, cancel.clone());
+        Ok(StreamHandle { id: stream, cancel })
+    })
+}
+
+/// `session_set(id, { mode?, model?, title? })`: later requests of the
+/// session (the turn in flight included) use them.
+fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Set {
+        mode: Option<String>,
+        model: Option<String>,
+        title: Option<String>,
+    }
+    guarded("session_set", || {
+        let set: Set = lua.from_value(opts).map_err(lua_error)?;
+        let session = open_session(&id)?;
+        session.update_info(set.mode.as_deref(), set.model.as_deref(), set.title.as_deref());
+        Ok(())
+    })
+}
+
+/// `session_compact(id)` -> handle: `/compact`. Its `compaction_update`
+/// arrives as an event, then an empty result. Refused while a turn runs.
+fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
+    guarded("session_compact", || {
+        let session = open_session(&id)?;
+        let (rt, queue) = runtime_and_queue()?;
+        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let turn = session.begin(cancel.clone()).map_err(lua_error)?;
+        let deps = agent_deps(queue.clone());
+        let token = cancel.clone();
+        stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
+            session.attach_store(runtime::store().await);
+            let result = crate::agent::compact_session(&deps, stream, session, token).await;
+            drop(turn);
+            result.map(|()| serde_json::Value::Null)
+        });
+        Ok(StreamHandle { id: stream, cancel })
+    })
+}
+
+/// `session_open(id)` -> handle whose result is `{ session, items, cost_usd }`:
+/// the stored session, now owned by the core, and every update it sent
+/// (ACP's `session/load` replay), in order.
+fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
+    start_job("session_open", move |_| async move {
+        let no_store = || {
+            crate::llm::error::LlmError::new(
+                crate::llm::error::ErrorClass::InvalidRequest,
+                None,
+                crate::session::SessionError::NoStore.to_string(),
+            )
         };
-        stream_task::spawn_agent(&rt, deps, id, request, cancel.clone());
-        Ok(StreamHandle { id, cancel })
+        let store = runtime::store().await.ok_or_else(no_store)?;
+        let session = crate::session::Session::load(store, &id).await.map_err(|e| {
+            crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+        })?;
+        let cost_usd = session.cost_usd().await;
+        let value = serde_json::json!({
+            "session": session.info(),
+            "items": session.replay(),
+            "cost_usd": cost_usd,
+        });
+        runtime::sessions().insert(session);
+        Ok(value)
+    })
+}
+
+/// `session_messages(id)` -> handle whose result is what the session's next
+/// request would send (a Lua tool's `ctx.conversation()`); empty for an unknown id.
+fn session_messages(_: &Lua, id: String) -> LuaResult<StreamHandle> {
+    start_job("session_messages", move |_| async move {
+        let messages = runtime::sessions()
+            .get(&id)
+            .map(|s| s.request_messages())
+            .unwrap_or_default();
+        Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
+    })
+}
+
+/// `session_close(id)`: the core forgets the session (its turn, if any, is cancelled).
+fn session_close(_: &Lua, id: String) -> LuaResult<()> {
+    guarded("session_close", || {
+        runtime::sessions().close(&id);
+        Ok(())
+    })
+}
+
+/// `format_footer(turn_end)` -> the chat's footer line for a turn's totals
+/// (`── model · 1,247 in · 832 out · $0.031 ──`): money and token formats are Rust's.
+fn format_footer(lua: &Lua, end: LuaValue) -> LuaResult<String> {
+    guarded("format_footer", || {
+        let end: crate::session::TurnEnd = lua.from_value(end).map_err(lua_error)?;
+        Ok(crate::cost::footer(&end.model, &end.usage, &end.cost))
     })
 }
 
@@ -286,64 +430,6 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
         Ok(value)
     });
     Ok(StreamHandle { id, cancel })
-}
-
-/// `set_mode(session_id, mode)`: the mode agent runs of that session use from their next request.
-fn set_mode(_: &Lua, (session, mode): (String, String)) -> LuaResult<()> {
-    guarded("set_mode", || {
-        runtime::set_session_mode(&session, &mode);
-        Ok(())
-    })
-}
-
-/// `compact({ model, messages, session_id })` -> handle whose result is the compacted message list;
-/// with a session id, the summary is stored as the session's compaction message.
-fn compact(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
-    #[derive(serde::Deserialize)]
-    struct Req {
-        model: String,
-        messages: Vec<crate::llm::message::Message>,
-        #[serde(default)]
-        session_id: Option<String>,
-    }
-    let req: Req = lua
-        .from_value(request)
-        .map_err(|e| LuaError::RuntimeError(format!("mia: invalid compact request: {e}")))?;
-    guarded("compact", || {
-        let (rt, queue) = runtime_and_queue()?;
-        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-        let cancel = CancellationToken::new();
-        let caller = crate::hooks::Caller {
-            queue: queue.clone(),
-            calls: crate::calls::pending(),
-            stream: id,
-            cancel: cancel.clone(),
-        };
-        let providers = runtime::providers();
-        stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
-            let started_ms = crate::agent::record::now_ms();
-            let (messages, summary) = crate::agent::compact(&caller, &providers, &req.model, &req.messages, 0).await?;
-            if let (Some(session), Some(store)) = (req.session_id.as_deref(), runtime::store().await) {
-                let id = crate::agent::record::new_message_id(session);
-                let row = crate::agent::record::usage_row(
-                    Some(session),
-                    Some(id.clone()),
-                    "compaction",
-                    &summary,
-                    started_ms,
-                );
-                if let Err(e) = store.record_usage(row).await {
-                    tracing::warn!("cannot record the compaction's usage: {e}");
-                }
-                if let Some(summary_message) = messages.first() {
-                    crate::agent::record::record_compaction(&store, session, id, summary_message, messages.len() - 1)
-                        .await;
-                }
-            }
-            Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
-        });
-        Ok(StreamHandle { id, cancel })
-    })
 }
 
 /// `reply(call, ok, value)`: Lua's answer to a call event.
@@ -467,9 +553,17 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
                     t.set("kind", "abort")?;
                     t.set("call", *call)?;
                 }
-                Event::Agent { value, .. } => {
-                    t.set("kind", "agent")?;
-                    t.set("data", to_lua(lua, value)?)?;
+                Event::Update { update, .. } => {
+                    t.set("kind", "update")?;
+                    t.set("data", to_lua(lua, update.as_ref())?)?;
+                }
+                Event::End { end, .. } => {
+                    t.set("kind", "end")?;
+                    t.set("data", to_lua(lua, end.as_ref())?)?;
+                }
+                Event::Mia { event, .. } => {
+                    t.set("kind", "mia")?;
+                    t.set("data", to_lua(lua, event)?)?;
                 }
             }
             out.raw_set(i + 1, t)?;
@@ -513,16 +607,20 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
     m.set("set_hooks", lua.create_function(set_hooks)?)?;
-    m.set("agent", lua.create_function(agent)?)?;
+    m.set("session_new", lua.create_function(session_new)?)?;
+    m.set("session_prompt", lua.create_function(session_prompt)?)?;
+    m.set("session_set", lua.create_function(session_set)?)?;
+    m.set("session_compact", lua.create_function(session_compact)?)?;
+    m.set("session_open", lua.create_function(session_open)?)?;
+    m.set("session_close", lua.create_function(session_close)?)?;
+    m.set("session_messages", lua.create_function(session_messages)?)?;
+    m.set("format_footer", lua.create_function(format_footer)?)?;
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
-    m.set("set_mode", lua.create_function(set_mode)?)?;
     m.set("costs", lua.create_function(store_api::costs)?)?;
     m.set("sessions_list", lua.create_function(store_api::sessions_list)?)?;
-    m.set("session_load", lua.create_function(store_api::session_load)?)?;
     m.set("session_rename", lua.create_function(store_api::session_rename)?)?;
     m.set("session_delete", lua.create_function(store_api::session_delete)?)?;
-    m.set("compact", lua.create_function(compact)?)?;
     m.set("register_tool", lua.create_function(register_tool)?)?;
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
     m.set("tools", lua.create_function(tools)?)?;

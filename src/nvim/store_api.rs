@@ -162,42 +162,6 @@ pub fn sessions_list(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
-/// `session_load(id)` -> handle; `{ session = SessionInfo, mode, model, messages = { { role, parts, state, kind? } },
-/// history = { index } }`: `messages` is the transcript (every message, and each compaction where it
-/// happened), `history` the (1-based) indexes in `messages` of what the next request sends, in order (the
-/// latest compaction's summary in place of what it covers; indexes rather than copies, so a long session
-/// crosses into Lua once).
-pub fn session_load(_: &Lua, id: String) -> LuaResult<StreamHandle> {
-    start_job("session_load", move |_| async move {
-        let store = runtime::store().await.ok_or_else(no_store)?;
-        let Some(session) = store.session(&id).await.map_err(store_error)? else {
-            return Err(LlmError::new(
-                ErrorClass::InvalidRequest,
-                None,
-                format!("mia: no session `{id}`"),
-            ));
-        };
-        let messages = store.messages(&id).await.map_err(store_error)?;
-        Ok(json!({
-            "session": { "sessionId": session.id, "cwd": session.cwd, "title": session.title, "updatedAt": iso(session.updated_at_ms) },
-            "mode": session.mode,
-            "model": session.model,
-            "messages": messages.iter().map(transcript_entry).collect::<Vec<_>>(),
-            "history": crate::store::request_positions(&messages).iter().map(|i| i + 1).collect::<Vec<_>>(),
-        }))
-    })
-}
-
-/// One `session_load` transcript entry; `kind` is only sent for a compaction
-/// (every other row is a plain message), which keeps a long session's load lean.
-fn transcript_entry(m: &crate::store::MessageRow) -> serde_json::Value {
-    let mut entry = json!({ "role": m.role, "parts": m.parts, "state": m.state });
-    if m.kind != crate::store::MessageKind::Message {
-        entry["kind"] = json!(m.kind.as_str());
-    }
-    entry
-}
-
 /// `session_rename(id, title)` and `session_delete(id)` -> handles.
 pub fn session_rename(_: &Lua, (id, title): (String, String)) -> LuaResult<StreamHandle> {
     start_job("session_rename", move |_| async move {

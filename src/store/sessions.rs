@@ -204,8 +204,7 @@ pub(crate) fn list(
     };
     let sql = format!(
         "SELECT s.id, s.cwd, s.title, s.mode, s.model, s.created_at_ms, s.updated_at_ms,
-             (SELECT count(*) FROM messages m WHERE m.session_id = s.id)
-               - (SELECT count(*) FROM messages c WHERE c.session_id = s.id AND c.kind = 'compaction'),
+             (SELECT count(*) FROM messages m WHERE m.session_id = s.id AND m.kind = 'message' AND m.parts <> '[]'),
              (SELECT total(u.total_usd) FROM usage u WHERE u.session_id = s.id AND u.cost_known = 1)
          FROM sessions s {where_clause}
          ORDER BY s.updated_at_ms DESC, s.id DESC

@@ -435,7 +435,7 @@ fn append_compaction(conn: &Connection, row: &MessageRow, keep_last: u32) -> Res
     let range = conn
         .prepare_cached(
             "SELECT (SELECT min(seq) FROM messages WHERE session_id = ?1),
-                    (SELECT seq FROM messages WHERE session_id = ?1 AND kind = 'message'
+                    (SELECT seq FROM messages WHERE session_id = ?1 AND kind = 'message' AND parts <> '[]'
                      ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
         )
         .and_then(|mut s| {

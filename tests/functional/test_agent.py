@@ -266,12 +266,13 @@ def test_a_lua_tool_sees_a_snapshot_of_the_conversation(agent, server):
     ed.lua("""require('mia').register_tool({ name = 'peek', description = 'reads the conversation',
       execute = function(_, ctx)
         local c = ctx.conversation()
-        c[1].role = 'changed'  -- a copy: the chat's history is untouched
+        c[1].role = 'changed'  -- a copy: the session's log is untouched
         return string.format('%d messages, last from %s', #c, c[#c].role)
       end })""")
     prompt(ed, "tool peek {}")
     assert tool_results(server)[-1][0]["content"] == "2 messages, last from assistant"
-    assert ed.lua("return require('mia.chat').history()[1].role") == "user"
+    bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
+    assert [m["role"] for m in bodies[-1]["messages"]][:3] == ["system", "user", "assistant"]
 
 
 def test_a_question_from_a_rust_tool_is_asked_through_vim_ui_select(agent):

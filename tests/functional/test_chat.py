@@ -88,7 +88,7 @@ def test_http_500_shows_one_clear_error(editor):
     editor.wait("require('mia.chat').state() == 'error'")
     assert editor.chat_text() == transcript(
         "http 500",
-        "\n\n> **Error** (server_error): scn: server error (HTTP 500: The server had an error while processing "
+        "> **Error** (server_error): scn: server error (HTTP 500: The server had an error while processing "
         "your request.). The provider is having trouble; try again shortly. (after 2 retries)",
     )
 
@@ -122,7 +122,7 @@ def test_server_gone_reports_a_network_error(editor_factory, tmp_path):
     ed.wait("require('mia.chat').state() == 'error'")
     assert ed.chat_text() == transcript(
         "hello",
-        f"\n\n> **Error** (network_error): gone: cannot connect to http://127.0.0.1:{port}/v1 (Connection refused "
+        f"> **Error** (network_error): gone: cannot connect to http://127.0.0.1:{port}/v1 (Connection refused "
         "(os error 111)). Check that the server is running and providers.gone.base_url is right. (after 2 retries)",
         model="gone/x",
     )

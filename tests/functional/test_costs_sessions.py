@@ -74,9 +74,17 @@ def test_usage_rows_and_messages_are_in_the_store(make, data_home):
     prompt(ed, "echo two")
     with db(data_home) as c:
         rows = c.execute("select provider, model, input_tokens, output_tokens, cost_known, total_usd from usage").fetchall()
-        msgs = c.execute("select seq, role, state from messages order by seq").fetchall()
+        msgs = c.execute("select seq, role, state, parts = '[]', json_extract(meta, '$.turn_end.stopReason') from messages order by seq").fetchall()
     assert len(rows) == 2 and all(r[0] == "scn" and r[1] == "echo" and r[4] == 1 and r[5] > 0 for r in rows)
-    assert msgs == [(0, "user", "complete"), (1, "assistant", "complete"), (2, "user", "complete"), (3, "assistant", "complete")]
+    # Each turn: the prompt, the answer, and its end (no parts: never sent to the model).
+    assert msgs == [
+        (0, "user", "complete", 0, None),
+        (1, "assistant", "complete", 0, None),
+        (2, "assistant", "complete", 1, "end_turn"),
+        (3, "user", "complete", 0, None),
+        (4, "assistant", "complete", 0, None),
+        (5, "assistant", "complete", 1, "end_turn"),
+    ]
 
 
 def test_session_report_has_totals_and_breakdowns(make):
@@ -159,9 +167,14 @@ def test_killing_neovim_mid_stream_loses_at_most_the_last_second(make, data_home
     time.sleep(0.3)
     with db(data_home) as c:
         msgs = c.execute("select seq, role, state, parts from messages order by seq").fetchall()
-    assert [(m[0], m[1], m[2]) for m in msgs[:3]] == [(0, "user", "complete"), (1, "assistant", "complete"), (2, "user", "complete")]
-    seq, role, state, parts = msgs[3]
-    assert (seq, role, state) == (3, "assistant", "streaming")
+    assert [(m[0], m[1], m[2]) for m in msgs[:4]] == [
+        (0, "user", "complete"),
+        (1, "assistant", "complete"),
+        (2, "assistant", "complete"),  # the first turn's end
+        (3, "user", "complete"),
+    ]
+    seq, role, state, parts = msgs[4]
+    assert (seq, role, state) == (4, "assistant", "streaming")
     import json
     saved = json.loads(parts)[0]["text"]
     assert shown.startswith(saved) and len(saved) >= 7 * 40  # at most ~60 tokens (a bit over a second at 50/s) lost
@@ -178,7 +191,8 @@ def test_two_neovims_writing_the_same_store_lose_nothing(make, data_home):
     with db(data_home) as c:
         assert c.execute("select count(*) from usage").fetchone()[0] == 6
         assert c.execute("select count(distinct session_id) from messages").fetchone()[0] == 2
-        assert c.execute("select count(*) from messages").fetchone()[0] == 12
+        assert c.execute("select count(*) from messages where parts <> '[]'").fetchone()[0] == 12
+        assert c.execute("select count(*) from messages where parts = '[]'").fetchone()[0] == 6  # one end per turn
 
 
 def test_the_costs_window_opens_renders_the_chart_cycles_and_closes(make):
@@ -265,7 +279,7 @@ def test_compaction_calls_are_recorded_too(make, data_home):
     ed = make()
     prompt(ed, "echo something to summarize")
     ed.nvim.command("Mia prompt /compact")
-    ed.wait("#require('mia.chat').history() == 1")
+    ed.wait("vim.tbl_contains(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '> _context compacted_')")
     with db(data_home) as c:
         agents = [r[0] for r in c.execute("select agent from usage order by id")]
     assert agents == ["mia", "compaction"]

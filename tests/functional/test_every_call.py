@@ -97,7 +97,7 @@ def test_a_pre_request_hook_changes_every_request_on_the_wire(make, server):
     assert chat_body["mia_tag"] == "hooked:scn"
     # /compact typed as the chat prompt
     ed.nvim.command("Mia prompt /compact")
-    ed.wait("#require('mia.chat').history() == 1")
+    ed.wait("vim.tbl_contains(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '> _context compacted_')")
     compact_body = posts(server)[-1]["body"]
     assert compact_body["messages"][-1]["content"].startswith("Summarize the conversation so far:")
     assert compact_body["mia_tag"] == "hooked:scn"

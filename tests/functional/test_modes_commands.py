@@ -123,9 +123,14 @@ def test_compact_becomes_available_once_the_chat_has_messages(ed, server):
     names = [c["name"] for c in ed.lua("return require('mia.slash').available()")]
     assert "compact" in names
     ed.nvim.command("Mia prompt /compact")
-    ed.wait("#require('mia.chat').history() == 1")
-    assert ed.lua("return require('mia.chat').history()[1].parts[1].text").startswith("(Summary of the earlier conversation)")
+    ed.wait("vim.tbl_contains(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '> _context compacted_')")
     assert posts(server)[-1]["body"]["messages"][-1]["content"].startswith("Summarize the conversation so far:")
+    # the next request sends the summary in place of what it covers
+    ed.nvim.command("Mia prompt echo two")
+    ed.wait("require('mia.chat').state() == 'done'")
+    sent = [m for m in posts(server)[-1]["body"]["messages"] if m["role"] != "system"]
+    assert sent[0]["content"].startswith("(Summary of the earlier conversation)")
+    assert [m["content"] for m in sent[1:]] == ["echo two"]
 
 
 def test_a_configured_mode_has_its_own_prompt_tools_and_policy(editor_factory, server, tmp_path):

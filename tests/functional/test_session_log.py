@@ -23,10 +23,22 @@ def make(editor_factory, server, data_home, tmp_path):
 
 
 def rows(data_home):
+    """The stored messages (turn ends, which have no parts, left out)."""
     with sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3") as c:
         return c.execute(
-            "select seq, role, kind, covers_from, covers_to, parts from messages order by seq"
+            "select seq, role, kind, covers_from, covers_to, parts from messages where parts <> '[]' order by seq"
         ).fetchall()
+
+
+def turn_ends(data_home):
+    """How each stored turn ended, in order."""
+    with sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3") as c:
+        return [
+            r[0]
+            for r in c.execute(
+                "select json_extract(meta, '$.turn_end.stopReason') from messages where parts = '[]' order by seq"
+            )
+        ]
 
 
 def text_of(parts):
@@ -101,13 +113,15 @@ def test_compact_then_a_new_prompt_keeps_every_message_and_resume_sends_the_summ
     assert [s["_meta"]["messageCount"] for s in listing] == [6]  # the compaction is no message
 
     stored = rows(data_home)
+    # Each turn also ends with a row of its own (seq 2, 5 and 9), never sent to the model.
     assert [(r[0], r[1], r[2]) for r in stored] == [
-        (0, "user", "message"), (1, "assistant", "message"), (2, "user", "message"), (3, "assistant", "message"),
-        (4, "user", "compaction"), (5, "user", "message"), (6, "assistant", "message"),
+        (0, "user", "message"), (1, "assistant", "message"), (3, "user", "message"), (4, "assistant", "message"),
+        (6, "user", "compaction"), (7, "user", "message"), (8, "assistant", "message"),
     ]
+    assert turn_ends(data_home) == ["end_turn", "end_turn", "end_turn"]
     assert [text_of(r[5]) for r in stored if r[2] == "message"][::2] == ["alpha?", "beta?", "gamma?"]
     compaction = stored[4]
-    assert (compaction[3], compaction[4]) == (0, 3)
+    assert (compaction[3], compaction[4]) == (0, 4)
     summary = text_of(compaction[5])
     assert summary.startswith("(Summary of the earlier conversation)")
 
@@ -117,29 +131,35 @@ def test_compact_then_a_new_prompt_keeps_every_message_and_resume_sends_the_summ
     assert contents == [("user", summary), ("user", "gamma?"), ("assistant", "gamma?"), ("user", "delta?")]
     # The store kept appending after the compaction: nothing was overwritten.
     assert [text_of(r[5]) for r in rows(data_home)][7:] == ["delta?", "delta?"]
+    assert turn_ends(data_home) == ["end_turn"] * 4
 
 
 def test_automatic_compaction_on_context_overflow_stores_the_summary(make, server, data_home):
     first = make("first")
     prompt(first, "echo an earlier turn")
     prompt(first, "context", state="error")
-    assert "> _context compacted_" in first.chat_text()
+    first_text = first.chat_text()
+    assert "> _context compacted_" in first_text
     first.close()
 
     stored = rows(data_home)
     assert [(r[0], r[1], r[2]) for r in stored] == [
-        (0, "user", "message"), (1, "assistant", "message"), (2, "user", "message"), (3, "user", "compaction"),
+        (0, "user", "message"), (1, "assistant", "message"), (3, "user", "message"), (4, "user", "compaction"),
     ]
+    assert turn_ends(data_home) == ["end_turn", "error"]
     # The run kept its latest two messages (the answer and "context") verbatim.
     assert (stored[3][3], stored[3][4]) == (0, 0)
     summary = text_of(stored[3][5])
     assert summary.startswith("(Summary of the earlier conversation)")
+    live = first_text
 
     second = make("second")
     resume_in(second)
     assert turns(second.chat_text()) == [
-        ("you", "echo an earlier turn"), ("mia", "echo an earlier turn"), ("you", "context"), ("note", "> _context compacted_"),
+        ("you", "echo an earlier turn"), ("mia", "echo an earlier turn"), ("you", "context"), ("mia", None),
+        ("note", "> _context compacted_"),
     ]
+    assert second.chat_text() == live  # the error included
     prompt(second, "echo after resume")
     sent = posts(server)[-1]["messages"]
     contents = [(m["role"], m["content"]) for m in sent if m["role"] != "system"]

@@ -215,7 +215,19 @@ function M.run(call, data)
     finish(true, value)
   end
   ctx.conversation = function()
-    return vim.deepcopy(require("mia.chat").history())
+    -- The core owns the conversation: fetched off the main thread, the tool waits for it.
+    local me = coroutine.running()
+    if me ~= co then
+      error("ctx.conversation must be called from the tool's own execute function", 2)
+    end
+    require("mia")._job("session_messages", function(err, messages)
+      vim.schedule(function()
+        if not state.finished and coroutine.status(co) == "suspended" then
+          step((err or type(messages) ~= "table") and {} or messages)
+        end
+      end)
+    end, (data.ctx or {}).session_id or "")
+    return coroutine.yield()
   end
   ctx.ask = function(question, opts)
     opts = opts or {}

@@ -1,0 +1,75 @@
+--- The live status line under the answer ("⏳ rate limited, retrying in 12s"):
+--- virtual text, never part of the transcript.
+
+local M = {}
+
+local api = vim.api
+local ns = api.nvim_create_namespace("mia_chat_status")
+
+api.nvim_set_hl(0, "MiaStatus", { default = true, link = "DiagnosticWarn" })
+
+local status = { timer = nil, mark = nil, buf = nil }
+
+--- Removes the status line.
+function M.clear()
+  if status.timer then
+    status.timer:stop()
+    status.timer:close()
+    status.timer = nil
+  end
+  if status.buf and api.nvim_buf_is_valid(status.buf) then
+    api.nvim_buf_clear_namespace(status.buf, ns, 0, -1)
+  end
+  status.mark = nil
+end
+
+local function retry_text(d, seconds)
+  if d.class == "rate_limit" and d.attempt == 0 then
+    return string.format("⏳ waiting for the rate-limit window to reset, %ds", seconds)
+  end
+  local what = ({
+    rate_limit = "rate limited",
+    server_error = "server error",
+    network_error = "connection failed",
+    timeout = "timed out",
+  })[d.class] or d.class
+  return string.format("⏳ %s, retrying in %ds (attempt %d) — :Mia stop cancels", what, seconds, d.attempt)
+end
+
+--- Shows a retry (`{ attempt, delay_ms, class }`) below the last line of
+--- `buf`, counting down each second.
+function M.retry(buf, d)
+  M.clear()
+  status.buf = buf
+  local deadline = vim.uv.now() + d.delay_ms
+  local function draw()
+    if not api.nvim_buf_is_valid(buf) then
+      return
+    end
+    local seconds = math.max(0, math.ceil((deadline - vim.uv.now()) / 1000))
+    local last = api.nvim_buf_line_count(buf) - 1
+    status.mark = api.nvim_buf_set_extmark(buf, ns, last, 0, {
+      id = status.mark,
+      virt_lines = { { { retry_text(d, seconds), "MiaStatus" } } },
+    })
+  end
+  draw()
+  status.timer = vim.uv.new_timer()
+  status.timer:start(1000, 1000, vim.schedule_wrap(function()
+    if status.timer then
+      draw()
+    end
+  end))
+end
+
+--- The status text shown under the answer in `buf`, or nil.
+function M.text(buf)
+  if not (buf and api.nvim_buf_is_valid(buf)) then
+    return nil
+  end
+  local marks = api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })
+  local m = marks[1]
+  return m and m[4].virt_lines and m[4].virt_lines[1][1][1] or nil
+end
+
+return M

@@ -1,0 +1,69 @@
+--- The chat's buffer and window: a markdown scratch buffer in a split.
+
+local M = {}
+
+local api = vim.api
+local buf = nil
+
+local function valid(b)
+  return b and api.nvim_buf_is_valid(b)
+end
+
+local function create_buffer(on_stop)
+  local b = api.nvim_create_buf(false, true)
+  pcall(api.nvim_buf_set_name, b, "mia://chat")
+  vim.bo[b].buftype = "nofile"
+  vim.bo[b].bufhidden = "hide"
+  vim.bo[b].swapfile = false
+  -- A streamed answer is not an edit to undo, and undo history grows with every change.
+  vim.bo[b].undolevels = -1
+  vim.bo[b].filetype = "markdown"
+  vim.bo[b].synmaxcol = require("mia.config").get().chat.synmaxcol
+  vim.keymap.set("n", "<C-c>", on_stop, { buffer = b, desc = "mia: stop the answer" })
+  return b
+end
+
+--- The chat buffer (created on first use; `<C-c>` in it calls `on_stop`).
+function M.buffer(on_stop)
+  if not valid(buf) then
+    buf = create_buffer(on_stop)
+  end
+  return buf
+end
+
+--- The buffer if it exists.
+function M.existing()
+  return valid(buf) and buf or nil
+end
+
+--- Opens the chat in a split, or finds the window that shows it.
+--- @return integer buf, integer win
+function M.open(on_stop)
+  local b = M.buffer(on_stop)
+  local wins = vim.fn.win_findbuf(b)
+  if #wins > 0 then
+    return b, wins[1]
+  end
+  local chat = require("mia.config").get().chat
+  local cmd = ({ right = "botright vsplit", left = "topleft vsplit", bottom = "botright split", top = "topleft split" })[chat.position]
+  local size = (chat.size and chat.size > 0) and tostring(chat.size) or ""
+  vim.cmd(size .. " " .. (cmd or "botright vsplit"))
+  local win = api.nvim_get_current_win()
+  api.nvim_win_set_buf(win, b)
+  vim.wo[win].wrap = true
+  vim.wo[win].linebreak = true
+  vim.wo[win].number = false
+  vim.wo[win].relativenumber = false
+  vim.wo[win].foldmethod = "manual"
+  vim.wo[win].foldenable = true
+  return b, win
+end
+
+--- Empties the buffer.
+function M.clear()
+  if valid(buf) then
+    api.nvim_buf_set_lines(buf, 0, -1, false, {})
+  end
+end
+
+return M
