@@ -2,8 +2,8 @@
 """Issue 10's numbers, old vs new side by side in one run.
 
 Builds a baseline revision (default 0d6288a) in a temporary git worktree and
-this tree, then measures both, interleaved (baseline, current, baseline,
-current, ...), each with its own library AND its own Lua files:
+this tree, then measures both, interleaved (baseline then current, then
+current then baseline, ...), each with its own library AND its own Lua files:
 
   1. resuming a 2,000-message session (`require("mia").sessions.load(id)`,
      then a redraw; the session ends with a compaction covering all but its
@@ -18,7 +18,8 @@ current, ...), each with its own library AND its own Lua files:
      5000`) in a Neovim TUI inside tmux: events Lua receives from
      `mia_core.drain()` per second of the stream (command to final token in
      the chat buffer), total events and drains, main-thread CPU (schedstat of
-     the main thread, as benches/stream_bench.py reads it).
+     the main thread, as benches/stream_bench.py reads it); each run's number
+     is the median of 3 bursts per build, interleaved.
 
 Events are counted by wrapping the `drain` function of the `mia_core` module
 table as the library is opened (package.loadlib), before the bridge sees it;
@@ -54,6 +55,7 @@ BURST_PROMPT = "long 5000"
 BURST_TOKENS = 5000
 TOKEN_BYTES = 7  # "w00000 "
 LOADS_PER_PROCESS = 5
+BURSTS_PER_RUN = 3  # interleaved within a run; the run's number is their median
 
 # ---------------------------------------------------------------- Lua snippets
 
@@ -506,6 +508,10 @@ class Tui:
                 raise RuntimeError(f"{self.label}: `:Mia prompt {prompt}` did not end within {timeout} s")
             time.sleep(0.05)
 
+    def warm(self):
+        self.run("echo warm up", 0, "up")
+        self.lua("return i10.result()")
+
     def burst(self):
         cpu0 = task_cpu_ns(self.pid)
         self.run(BURST_PROMPT, BURST_TOKENS * TOKEN_BYTES, f"w{BURST_TOKENS - 1:05d}")
@@ -618,16 +624,28 @@ def main():
         for build in builds:
             tui = Tui(build, tmp, server.base_url)
             tuis.append(tui)
-            tui.run("echo warm up", 0, "up")
-            tui.lua("return i10.result()")
+            tui.warm()
 
         per = {build.label: [] for build in builds}
+        tui_of = {tui.label: tui for tui in tuis}
+        raw_bursts = {build.label: [] for build in builds}
         for i in range(args.runs):
-            rows = {build.label: measure_resume(build, tmp) for build in builds}
-            for build, tui in zip(builds, tuis):
-                rows[build.label].update(tui.burst())
-            for label, row in rows.items():
-                per[label].append(row)
+            # A, B in even runs and B, A in odd ones; and a short prompt in each
+            # TUI before the bursts: without it the first burst after the resume
+            # processes was measured 20-30 ms slower, whichever build it was.
+            order = builds if i % 2 == 0 else builds[::-1]
+            rows = {build.label: measure_resume(build, tmp) for build in order}
+            for build in order:
+                tui_of[build.label].warm()
+            bursts = {build.label: [] for build in builds}
+            for _ in range(BURSTS_PER_RUN):
+                for build in order:
+                    bursts[build.label].append(tui_of[build.label].burst())
+            for label, samples in bursts.items():
+                rows[label].update({k: median([b[k] for b in samples]) for k in samples[0]})
+                raw_bursts[label].append(samples)
+            for build in builds:
+                per[build.label].append(rows[build.label])
             print(f"run {i + 1}/{args.runs}: " + "; ".join(
                 f"{label} resume {row['resume_ms']:.1f} ms, burst {row['burst_wall_ms']:.0f} ms"
                 for label, row in rows.items()), file=sys.stderr)
@@ -640,7 +658,7 @@ def main():
         if args.json:
             Path(args.json).write_text(json.dumps({
                 "baseline": baseline.rev, "current": current.rev, "runs": args.runs, "store": store,
-                "medians": med, "per_run": per,
+                "medians": med, "per_run": per, "bursts": raw_bursts,
             }, indent=2))
     finally:
         for tui in tuis:
