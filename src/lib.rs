@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod llm;
 pub mod logging;
 pub mod runtime;
+pub mod shared;
 pub mod store;
 pub mod stream_task;
 pub mod tools;
