@@ -176,3 +176,31 @@ fn lua_gets_plain_names_and_tables() {
     );
     assert_eq!(value["default_mode"], "ask");
 }
+
+#[test]
+fn options_lua_leaves_unset_get_the_cores_defaults() {
+    // Lua no longer keeps its own copy of these defaults: it sends only what the user set.
+    let config: CoreConfig =
+        serde_json::from_value(json!({ "timeouts": { "connect_ms": 5 }, "retry": { "max_retries": 1 } })).unwrap();
+    let timeouts = mia_core::llm::providers::Timeouts::default();
+    assert_eq!(config.timeouts.connect_ms, 5);
+    assert_eq!(config.timeouts.request_ms, timeouts.request_ms);
+    assert_eq!(config.timeouts.stream_idle_ms, timeouts.stream_idle_ms);
+    assert_eq!(config.retry.max_retries, 1);
+    assert_eq!(
+        config.retry.max_wait_ms,
+        mia_core::llm::providers::RetryConfig::default().max_wait_ms
+    );
+    assert_eq!(config.limits, mia_core::llm::providers::Limits::default());
+    let agent: mia_core::agent::AgentSettings = serde_json::from_value(json!({ "max_turns": 3 })).unwrap();
+    let defaults = mia_core::tools::ToolLimits::default();
+    assert_eq!(agent.max_turns, 3);
+    assert_eq!(
+        (agent.bash_timeout_ms, agent.max_read_bytes, agent.output_cap_bytes),
+        (
+            defaults.bash_timeout_ms,
+            defaults.max_read_bytes,
+            defaults.output_cap_bytes
+        )
+    );
+}

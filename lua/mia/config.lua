@@ -80,23 +80,14 @@ local function defaults()
   return {
     model = "anthropic/claude-sonnet-4-5",
     providers = {},
-    timeouts = { connect_ms = 10000, request_ms = 120000, stream_idle_ms = 90000 },
-    retry = {
-      max_retries = 4,
-      initial_delay_ms = 1000,
-      max_delay_ms = 30000,
-      multiplier = 2,
-      jitter = true,
-      max_wait_ms = 120000,
-    },
-    limits = { max_event_bytes = 8 * 1024 * 1024 },
+    -- timeouts, retry, limits and tools are left out: what the user leaves
+    -- unset there gets the core's defaults (the Default impls in src/).
     data_dir = vim.fn.stdpath("data") .. "/mia",
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
     system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
     chat = { position = "right", size = 0, synmaxcol = 1000 },
     permissions = { rules = {} },
-    tools = { max_turns = 25, bash_timeout_ms = 120000, max_read_bytes = 262144, output_cap_bytes = 32768 },
     mode = M._names().default_mode,
   }
 end

@@ -86,10 +86,10 @@ function M.agent()
     mode_tools = next(tools) and tools or vim.empty_dict(),
     costs = (c.costs and next(c.costs)) and c.costs or vim.empty_dict(),
     data_dir = c.data_dir,
-    max_turns = c.tools.max_turns,
-    bash_timeout_ms = c.tools.bash_timeout_ms,
-    max_read_bytes = c.tools.max_read_bytes,
-    output_cap_bytes = c.tools.output_cap_bytes,
+    max_turns = (c.tools or {}).max_turns,
+    bash_timeout_ms = (c.tools or {}).bash_timeout_ms,
+    max_read_bytes = (c.tools or {}).max_read_bytes,
+    output_cap_bytes = (c.tools or {}).output_cap_bytes,
   }
 end
 
