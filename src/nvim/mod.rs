@@ -545,21 +545,25 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
             let LuaValue::Table(t) = &value else {
                 return Err(LuaError::RuntimeError("mia: shared() did not make a table".into()));
             };
-            let usd = |_: &Lua, amount: Option<f64>| Ok(crate::shared::format_usd(amount));
+            let usd = |_: &Lua, amount: Option<f64>| guarded("format_usd", || Ok(crate::shared::format_usd(amount)));
             t.set("format_usd", lua.create_function(usd)?)?;
-            let tokens = |_: &Lua, n: Option<f64>| Ok(crate::shared::format_tokens(n.unwrap_or(0.0)));
+            let tokens = |_: &Lua, n: Option<f64>| {
+                guarded("format_tokens", || Ok(crate::shared::format_tokens(n.unwrap_or(0.0))))
+            };
             t.set("format_tokens", lua.create_function(tokens)?)?;
             let views = |lua: &Lua, providers: LuaValue| {
-                let user = match providers {
-                    LuaValue::Nil => Default::default(),
-                    v => lua.from_value(v).map_err(|e| {
-                        LuaError::RuntimeError(format!(
-                            "mia: invalid provider configuration: {}",
-                            e.to_string().trim_start_matches("deserialize error: ")
-                        ))
-                    })?,
-                };
-                to_lua(lua, &crate::shared::provider_views(user))
+                guarded("provider_views", || {
+                    let user = match providers {
+                        LuaValue::Nil => Default::default(),
+                        v => lua.from_value(v).map_err(|e| {
+                            LuaError::RuntimeError(format!(
+                                "mia: invalid provider configuration: {}",
+                                e.to_string().trim_start_matches("deserialize error: ")
+                            ))
+                        })?,
+                    };
+                    to_lua(lua, &crate::shared::provider_views(user))
+                })
             };
             t.set("provider_views", lua.create_function(views)?)?;
             Ok(value)
