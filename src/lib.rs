@@ -10,6 +10,7 @@ pub mod llm;
 pub mod logging;
 pub mod runtime;
 pub mod session;
+pub mod shared;
 pub mod store;
 pub mod stream_task;
 pub mod tools;

@@ -80,28 +80,59 @@ local function defaults()
   return {
     model = "anthropic/claude-sonnet-4-5",
     providers = {},
-    timeouts = { connect_ms = 10000, request_ms = 120000, stream_idle_ms = 90000 },
-    retry = {
-      max_retries = 4,
-      initial_delay_ms = 1000,
-      max_delay_ms = 30000,
-      multiplier = 2,
-      jitter = true,
-      max_wait_ms = 120000,
-    },
-    limits = { max_event_bytes = 8 * 1024 * 1024 },
+    -- timeouts, retry, limits and tools are left out: what the user leaves
+    -- unset there gets the core's defaults (the Default impls in src/).
     data_dir = vim.fn.stdpath("data") .. "/mia",
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
     system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
     chat = { position = "right", size = 0, synmaxcol = 1000 },
     permissions = { rules = {} },
-    tools = { max_turns = 25, bash_timeout_ms = 120000, max_read_bytes = 262144, output_cap_bytes = 32768 },
-    mode = "ask",
+    mode = M._names().default_mode,
   }
 end
 
-local KINDS = { anthropic = true, openai = true, gemini = true, openai_compatible = true }
+--- The names setup() checks against while the native library is not loaded
+--- (setup() never loads it). The core owns them (`mia_core.shared()`,
+--- src/shared.rs); once it is loaded they are read from there, and
+--- tests/functional/test_shared_data.py keeps this copy equal to it.
+M._fallback = {
+  provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible" },
+  providers = { "anthropic", "gemini", "openai" },
+  modes = { "ask", "architect", "code" },
+  default_mode = "ask",
+}
+
+--- `{ provider_kinds, providers, modes }` as lists of names (and `default_mode`):
+--- from the core when it is loaded, else the fallback above.
+function M._names()
+  local loader = package.loaded["mia.core"]
+  if not (loader and loader.is_loaded()) then
+    return M._fallback
+  end
+  local shared = require("mia.settings").shared()
+  local function ids(list, key)
+    return vim.tbl_map(function(x)
+      return key and x[key] or x
+    end, list)
+  end
+  local providers = vim.tbl_keys(shared.providers)
+  table.sort(providers)
+  return {
+    provider_kinds = ids(shared.provider_kinds),
+    providers = providers,
+    modes = ids(shared.modes, "id"),
+    default_mode = shared.default_mode,
+  }
+end
+
+local function set_of(list)
+  local set = {}
+  for _, v in ipairs(list) do
+    set[v] = true
+  end
+  return set
+end
 local LEVELS = { error = true, warn = true, info = true, debug = true, trace = true }
 local POSITIONS = { right = true, left = true, bottom = true, top = true }
 
@@ -130,11 +161,13 @@ local function validate(opts)
     fail("model", 'must be "provider/model", e.g. "openai/gpt-4.1"', opts.model)
   end
   check_type("providers", opts.providers, "table", true)
+  local names = M._names()
+  local kinds, builtin = set_of(names.provider_kinds), set_of(names.providers)
   for name, p in pairs(opts.providers or {}) do
     local path = "providers." .. tostring(name)
     check_type(path, p, "table")
-    if not (p.kind == nil and M.builtin_providers[name]) and not KINDS[p.kind] then
-      fail(path .. ".kind", "must be one of anthropic, openai, gemini, openai_compatible", p.kind)
+    if not (p.kind == nil and builtin[name]) and not kinds[p.kind] then
+      fail(path .. ".kind", "must be one of " .. table.concat(names.provider_kinds, ", "), p.kind)
     end
     check_type(path .. ".base_url", p.base_url, "string", true)
     if p.kind == "openai_compatible" and not p.base_url then
@@ -194,7 +227,7 @@ local function validate(opts)
   local rules = (opts.permissions or {}).rules
   check_type("permissions.rules", rules, "table", true)
   if rules and #rules > 0 then
-    local modes = { ask = true, architect = true, code = true }
+    local modes = set_of(names.modes)
     for id in pairs(type(opts.modes) == "table" and opts.modes or {}) do
       modes[id] = true
     end
@@ -271,8 +304,8 @@ function M.get()
 end
 
 -- What the core and the UI derive from the configuration (core(), agent(),
--- modes(), builtin_providers) lives in mia.settings, loaded when first
--- needed: setup() pays only for storing and validating.
+-- modes(), shared()) lives in mia.settings, loaded when first needed:
+-- setup() pays only for storing and validating.
 setmetatable(M, {
   __index = function(_, key)
     return require("mia.settings")[key]

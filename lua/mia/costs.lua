@@ -21,23 +21,29 @@ function M.utc_offset()
   return os.difftime(os.time(here), os.time(utc))
 end
 
---- "$0.031", "$1.47", "$0.0004": two decimals from $1, three significant digits below.
-function M.usd(v)
-  if v == nil then
-    return "cost unknown"
+--- The core's formatters (src/cost/format.rs), or nil while it is not loaded.
+local function formatters()
+  local loader = package.loaded["mia.core"]
+  if loader and loader.is_loaded() then
+    return require("mia.settings").shared()
   end
-  if v >= 1 or v == 0 then
-    return string.format("$%.2f", v)
-  end
-  local digits = math.max(2, 2 - math.floor(math.log10(v)))
-  return (string.format("$%." .. digits .. "f", v):gsub("0+$", ""):gsub("%.$", ".0"))
+  return nil
 end
 
---- "1,247"
+--- A dollar amount as the core writes it ("$0.031", "$1.47", "$0.50";
+--- nil is "cost unknown"). Never loads the native library for the statusline:
+--- before it is loaded no amount but 0 exists, and 0 is "$0.00".
+function M.usd(v)
+  local f = formatters()
+  if not f and v == 0 then
+    return "$0.00"
+  end
+  return (f or require("mia.settings").shared()).format_usd(v)
+end
+
+--- A token count as the core writes it: "1,247".
 function M.int(n)
-  local s = tostring(math.floor(n or 0))
-  local out = s:reverse():gsub("(%d%d%d)", "%1,"):reverse()
-  return (out:gsub("^,", ""))
+  return require("mia.settings").shared().format_tokens(n or 0)
 end
 
 local function pct(p)

@@ -39,15 +39,15 @@ function M.check()
 
   health.start("mia: providers")
   local cfg = require("mia.config").get()
-  local providers = vim.tbl_extend("force", {}, require("mia.config").builtin_providers, cfg.providers)
+  local providers = M.providers(core)
   local names = vim.tbl_keys(providers)
   table.sort(names)
   local default_provider = cfg.model:match("^([^/]+)/")
   for _, name in ipairs(names) do
     local p = providers[name]
-    local line = string.format("%s (%s) %s", name, p.kind, p.base_url or "(no base_url)")
+    local line = string.format("%s (%s) %s", name, p.kind or "?", p.base_url or "(no base_url)")
     local key
-    if p.api_key then
+    if p.api_key_set then
       key = "API key set in setup()"
     elseif p.api_key_env then
       key = (vim.env[p.api_key_env] and vim.env[p.api_key_env] ~= "") and ("$" .. p.api_key_env .. " is set")
@@ -90,6 +90,31 @@ function M.check()
   health.info("log file: " .. cfg.log_file)
 end
 
+--- Every provider as the core will use it: the configured ones merged field
+--- by field over the built-ins by the core itself (an override that sets only
+--- `base_url` keeps the built-in's kind and key variable). Without the
+--- library, only the configured entries as written.
+--- @return table<string, { kind?: string, base_url?: string, api_key_env?: string, api_key_set: boolean }>
+function M.providers(core)
+  if core then
+    local ok, views = pcall(function()
+      local settings = require("mia.settings")
+      return settings.shared().provider_views(settings.core().providers)
+    end)
+    if ok then
+      return views
+    end
+    health.error("cannot read the provider configuration: " .. tostring(views))
+  else
+    health.warn("the built-in providers are known to the native library, which is not loaded: only your own are listed")
+  end
+  local out = {}
+  for name, p in pairs(require("mia.config").get().providers) do
+    out[name] = { kind = p.kind, base_url = p.base_url, api_key_env = p.api_key_env, api_key_set = p.api_key ~= nil }
+  end
+  return out
+end
+
 --- Asks every provider that has credentials to list its models (at most 10 s in all).
 function M.check_online(providers, names)
   health.start("mia: providers online")
@@ -102,7 +127,7 @@ function M.check_online(providers, names)
   local pending = 0
   for _, name in ipairs(names) do
     local p = providers[name]
-    local has_key = p.api_key or not p.api_key_env or (vim.env[p.api_key_env] and vim.env[p.api_key_env] ~= "")
+    local has_key = p.api_key_set or not p.api_key_env or (vim.env[p.api_key_env] and vim.env[p.api_key_env] ~= "")
     if has_key then
       pending = pending + 1
       require("mia").health_check(name, function(err, r)

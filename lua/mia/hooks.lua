@@ -65,9 +65,11 @@ end
 --- `{ provider, model, kind }` for a "provider/model" string.
 function M.info(model)
   local provider, id = model:match("^([^/]+)/(.+)$")
-  local cfg = require("mia.config")
-  local p = cfg.get().providers[provider or ""] or cfg.builtin_providers[provider or ""]
-  return { provider = provider, model = id, kind = p and p.kind or nil }
+  local user = require("mia.config").get().providers[provider or ""]
+  local builtin = require("mia.settings").shared().providers[provider or ""]
+  -- an override of a built-in may leave out `kind`: it keeps the built-in's
+  local kind = (user and user.kind) or (builtin and builtin.kind) or nil
+  return { provider = provider, model = id, kind = kind }
 end
 
 --- Runs every hook of `phase` over `value`. A hook returning nil leaves the

@@ -1,8 +1,30 @@
 --- What the native core and the UI derive from the configuration: the
---- provider and agent settings handed to the core, the modes, the built-in
---- providers. Kept apart from mia.config so that setup() stays cheap.
+--- provider and agent settings handed to the core, the modes. Kept apart
+--- from mia.config so that setup() stays cheap.
+---
+--- The built-in providers, modes and tool precedence are the core's
+--- (`mia_core.shared()`, src/shared.rs): this module reads them from there,
+--- loading the native library on first need.
 
 local M = {}
+
+--- @type table? what mia_core.shared() returned
+local shared = nil
+
+--- The facts the core owns: `providers` (built-ins by name), `provider_kinds`,
+--- `modes` (built-in, in order), `user_mode_permissions`, `default_mode`,
+--- `tool_precedence`, and the formatters `format_usd`, `format_tokens`,
+--- `provider_views`. Loads the native library (not its runtime) when needed;
+--- raises the loader's one-line reason when it cannot.
+--- @return table
+function M.shared()
+  local loader = require("mia.core")
+  local core = loader.get()
+  if not shared or shared.core ~= core then
+    shared = { core = core, data = loader.call(core.shared) }
+  end
+  return shared.data
+end
 
 local function get()
   return require("mia.config").get()
@@ -14,7 +36,7 @@ function M.core()
   local providers = {}
   for name, p in pairs(c.providers) do
     local entry = {
-      kind = p.kind or M.builtin_providers[name].kind,
+      kind = p.kind or M.shared().providers[name].kind,
       base_url = p.base_url,
       api_key_env = p.api_key_env,
       api_key = p.api_key,
@@ -52,9 +74,9 @@ function M.agent()
     end
   end
   local rules = vim.deepcopy(c.permissions.rules or {})
-  -- switch_mode belongs to architect mode only
-  for id in pairs(modes.by_id) do
-    if id ~= "architect" then
+  -- switch_mode belongs to the modes that propose leaving themselves (architect)
+  for id, m in pairs(modes.by_id) do
+    if not m.switch_mode then
       rules[#rules + 1] = { tool = "switch_mode", action = "deny", mode = id }
     end
   end
@@ -64,38 +86,23 @@ function M.agent()
     mode_tools = next(tools) and tools or vim.empty_dict(),
     costs = (c.costs and next(c.costs)) and c.costs or vim.empty_dict(),
     data_dir = c.data_dir,
-    max_turns = c.tools.max_turns,
-    bash_timeout_ms = c.tools.bash_timeout_ms,
-    max_read_bytes = c.tools.max_read_bytes,
-    output_cap_bytes = c.tools.output_cap_bytes,
+    max_turns = (c.tools or {}).max_turns,
+    bash_timeout_ms = (c.tools or {}).bash_timeout_ms,
+    max_read_bytes = (c.tools or {}).max_read_bytes,
+    output_cap_bytes = (c.tools or {}).output_cap_bytes,
   }
 end
 
-local BUILTIN_MODES = {
-  ask = {
-    name = "Ask",
-    description = "Asks before any change to files or any command",
-    permissions = { read = "allow", write = "ask", execute = "ask" },
-  },
-  architect = {
-    name = "Architect",
-    description = "Plans and designs with read-only tools; proposes switching mode when the plan is ready",
-    permissions = { read = "allow", write = "deny", execute = "deny" },
-    system = "You are in architect mode: study the code with the read-only tools and produce a concrete plan. "
-      .. "When the plan is ready, call switch_mode with the plan so the user can approve it.",
-  },
-  code = {
-    name = "Code",
-    description = "Full tool access; file changes inside the project are accepted without asking",
-    permissions = { read = "allow", write = "allow", execute = "ask" },
-  },
-}
-
 --- Every mode (built-in ones first, then the user's), with its policy.
---- @return { order: string[], by_id: table<string, { name: string, description: string, permissions: table, system?: string }> }
+--- @return { order: string[], by_id: table<string, { name: string, description: string, permissions: table, system?: string, switch_mode?: boolean }> }
 function M.modes()
-  local by_id = vim.deepcopy(BUILTIN_MODES)
-  local order = { "ask", "architect", "code" }
+  local core = M.shared()
+  local by_id, order = {}, {}
+  for _, m in ipairs(core.modes) do
+    order[#order + 1] = m.id
+    by_id[m.id] = vim.deepcopy(m)
+    by_id[m.id].id = nil
+  end
   local user = get().modes or {}
   local names = vim.tbl_keys(user)
   table.sort(names)
@@ -106,21 +113,10 @@ function M.modes()
     by_id[id] = vim.tbl_deep_extend("force", by_id[id] or {
       name = id,
       description = "",
-      permissions = { read = "allow", write = "ask", execute = "ask" },
+      permissions = vim.deepcopy(core.user_mode_permissions),
     }, user[id])
   end
   return { order = order, by_id = by_id }
 end
-
---- Built-in providers, as the core knows them (for :checkhealth).
-M.builtin_providers = {
-  anthropic = { kind = "anthropic", base_url = "https://api.anthropic.com", api_key_env = "ANTHROPIC_API_KEY" },
-  openai = { kind = "openai", base_url = "https://api.openai.com/v1", api_key_env = "OPENAI_API_KEY" },
-  gemini = {
-    kind = "gemini",
-    base_url = "https://generativelanguage.googleapis.com/v1beta",
-    api_key_env = "GEMINI_API_KEY",
-  },
-}
 
 return M

@@ -6,18 +6,28 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::error::{ErrorClass, LlmError};
 
 /// The wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProviderKind {
     Anthropic,
     Openai,
     Gemini,
     OpenaiCompatible,
+}
+
+impl ProviderKind {
+    /// Every kind, as `setup()` accepts them.
+    pub const ALL: [ProviderKind; 4] = [
+        ProviderKind::Anthropic,
+        ProviderKind::Openai,
+        ProviderKind::Gemini,
+        ProviderKind::OpenaiCompatible,
+    ];
 }
 
 /// One entry of `setup({ providers = { NAME = {...} } })`. Its `Debug`
@@ -240,6 +250,24 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
     ])
 }
 
+/// The built-in providers with the user's entries merged over them, field
+/// by field: an entry named like a built-in keeps the built-in's URL and key
+/// variable unless it sets its own (a key given as `api_key` replaces the
+/// variable). What `Providers::new` uses and `:checkhealth` shows.
+pub fn merged_with_builtins(user: BTreeMap<String, ProviderConfig>) -> BTreeMap<String, ProviderConfig> {
+    let mut all = builtin_providers();
+    for (name, mut entry) in user {
+        if let Some(builtin) = all.get(&name) {
+            entry.base_url = entry.base_url.or_else(|| builtin.base_url.clone());
+            if entry.api_key.is_none() {
+                entry.api_key_env = entry.api_key_env.or_else(|| builtin.api_key_env.clone());
+            }
+        }
+        all.insert(name, entry);
+    }
+    all
+}
+
 /// Every configured provider plus one lazily built HTTP client each.
 #[derive(Debug)]
 pub struct Providers {
@@ -254,19 +282,7 @@ impl Providers {
     /// Merges the user's providers over the built-ins. No client is built yet:
     /// an unused provider costs nothing.
     pub fn new(mut config: CoreConfig) -> Self {
-        let mut all = builtin_providers();
-        for (name, mut user) in std::mem::take(&mut config.providers) {
-            // An entry named like a built-in keeps the built-in's URL and key
-            // variable unless it sets its own.
-            if let Some(builtin) = all.get(&name) {
-                user.base_url = user.base_url.or_else(|| builtin.base_url.clone());
-                if user.api_key.is_none() {
-                    user.api_key_env = user.api_key_env.or_else(|| builtin.api_key_env.clone());
-                }
-            }
-            all.insert(name, user);
-        }
-        config.providers = all;
+        config.providers = merged_with_builtins(std::mem::take(&mut config.providers));
         let pricing = crate::cost::PricingRegistry::with_overrides(config.pricing.clone()).unwrap_or_else(|e| {
             tracing::warn!("ignoring the pricing overrides: {e}");
             crate::cost::PricingRegistry::builtin().clone()

@@ -631,5 +631,42 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("drain", lua.create_function(drain)?)?;
     m.set("shutdown", lua.create_function(shutdown)?)?;
     m.set("status", lua.create_function(status)?)?;
+
+    /// `shared()` -> what Lua and the core must agree on (src/shared.rs):
+    /// `{ providers, provider_kinds, modes, user_mode_permissions,
+    /// default_mode, tool_precedence }` plus the formatters `format_usd(amount?)`,
+    /// `format_tokens(n)` and `provider_views(providers?)` (the configured
+    /// providers merged over the built-ins as the core uses them, no secrets).
+    fn shared(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
+        guarded("shared", || {
+            let value = to_lua(lua, &crate::shared::Shared::get())?;
+            let LuaValue::Table(t) = &value else {
+                return Err(LuaError::RuntimeError("mia: shared() did not make a table".into()));
+            };
+            let usd = |_: &Lua, amount: Option<f64>| guarded("format_usd", || Ok(crate::shared::format_usd(amount)));
+            t.set("format_usd", lua.create_function(usd)?)?;
+            let tokens = |_: &Lua, n: Option<f64>| {
+                guarded("format_tokens", || Ok(crate::shared::format_tokens(n.unwrap_or(0.0))))
+            };
+            t.set("format_tokens", lua.create_function(tokens)?)?;
+            let views = |lua: &Lua, providers: LuaValue| {
+                guarded("provider_views", || {
+                    let user = match providers {
+                        LuaValue::Nil => Default::default(),
+                        v => lua.from_value(v).map_err(|e| {
+                            LuaError::RuntimeError(format!(
+                                "mia: invalid provider configuration: {}",
+                                e.to_string().trim_start_matches("deserialize error: ")
+                            ))
+                        })?,
+                    };
+                    to_lua(lua, &crate::shared::provider_views(user))
+                })
+            };
+            t.set("provider_views", lua.create_function(views)?)?;
+            Ok(value)
+        })
+    }
+    m.set("shared", lua.create_function(shared)?)?;
     Ok(m)
 }

@@ -216,34 +216,12 @@ fn compile_rule(index: usize, value: &Value) -> Result<CompiledRule, InvalidRule
     })
 }
 
+/// The built-in modes' policies (defined in [`crate::shared::builtin_modes`]).
 fn default_modes() -> BTreeMap<String, ModePolicy> {
-    use Action::*;
-    BTreeMap::from([
-        (
-            "ask".to_string(),
-            ModePolicy {
-                read: Allow,
-                write: Ask,
-                execute: Ask,
-            },
-        ),
-        (
-            "architect".to_string(),
-            ModePolicy {
-                read: Allow,
-                write: Deny,
-                execute: Deny,
-            },
-        ),
-        (
-            "code".to_string(),
-            ModePolicy {
-                read: Allow,
-                write: Allow,
-                execute: Ask,
-            },
-        ),
-    ])
+    crate::shared::builtin_modes()
+        .into_iter()
+        .map(|m| (m.id.to_string(), m.permissions))
+        .collect()
 }
 
 impl Default for PermissionConfig {

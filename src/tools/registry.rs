@@ -21,6 +21,23 @@ pub enum ToolSource {
     Project,
 }
 
+impl ToolSource {
+    /// Every source from weakest to strongest: `register` keeps a tool
+    /// against one from an earlier source in this list and lets a later one
+    /// replace it. Lua reads it through `mia_core.shared()`.
+    pub const PRECEDENCE: [ToolSource; 4] = [
+        ToolSource::Builtin,
+        ToolSource::Plugin,
+        ToolSource::User,
+        ToolSource::Project,
+    ];
+
+    /// This source's place in [`ToolSource::PRECEDENCE`].
+    pub fn rank(self) -> usize {
+        Self::PRECEDENCE.iter().position(|s| *s == self).unwrap_or(0)
+    }
+}
+
 /// What `list()` shows of a tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolInfo {
@@ -66,7 +83,7 @@ impl Registry {
         let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
         let name = tool.name().to_string();
         if let Some((_, existing)) = tools.get(&name) {
-            if *existing > source {
+            if existing.rank() > source.rank() {
                 return false;
             }
         }

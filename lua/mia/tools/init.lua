@@ -38,7 +38,15 @@ local unsent = {}
 --- @type table<integer, table> running calls by call id
 local running = {}
 
-local SOURCES = { builtin = true, plugin = true, user = true, project = true }
+--- Where tools come from, weakest first, as the core orders them
+--- (`tool_precedence` of `mia_core.shared()`): source -> rank.
+local function ranks()
+  local out = {}
+  for i, source in ipairs(require("mia.settings").shared().tool_precedence) do
+    out[source] = i
+  end
+  return out
+end
 
 --- The subject declaration as the core takes it.
 local function subject_meta(subject)
@@ -113,13 +121,23 @@ function M.register(spec, source)
     error(string.format('mia.register_tool: `effect` must be "read", "write" or "execute" (got %s)', vim.inspect(spec.effect)), 2)
   end
   validate_subject(spec)
-  if not SOURCES[source] then
+  if type(source) ~= "string" then
     error("mia.register_tool: unknown source " .. vim.inspect(source), 2)
   end
   local existing = registered[spec.name]
-  local order = { builtin = 1, plugin = 2, user = 3, project = 4 }
-  if existing and order[existing.source] > order[source] then
-    return false
+  -- Which source wins is the core's rule. It is read when the core is
+  -- loaded anyway, or when two sources register one name (the only case
+  -- that needs it, which then loads the library); otherwise the core checks
+  -- the source when the registration reaches it.
+  if require("mia.core").is_loaded() or (existing and existing.source ~= source) then
+    local rank = ranks()
+    if not rank[source] then
+      local known = require("mia.settings").shared().tool_precedence
+      error(string.format("mia.register_tool: unknown source %s (sources: %s)", vim.inspect(source), table.concat(known, ", ")), 2)
+    end
+    if existing and rank[existing.source] > rank[source] then
+      return false
+    end
   end
   registered[spec.name] = { spec = spec, source = source }
   if require("mia.core").is_loaded() and require("mia")._started then
@@ -136,7 +154,10 @@ function M.flush()
   local pending = unsent
   unsent = {}
   for _, r in ipairs(pending) do
-    send(r.spec, r.source)
+    local ok, err = pcall(send, r.spec, r.source)
+    if not ok then
+      vim.notify(tostring(err), vim.log.levels.ERROR)
+    end
   end
 end
 

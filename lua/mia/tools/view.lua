@@ -4,7 +4,6 @@
 local M = {}
 
 local TITLES = { builtin = "Built-in", plugin = "Plugin", user = "User", project = "Project" }
-local ORDER = { "builtin", "plugin", "user", "project" }
 
 local function params_summary(schema)
   if type(schema) ~= "table" or type(schema.properties) ~= "table" then
@@ -33,9 +32,10 @@ function M.lines()
     table.insert(by[t.source], t)
   end
   local out = {}
-  for _, source in ipairs(ORDER) do
+  -- sources in the core's order of precedence (list() has loaded it)
+  for _, source in ipairs(require("mia.settings").shared().tool_precedence) do
     if by[source] then
-      out[#out + 1] = string.format("## %s (%d)", TITLES[source], #by[source])
+      out[#out + 1] = string.format("## %s (%d)", TITLES[source] or source, #by[source])
       out[#out + 1] = ""
       for _, t in ipairs(by[source]) do
         out[#out + 1] = string.format("- **%s**%s [%s]", t.name, params_summary(t.parameters), t.effect)
