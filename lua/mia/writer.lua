@@ -14,6 +14,8 @@ local pending = {}
 local ns = vim.api.nvim_create_namespace("mia_writer")
 --- @type table<integer, {tick: integer, row: integer, col: integer}> end of the buffer after our last write
 local ends = {}
+--- @type table<integer, { id: integer, group: string, r: integer, c: integer, er: integer, ec: integer }> the last highlight written per buffer
+local marks = {}
 
 --- Queues `text` to be appended at the end of `buf`, highlighted with `hl` if given.
 --- @param buf integer
@@ -61,6 +63,7 @@ local function end_of(buf)
   if known and known.tick == api.nvim_buf_get_changedtick(buf) then
     return known.row, known.col
   end
+  marks[buf] = nil -- someone else changed the buffer: no highlight continues across that
   local row = api.nvim_buf_line_count(buf) - 1
   local line = api.nvim_buf_get_lines(buf, row, row + 1, true)[1]
   return row, #line
@@ -98,7 +101,17 @@ local function write(buf, pieces)
       local er, ec = advance(r, c, piece)
       local group = pieces.hl[i]
       if group then
-        api.nvim_buf_set_extmark(buf, ns, r, c, { end_row = er, end_col = ec, hl_group = group })
+        -- A piece that continues the previous one of the same group extends
+        -- its highlight: however the text was split (streamed, or replayed
+        -- whole), the buffer carries the same marks.
+        local prev = marks[buf]
+        if prev and prev.group == group and prev.er == r and prev.ec == c then
+          api.nvim_buf_set_extmark(buf, ns, prev.r, prev.c, { id = prev.id, end_row = er, end_col = ec, hl_group = group })
+          prev.er, prev.ec = er, ec
+        else
+          local id = api.nvim_buf_set_extmark(buf, ns, r, c, { end_row = er, end_col = ec, hl_group = group })
+          marks[buf] = { id = id, group = group, r = r, c = c, er = er, ec = ec }
+        end
       end
       r, c = er, ec
     end
