@@ -18,10 +18,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::PendingCalls;
+use crate::cost::Usage;
 use crate::events::{Event, EventQueue, StreamId};
 use crate::llm::delta::StreamDone;
 use crate::llm::error::{ErrorClass, LlmError};
-use crate::llm::message::{ChatRequest, Message, ToolDef, Usage};
+use crate::llm::message::{ChatRequest, Message, ToolDef};
 use crate::llm::providers::Providers;
 use crate::tools::permissions::{PermissionConfig, Remembered};
 use crate::tools::registry::Registry;
@@ -176,7 +177,7 @@ pub async fn run(
     let max_turns = req.max_turns.unwrap_or(deps.settings.max_turns).max(1);
     let mut history = req.messages.clone();
     let mut total = Usage::default();
-    let mut total_cost = crate::llm::delta::Cost {
+    let mut total_cost = crate::cost::Cost {
         known: true,
         ..Default::default()
     };
@@ -315,7 +316,7 @@ pub async fn run(
 }
 
 /// The last turn's answer with the run's totals and the chat footer.
-fn finish(mut done: StreamDone, total: Usage, cost: crate::llm::delta::Cost, session_cost_usd: f64) -> StreamDone {
+fn finish(mut done: StreamDone, total: Usage, cost: crate::cost::Cost, session_cost_usd: f64) -> StreamDone {
     done.usage = total;
     done.cost = cost;
     done.footer = Some(crate::cost::footer(&done.model, &done.usage, &done.cost));
@@ -323,9 +324,9 @@ fn finish(mut done: StreamDone, total: Usage, cost: crate::llm::delta::Cost, ses
     done
 }
 
-fn add_cost(total: &mut crate::llm::delta::Cost, c: &crate::llm::delta::Cost) {
+fn add_cost(total: &mut crate::cost::Cost, c: &crate::cost::Cost) {
     if !c.known {
-        *total = crate::llm::delta::Cost::default();
+        *total = crate::cost::Cost::default();
         return;
     }
     if !total.known {
