@@ -200,6 +200,7 @@ pub async fn run(
             hidden: Some(deps.settings.permissions.hidden_paths(&agent.mode, &call.name)),
             subject: checked.path().cloned(),
             conversation: conversation.clone(),
+            lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()),
             metadata: Arc::new(move |m| {
                 notify(
                     &queue,

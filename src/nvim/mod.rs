@@ -151,6 +151,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         queue,
         runtime::providers(),
         crate::calls::pending(),
+        runtime::store(),
         id,
         request,
         streaming,
@@ -244,46 +245,30 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
     let (rt, queue) = guarded("run_tool", runtime_and_queue)?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
     let cancel = CancellationToken::new();
-    let abort = cancel.clone();
+    let settings = runtime::agent_settings();
+    let env = crate::tools::direct::DirectEnv {
+        registry: runtime::registry(),
+        limits: crate::tools::ToolLimits {
+            max_read_bytes: settings.max_read_bytes,
+            output_cap_bytes: settings.output_cap_bytes,
+            bash_timeout_ms: settings.bash_timeout_ms,
+            ..crate::tools::ToolLimits::default()
+        },
+        lua: crate::calls::LuaBridge::new(queue.clone(), crate::calls::pending()),
+        stream: id,
+        abort: cancel.clone(),
+    };
+    let run = crate::tools::direct::DirectRun {
+        name,
+        args,
+        root: PathBuf::from(root),
+        times: times.unwrap_or(1),
+    };
     stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
-        let tool = runtime::registry().get(&name).map_err(|e| {
+        let out = crate::tools::direct::run_direct(env, run).await.map_err(|e| {
             crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
         })?;
-        if let Err(problem) = crate::tools::schema::validate(&name, &tool.parameters(), &args) {
-            return Ok(serde_json::json!({ "content": problem, "is_error": true }));
-        }
-        let settings = runtime::agent_settings();
-        let ctx = crate::tools::ToolContext {
-            stream: id,
-            session_id: String::new(),
-            message_id: String::new(),
-            call_id: format!("run-{id}"),
-            agent: crate::tools::AgentInfo {
-                name: "mia".into(),
-                mode: "script".into(),
-            },
-            root: std::path::PathBuf::from(root),
-            abort,
-            limits: crate::tools::ToolLimits {
-                max_read_bytes: settings.max_read_bytes,
-                output_cap_bytes: settings.output_cap_bytes,
-                bash_timeout_ms: settings.bash_timeout_ms,
-                ..crate::tools::ToolLimits::default()
-            },
-            outside_allowed: None,
-            subject: None,
-            hidden: None,
-            metadata: std::sync::Arc::new(|_| {}),
-            conversation: std::sync::Arc::new(Vec::new()),
-        };
-        let started = std::time::Instant::now();
-        let mut out = tool.call(args.clone(), ctx.clone()).await;
-        for _ in 1..times.unwrap_or(1).max(1) {
-            out = tool.call(args.clone(), ctx.clone()).await;
-        }
-        let mut value = serde_json::to_value(out).unwrap_or(serde_json::Value::Null);
-        value["elapsed_us"] = serde_json::json!(started.elapsed().as_micros() as u64);
-        Ok(value)
+        Ok(serde_json::to_value(out).unwrap_or(serde_json::Value::Null))
     });
     Ok(StreamHandle { id, cancel })
 }

@@ -146,10 +146,6 @@ impl Tool for LuaTool {
         let name = self.spec.name.clone();
         let timeout = Duration::from_millis(self.spec.timeout_ms);
         Box::pin(async move {
-            let queue = match crate::runtime::queue() {
-                Ok(q) => q,
-                Err(e) => return ToolOutput::error(format!("cannot reach Neovim: {e}")),
-            };
             let payload = json!({
                 "name": name,
                 "arguments": args,
@@ -166,8 +162,7 @@ impl Tool for LuaTool {
                     })),
                 },
             });
-            let pending = crate::calls::pending();
-            match pending.call(&queue, ctx.stream, "tool", payload, timeout, &ctx.abort).await {
+            match ctx.lua.call(ctx.stream, "tool", payload, timeout, &ctx.abort).await {
                 Ok(Ok(value)) => output_of(value),
                 Ok(Err(message)) => ToolOutput::error(format!("`{name}` failed: {message}")),
                 Err(CallError::TimedOut(ms)) => ToolOutput::error(format!(
