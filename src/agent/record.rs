@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -27,19 +27,7 @@ use crate::store::{MessageKind, MessageRow, MessageState, SessionRow, Store, Usa
 /// How often a streaming answer is written to the store.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-/// Start and end (ms since the epoch) of the local calendar day containing `now_ms`.
-pub fn local_day(now_ms: i64, utc_offset_s: i32) -> (i64, i64) {
-    let local_s = now_ms.div_euclid(1000) + i64::from(utc_offset_s);
-    let start = local_s.div_euclid(86_400) * 86_400 - i64::from(utc_offset_s);
-    (start * 1000, (start + 86_400) * 1000)
-}
+pub use crate::cost::calendar::{local_day, now_ms};
 
 /// A new message id, unique across the processes sharing the store: the
 /// session, the time, the process and a per-process counter. Ids only name

@@ -10,6 +10,7 @@
 //! `agent` and the rest depend on `cost`, never the other way round.
 
 pub mod budget;
+pub mod calendar;
 pub mod format;
 pub mod math;
 mod model_id;
@@ -18,6 +19,7 @@ pub mod suggest;
 pub mod usage;
 
 pub use budget::{crossed_warnings, gate, BudgetConfig, Gate, Spend, Warning, WarningKind};
+pub use calendar::{local_day, now_ms, DAY_MS};
 pub use format::{footer, tokens, tokens_short, usd};
 pub use math::{cost, cost_at, cost_of, prompt_tokens, rates, CostBreakdown, Rates};
 pub use pricing::{Price, PricingError, PricingRegistry, Resolved, Tier};
