@@ -17,7 +17,7 @@ use crate::events::StreamId;
 use crate::llm::delta::{StreamDone, ToolCall};
 use crate::llm::message::{Message, Part, Role};
 use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
-use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolLimits, ToolOutput};
+use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolError, ToolLimits, ToolOutput};
 
 /// How much of a tool's output the chat shows.
 const CHAT_OUTPUT_CAP: usize = 4000;
@@ -75,7 +75,7 @@ pub async fn run(
             }
         };
         if let Err(problem) = crate::tools::schema::validate(&call.name, &tool.parameters(), &call.arguments) {
-            results.insert(call.id.clone(), ToolOutput::error(problem));
+            results.insert(call.id.clone(), ToolOutput::from(problem));
             continue;
         }
         let subject = if tool.dynamic_subject() {
@@ -91,10 +91,10 @@ pub async fn run(
         } else {
             Ok(tool.subject(&call.arguments))
         };
-        let checked = match subject.and_then(|s| Checked::new(root, s.as_ref()).map_err(|e| e.to_string())) {
+        let checked = match subject.and_then(|s| Checked::new(root, s.as_ref()).map_err(ToolError::from)) {
             Ok(c) => c,
             Err(problem) => {
-                results.insert(call.id.clone(), ToolOutput::error(problem));
+                results.insert(call.id.clone(), ToolOutput::from(problem));
                 continue;
             }
         };

@@ -60,7 +60,7 @@ pub async fn run_direct(env: DirectEnv, run: DirectRun) -> Result<DirectOutput, 
     let tool = env.registry.get(&run.name)?;
     if let Err(problem) = schema::validate(&run.name, &tool.parameters(), &run.args) {
         return Ok(DirectOutput {
-            output: ToolOutput::error(problem),
+            output: ToolOutput::from(problem),
             elapsed_us: None,
         });
     }

@@ -8,7 +8,7 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolOutput, ToolSubject};
+use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolError, ToolOutput, ToolSubject};
 use crate::calls::CallError;
 
 /// What `mia.register_tool` tells the core about a Lua tool.
@@ -59,16 +59,20 @@ pub async fn dynamic_subject(
     name: &str,
     args: &Value,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Result<Option<ToolSubject>, String> {
+) -> Result<Option<ToolSubject>, ToolError> {
     let payload = json!({ "name": name, "arguments": args });
     let answer = calls
         .call(queue, stream, "subject", payload, Duration::from_secs(10), cancel)
         .await;
-    match answer {
-        Ok(Ok(value)) => subject_of_value(&value).map_err(|e| format!("`{name}`'s subject function {e}")),
-        Ok(Err(message)) => Err(format!("`{name}`'s subject function failed: {message}")),
-        Err(e) => Err(format!("`{name}`'s subject could not be computed ({e:?})")),
-    }
+    let problem = match answer {
+        Ok(Ok(value)) => match subject_of_value(&value) {
+            Ok(subject) => return Ok(subject),
+            Err(e) => format!("`{name}`'s subject function {e}"),
+        },
+        Ok(Err(message)) => format!("`{name}`'s subject function failed: {message}"),
+        Err(e) => format!("`{name}`'s subject could not be computed ({e:?})"),
+    };
+    Err(ToolError::Subject(problem))
 }
 
 /// `nil`, a path string, or `{ path = … }` / `{ command = … }` / `{ text = … }`.

@@ -25,10 +25,34 @@ use crate::calls::LuaBridge;
 /// Why the tools layer could not do what it was asked. A tool that ran and
 /// failed is not one of these: that is a [`ToolOutput`] with `is_error`,
 /// which goes to the model as it is.
+///
+/// Every message is written for the model (it goes back to it as the tool
+/// result through [`ToolOutput::from`]) and for the user who reads it in the
+/// chat.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ToolError {
     #[error(transparent)]
     NotFound(#[from] registry::ToolNotFound),
+    /// The arguments do not match the tool's JSON Schema ([`schema::validate`]).
+    #[error("{0}")]
+    InvalidArguments(String),
+    /// The tool's own parameter schema is not a valid JSON Schema.
+    #[error("{0}")]
+    InvalidSchema(String),
+    /// A Lua tool's subject function failed or answered something that is
+    /// not a subject ([`lua_tool::dynamic_subject`]).
+    #[error("{0}")]
+    Subject(String),
+    /// The call's path cannot be used (outside the root through a link, unresolvable...).
+    #[error(transparent)]
+    Path(#[from] paths::PathError),
+}
+
+impl From<ToolError> for ToolOutput {
+    /// The error as the tool result the model sees.
+    fn from(e: ToolError) -> Self {
+        ToolOutput::error(e.to_string())
+    }
 }
 
 /// What running a tool may do to the world; permission rules key on it.
@@ -305,6 +329,21 @@ mod tests {
         let answer = rt.block_on(ctx(4242, lua).ask("Proceed?", opts));
         main.join().unwrap();
         assert_eq!(answer.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn a_tools_error_reaches_the_model_as_an_error_result_with_its_message() {
+        let schema = serde_json::json!({ "type": "object", "required": ["path"] });
+        let err = schema::validate("read_file", &schema, &serde_json::json!({})).unwrap_err();
+        assert!(matches!(err, ToolError::InvalidArguments(_)), "{err:?}");
+        let out = ToolOutput::from(err.clone());
+        assert!(out.is_error);
+        assert_eq!(out.content, err.to_string());
+        assert!(
+            out.content.starts_with("Invalid arguments for `read_file`"),
+            "{}",
+            out.content
+        );
     }
 
     #[test]
