@@ -1,7 +1,15 @@
 //! Tools the model can call: the [`Tool`] contract, the per-invocation
 //! [`ToolContext`], the registry, argument validation and permissions.
 //! Built-in tools live in `builtin/`; tools written in Lua are registered
-//! through `nvim/` and run on Neovim's main thread.
+//! through `nvim/` and run on Neovim's main thread. [`direct`] runs one tool
+//! without a model (`mia_core.run_tool`).
+//!
+//! Dependencies: `tools` → `calls` (a [`ToolContext`] carries the
+//! [`LuaBridge`] its calls into Neovim go through), `events` and `llm`
+//! (the conversation snapshot). Nothing here reaches for the runtime's
+//! globals: whoever runs a tool hands it what it needs. Errors of this layer
+//! are [`ToolError`]; they reach the model as a [`ToolOutput`] through
+//! `From`.
 
 pub mod builtin;
 pub mod direct;
