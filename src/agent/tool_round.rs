@@ -80,8 +80,7 @@ pub async fn run(
         }
         let subject = if tool.dynamic_subject() {
             crate::tools::lua_tool::dynamic_subject(
-                &deps.calls,
-                &deps.queue,
+                &crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()),
                 stream,
                 &call.name,
                 &call.arguments,

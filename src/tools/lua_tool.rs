@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolError, ToolOutput, ToolSubject};
-use crate::calls::CallError;
+use crate::calls::{CallError, LuaBridge};
 
 /// What `mia.register_tool` tells the core about a Lua tool.
 #[derive(Debug, Clone, Deserialize)]
@@ -53,16 +53,15 @@ pub struct LuaSubject {
 /// is a Lua function. An error (the function failed, or answered something
 /// that is not a subject) refuses the call with that message.
 pub async fn dynamic_subject(
-    calls: &crate::calls::PendingCalls,
-    queue: &crate::events::EventQueue,
+    lua: &LuaBridge,
     stream: u64,
     name: &str,
     args: &Value,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<ToolSubject>, ToolError> {
     let payload = json!({ "name": name, "arguments": args });
-    let answer = calls
-        .call(queue, stream, "subject", payload, Duration::from_secs(10), cancel)
+    let answer = lua
+        .call(stream, "subject", payload, Duration::from_secs(10), cancel)
         .await;
     let problem = match answer {
         Ok(Ok(value)) => match subject_of_value(&value) {
