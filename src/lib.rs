@@ -9,7 +9,7 @@
 //! store       → cost, llm
 //! events      → llm
 //! calls       → events
-//! tools       → calls, events, llm
+//! tools       → calls, llm
 //! hooks       → calls, events, llm
 //! agent       → calls, cost, events, hooks, llm, runtime, store, tools
 //! stream_task → agent, calls, cost, events, hooks, llm, store

@@ -5,8 +5,8 @@
 //! without a model (`mia_core.run_tool`).
 //!
 //! Dependencies: `tools` → `calls` (a [`ToolContext`] carries the
-//! [`LuaBridge`] its calls into Neovim go through), `events` and `llm`
-//! (the conversation snapshot). Nothing here reaches for the runtime's
+//! [`LuaBridge`] its calls into Neovim go through) and `llm` (the
+//! conversation snapshot). Nothing here reaches for the runtime's
 //! globals: whoever runs a tool hands it what it needs. Errors of this layer
 //! are [`ToolError`]; they reach the model as a [`ToolOutput`] through
 //! `From`.
