@@ -242,35 +242,37 @@ fn agent(lua: &Lua, request: LuaValue) -> LuaResult<StreamHandle> {
 /// by the tool round-trip benchmark.
 fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Option<u32>)) -> LuaResult<StreamHandle> {
     let args: serde_json::Value = lua.from_value(args).unwrap_or(serde_json::Value::Null);
-    let (rt, queue) = guarded("run_tool", runtime_and_queue)?;
-    let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-    let cancel = CancellationToken::new();
-    let settings = runtime::agent_settings();
-    let env = crate::tools::direct::DirectEnv {
-        registry: runtime::registry(),
-        limits: crate::tools::ToolLimits {
-            max_read_bytes: settings.max_read_bytes,
-            output_cap_bytes: settings.output_cap_bytes,
-            bash_timeout_ms: settings.bash_timeout_ms,
-            ..crate::tools::ToolLimits::default()
-        },
-        lua: crate::calls::LuaBridge::new(queue.clone(), crate::calls::pending()),
-        stream: id,
-        abort: cancel.clone(),
-    };
-    let run = crate::tools::direct::DirectRun {
-        name,
-        args,
-        root: PathBuf::from(root),
-        times: times.unwrap_or(1),
-    };
-    stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
-        let out = crate::tools::direct::run_direct(env, run).await.map_err(|e| {
-            crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-        })?;
-        Ok(serde_json::to_value(out).unwrap_or(serde_json::Value::Null))
-    });
-    Ok(StreamHandle { id, cancel })
+    guarded("run_tool", || {
+        let (rt, queue) = runtime_and_queue()?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let settings = runtime::agent_settings();
+        let env = crate::tools::direct::DirectEnv {
+            registry: runtime::registry(),
+            limits: crate::tools::ToolLimits {
+                max_read_bytes: settings.max_read_bytes,
+                output_cap_bytes: settings.output_cap_bytes,
+                bash_timeout_ms: settings.bash_timeout_ms,
+                ..crate::tools::ToolLimits::default()
+            },
+            lua: crate::calls::LuaBridge::new(queue.clone(), crate::calls::pending()),
+            stream: id,
+            abort: cancel.clone(),
+        };
+        let run = crate::tools::direct::DirectRun {
+            name,
+            args,
+            root: PathBuf::from(root),
+            times: times.unwrap_or(1),
+        };
+        stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
+            let out = crate::tools::direct::run_direct(env, run).await.map_err(|e| {
+                crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+            })?;
+            Ok(serde_json::to_value(out).unwrap_or(serde_json::Value::Null))
+        });
+        Ok(StreamHandle { id, cancel })
+    })
 }
 
 /// `set_mode(session_id, mode)`: the mode agent runs of that session use from their next request.
