@@ -54,6 +54,10 @@ pub enum ToolError {
     /// The call's path cannot be used (outside the root through a link, unresolvable...).
     #[error(transparent)]
     Path(#[from] paths::PathError),
+    /// A permission rule in `setup()` that cannot be used (reaches the user
+    /// through `configure_agent`'s configuration error).
+    #[error(transparent)]
+    InvalidRule(#[from] permissions::InvalidRule),
 }
 
 impl From<ToolError> for ToolOutput {
