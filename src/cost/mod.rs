@@ -1,8 +1,10 @@
 //! What mia's provider calls cost, and what to do about it: prices
 //! ([`pricing`]), the arithmetic ([`math`]), limits and warnings
-//! ([`budget`]), display ([`format`]) and savings advice ([`suggest`]).
-//! Everything here is plain functions over plain data; the only input that
-//! is not an argument is the price table embedded at build time.
+//! ([`budget`]), display ([`format`]), savings advice ([`suggest`]) and the
+//! local calendar days budgets and reports count ([`calendar`]).
+//! Everything here is plain functions over plain data; the only inputs that
+//! are not arguments are the price table embedded at build time and the
+//! clock read by [`calendar::now_ms`].
 //!
 //! Dependencies: none inside the crate. `cost` is a leaf: the quantities it
 //! works on, token counts ([`Usage`]) and dollars ([`Cost`]), are defined
