@@ -16,6 +16,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mia_core::calls::LuaBridge;
+use mia_core::events::EventQueue;
 use mia_core::tools::{builtin, AgentInfo, SharedTool, ToolContext, ToolLimits};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -172,6 +174,7 @@ fn run_tool(runtime: &tokio::runtime::Runtime, grep: &SharedTool, root: &Path, c
         hidden: None,
         metadata: Arc::new(|_| {}),
         conversation: Arc::new(Vec::new()),
+        lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
     };
     let args = json!({"pattern": case.pattern, "case_insensitive": case.case_insensitive});
     let started = Instant::now();

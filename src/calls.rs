@@ -78,7 +78,37 @@ impl PendingCalls {
     }
 }
 
-/// The process-wide pending calls.
+/// The way from the runtime to Neovim's main thread: the queue a call is
+/// pushed on and the calls waiting for their answer. Whoever starts work that
+/// may call into Lua (an agent run, a direct tool run) hands one in; nothing
+/// below `nvim/` reaches for the process-wide ones.
+#[derive(Debug, Clone)]
+pub struct LuaBridge {
+    pub queue: Arc<EventQueue>,
+    pub calls: Arc<PendingCalls>,
+}
+
+impl LuaBridge {
+    pub fn new(queue: Arc<EventQueue>, calls: Arc<PendingCalls>) -> Self {
+        LuaBridge { queue, calls }
+    }
+
+    /// [`PendingCalls::call`] on this bridge's queue.
+    pub async fn call(
+        &self,
+        stream: StreamId,
+        kind: &str,
+        payload: Value,
+        timeout: Duration,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<CallResult, CallError> {
+        self.calls
+            .call(&self.queue, stream, kind, payload, timeout, cancel)
+            .await
+    }
+}
+
+/// The process-wide pending calls (for `nvim/`, which answers them).
 pub fn pending() -> Arc<PendingCalls> {
     static PENDING: std::sync::OnceLock<Arc<PendingCalls>> = std::sync::OnceLock::new();
     PENDING.get_or_init(|| Arc::new(PendingCalls::default())).clone()

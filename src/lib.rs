@@ -1,5 +1,28 @@
 //! mia's native core. Everything below `nvim/` is plain Rust, usable and
 //! testable without Neovim; `nvim/` is the only module that knows mlua.
+//!
+//! Who imports whom (top-level modules; `a → b` means `a` names `b`'s items):
+//!
+//! ```text
+//! cost        → (nothing: token counts, prices, dollars, calendar days)
+//! llm         → cost
+//! store       → cost, llm
+//! events      → llm
+//! calls       → events
+//! tools       → calls, llm
+//! hooks       → calls, events, llm
+//! agent       → calls, cost, events, hooks, llm, runtime, store, tools
+//! stream_task → agent, calls, cost, events, hooks, llm, store
+//! runtime     → agent, events, llm, store, tools
+//! nvim        → everything (the boundary: Lua values in, core calls, Lua values out)
+//! ```
+//!
+//! `runtime` holds the process-wide state (the tokio runtime, the event
+//! queue, providers, settings, the tool registry, the store); only `nvim/`
+//! should reach into it and hand what a task needs to the core. `cost`,
+//! `llm`, `store`, `tools` and `stream_task` do not import `runtime`;
+//! `agent` still does (session modes, the store), which is the one cycle
+//! left (`agent` ↔ `runtime`).
 
 pub mod agent;
 pub mod calls;

@@ -2,6 +2,7 @@
 //! error, cancellation, panic), the stream ends with exactly one done or
 //! error event on the queue.
 
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use crate::llm::delta::StreamDone;
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::ChatRequest;
 use crate::llm::providers::Providers;
+use crate::store::Store;
 
 /// Who a `mia.stream`/`mia.send` call is recorded under, and the budgets
 /// it must respect.
@@ -30,13 +32,15 @@ pub struct ApiCall {
 /// false); events for `stream` go to `queue`. Cancelling `cancel` ends it
 /// with a `cancelled` error event. The budgets are checked first (a reached
 /// hard limit sends nothing), the transform hooks run over the request, and
-/// the call's usage and cost are stored under `api.agent`.
+/// the call's usage and cost are stored under `api.agent`, in the store
+/// `store` resolves to (none: nothing is checked or recorded).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_stream(
     rt: &Handle,
     queue: Arc<EventQueue>,
     providers: Arc<Providers>,
     calls: Arc<crate::calls::PendingCalls>,
+    store: impl Future<Output = Option<Arc<Store>>> + Send + 'static,
     stream: StreamId,
     req: ChatRequest,
     streaming: bool,
@@ -50,7 +54,7 @@ pub fn spawn_stream(
             stream,
             cancel: cancel.clone(),
         };
-        let work = api_call(caller, providers, req, streaming, api);
+        let work = async move { api_call(caller, providers, store.await, req, streaming, api).await };
         match supervise(work, &cancel).await {
             Ok(done) => queue.push(Event::Done {
                 stream,
@@ -65,12 +69,12 @@ pub fn spawn_stream(
 async fn api_call(
     caller: crate::hooks::Caller,
     providers: Arc<Providers>,
+    store: Option<Arc<Store>>,
     req: ChatRequest,
     streaming: bool,
     api: ApiCall,
 ) -> Result<StreamDone, LlmError> {
     use crate::agent::record;
-    let store = crate::runtime::store().await;
     let (day_start, day_end) = record::local_day(record::now_ms(), api.utc_offset_s);
     if let Some(store) = &store {
         // An API call belongs to no chat session: only the daily budget applies.

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use mia_core::calls::LuaBridge;
+use mia_core::events::EventQueue;
 use mia_core::tools::{builtin, AgentInfo, SharedTool, ToolContext, ToolLimits, ToolOutput};
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -59,6 +61,7 @@ impl Project {
             hidden: None,
             metadata: Arc::new(|_| {}),
             conversation: Arc::new(Vec::new()),
+            lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
         }
     }
 

@@ -6,11 +6,9 @@
 use std::collections::HashMap;
 
 use mia_core::cost::{
-    cost, cost_of, crossed_warnings, footer, gate, suggest, tokens, tokens_short, usd, BudgetConfig, Gate, ModelStats,
-    Price, PricingRegistry, SessionStats, Spend, SuggestionKind, WarningKind,
+    cost, cost_of, crossed_warnings, footer, gate, suggest, tokens, tokens_short, usd, BudgetConfig, Cost, Gate,
+    ModelStats, Price, PricingRegistry, SessionStats, Spend, SuggestionKind, Usage, WarningKind,
 };
-use mia_core::llm::delta::Cost;
-use mia_core::llm::message::Usage;
 
 fn builtin() -> &'static PricingRegistry {
     PricingRegistry::builtin()

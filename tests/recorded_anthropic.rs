@@ -9,9 +9,10 @@ mod common;
 
 use common::{decode_chunked, recorded};
 
+use mia_core::cost::Usage;
 use mia_core::llm::anthropic::{request_body, AnthropicDecoder, AnthropicOptions};
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
-use mia_core::llm::message::{ChatRequest, Message, Role, StopReason, Usage};
+use mia_core::llm::message::{ChatRequest, Message, Role, StopReason};
 use serde_json::{json, Value};
 
 /// What a stream decoded to: the folded answer and every event, in order.

@@ -10,10 +10,11 @@ mod common;
 
 use common::{decode_chunked, recorded};
 
+use mia_core::cost::Usage;
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
 use mia_core::llm::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass};
 use mia_core::llm::gemini::{request_body, GeminiDecoder};
-use mia_core::llm::message::{ChatRequest, Message, Role, StopReason, Usage};
+use mia_core::llm::message::{ChatRequest, Message, Role, StopReason};
 use mia_core::llm::stream::SseDecoder;
 use serde_json::{json, Value};
 

@@ -7,8 +7,9 @@ mod common;
 
 use common::{decode_chunked, recorded};
 
+use mia_core::cost::Usage;
 use mia_core::llm::delta::Accumulator;
-use mia_core::llm::message::{StopReason, Usage};
+use mia_core::llm::message::StopReason;
 use mia_core::llm::openai::OpenAiDecoder;
 
 /// Frames each recorded JSON line as an SSE event, feeds it in random chunks.

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
-use mia_core::agent::AgentRequest;
 use mia_core::llm::providers::{CoreConfig, ProviderConfig, Providers};
 use mia_core::shared::{format_tokens, format_usd, provider_views, Shared};
 use mia_core::tools::permissions::PermissionConfig;
@@ -94,12 +93,6 @@ fn permission_defaults_are_the_exposed_mode_policies() {
         exposed.keys().map(String::as_str).collect::<Vec<_>>(),
         ["architect", "ask", "code"]
     );
-}
-
-#[test]
-fn a_run_without_a_mode_starts_in_the_exposed_default_mode() {
-    let req: AgentRequest = serde_json::from_value(json!({ "model": "x/y", "messages": [] })).unwrap();
-    assert_eq!(req.mode, Shared::get().default_mode);
 }
 
 struct Named(&'static str);

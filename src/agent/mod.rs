@@ -18,10 +18,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::PendingCalls;
+use crate::cost::{Cost, Usage};
 use crate::events::{Event, EventQueue, MiaEvent, StreamId};
-use crate::llm::delta::Cost;
 use crate::llm::error::{ErrorClass, LlmError};
-use crate::llm::message::{ChatRequest, ToolDef, Usage};
+use crate::llm::message::{ChatRequest, ToolDef};
 use crate::llm::providers::Providers;
 use crate::session::{updates, Session, Stop, TurnEnd};
 use crate::tools::permissions::{PermissionConfig, Remembered};
@@ -166,7 +166,7 @@ pub async fn run(
     };
     let max_turns = prompt.max_turns.unwrap_or(deps.settings.max_turns).max(1);
     let mut total = Usage::default();
-    let mut total_cost = crate::llm::delta::Cost {
+    let mut total_cost = crate::cost::Cost {
         known: true,
         ..Default::default()
     };
@@ -383,7 +383,7 @@ pub async fn record_end(session: &Session, end: &TurnEnd) {
 
 fn add_cost(total: &mut Cost, c: &Cost) {
     if !c.known {
-        *total = crate::llm::delta::Cost::default();
+        *total = crate::cost::Cost::default();
         return;
     }
     if !total.known {

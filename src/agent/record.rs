@@ -28,14 +28,8 @@ use crate::store::{MessageRow, MessageState, Store, UsageRow};
 /// How often a streaming answer is written to the store.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
-pub use crate::session::{new_message_id, now_ms};
-
-/// Start and end (ms since the epoch) of the local calendar day containing `now_ms`.
-pub fn local_day(now_ms: i64, utc_offset_s: i32) -> (i64, i64) {
-    let local_s = now_ms.div_euclid(1000) + i64::from(utc_offset_s);
-    let start = local_s.div_euclid(86_400) * 86_400 - i64::from(utc_offset_s);
-    (start * 1000, (start + 86_400) * 1000)
-}
+pub use crate::cost::calendar::{local_day, now_ms};
+pub use crate::session::new_message_id;
 
 /// The parts of an answer interrupted after `reasoning` and `text` arrived.
 fn partial_parts(reasoning: &str, text: &str) -> serde_json::Value {

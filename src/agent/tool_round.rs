@@ -20,7 +20,7 @@ use crate::llm::delta::{StreamDone, ToolCall};
 use crate::llm::message::{Message, Part, Role};
 use crate::session::{updates, ToolOutcome, ToolStatus};
 use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
-use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolLimits, ToolOutput};
+use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolError, ToolLimits, ToolOutput};
 
 /// The permission question for one call, as ACP's `session/request_permission`:
 /// the call, and the options in the order the UI shows them. What mia's
@@ -105,13 +105,12 @@ pub async fn run(
             }
         };
         if let Err(problem) = crate::tools::schema::validate(&call.name, &tool.parameters(), &call.arguments) {
-            results.insert(call.id.clone(), ToolOutput::error(problem));
+            results.insert(call.id.clone(), ToolOutput::from(problem));
             continue;
         }
         let subject = if tool.dynamic_subject() {
             crate::tools::lua_tool::dynamic_subject(
-                &deps.calls,
-                &deps.queue,
+                &crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()),
                 stream,
                 &call.name,
                 &call.arguments,
@@ -121,10 +120,10 @@ pub async fn run(
         } else {
             Ok(tool.subject(&call.arguments))
         };
-        let checked = match subject.and_then(|s| Checked::new(root, s.as_ref()).map_err(|e| e.to_string())) {
+        let checked = match subject.and_then(|s| Checked::new(root, s.as_ref()).map_err(ToolError::from)) {
             Ok(c) => c,
             Err(problem) => {
-                results.insert(call.id.clone(), ToolOutput::error(problem));
+                results.insert(call.id.clone(), ToolOutput::from(problem));
                 continue;
             }
         };
@@ -257,6 +256,7 @@ pub async fn run(
             hidden: Some(deps.settings.permissions.hidden_paths(&agent.mode, &call.name)),
             subject: checked.path().cloned(),
             conversation: conversation.clone(),
+            lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()),
             metadata: Arc::new(move |m| {
                 update(&queue, stream, updates::tool_metadata(&call_id, m));
             }),

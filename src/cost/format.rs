@@ -1,7 +1,6 @@
 //! Money and token counts as the chat footer and the cost reports show them.
 
-use crate::llm::delta::Cost;
-use crate::llm::message::Usage;
+use super::usage::{Cost, Usage};
 
 /// Most decimals a dollar figure gets; smaller amounts round to this.
 const MAX_DECIMALS: i32 = 10;

@@ -23,8 +23,7 @@
 use serde::Serialize;
 
 use super::pricing::{Price, PricingRegistry};
-use crate::llm::delta::Cost;
-use crate::llm::message::Usage;
+use super::usage::{Cost, Usage};
 
 const PER_MILLION: f64 = 1_000_000.0;
 

@@ -10,7 +10,7 @@ use super::format::{tokens, usd};
 use super::math::{cost_at, rates, Rates};
 use super::model_id;
 use super::pricing::{Price, PricingRegistry};
-use crate::llm::message::Usage;
+use super::usage::Usage;
 
 /// Turns averaging fewer output tokens than this are "short": a smaller
 /// model of the same generation usually answers them as well.

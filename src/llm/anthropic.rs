@@ -11,8 +11,9 @@ use serde_json::{json, Map, Value};
 
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, ErrorClass, LlmError};
-use super::message::{ChatRequest, Message, Part, Role, StopReason, Usage};
+use super::message::{ChatRequest, Message, Part, Role, StopReason};
 use super::stream::SseEvent;
+use crate::cost::Usage;
 
 /// Anthropic-only request settings.
 #[derive(Debug, Clone)]

@@ -3,7 +3,8 @@
 use serde::Serialize;
 
 use super::error::{ErrorClass, LlmError};
-use super::message::{Message, Part, Role, StopReason, Usage};
+use super::message::{Message, Part, Role, StopReason};
+use crate::cost::{Cost, Usage};
 
 /// One increment of a streamed answer, in the shape Lua's `on_delta` receives.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -159,23 +160,6 @@ pub struct ToolCall {
     pub arguments: serde_json::Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signature: Option<String>,
-}
-
-/// The cost of one answer; `known == false` (and no figures) when the model has no price.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct Cost {
-    pub known: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub total_usd: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub input_usd: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub output_usd: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_read_usd: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_write_usd: Option<f64>,
 }
 
 /// The finished answer: what Lua's `on_done` receives.

@@ -14,8 +14,9 @@ use serde_json::{json, Map, Value};
 
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass, LlmError};
-use super::message::{ChatRequest, Message, Part, Role, StopReason, ToolDef, Usage};
+use super::message::{ChatRequest, Message, Part, Role, StopReason, ToolDef};
 use super::stream::SseEvent;
+use crate::cost::Usage;
 
 /// The JSON body of a `generateContent` or `streamGenerateContent` call
 /// (the model and the streaming choice live in the URL, not the body).

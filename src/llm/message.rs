@@ -137,20 +137,6 @@ pub struct ChatRequest {
     pub extra_body: Option<serde_json::Value>,
 }
 
-/// Token counts of one provider call, normalized: `input_tokens` excludes
-/// cache reads and writes, which are counted in their own fields; reasoning
-/// tokens are part of `output_tokens`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cache_read_tokens: u64,
-    pub cache_write_tokens: u64,
-    pub reasoning_tokens: u64,
-    /// True when the server sent no usage and these counts are an estimate.
-    pub estimated: bool,
-}
-
 /// Why the model stopped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

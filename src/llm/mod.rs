@@ -2,6 +2,11 @@
 //! wire format, one error model. `stream_chat` is the whole pipeline:
 //! resolve the provider, build its request, send it, decode the stream,
 //! retry what can be retried without repeating anything the user has seen.
+//!
+//! Dependencies: `llm` → `cost` only. The decoders report token counts as
+//! [`crate::cost::Usage`], and a finished answer carries its
+//! [`crate::cost::Cost`], priced with the providers' [`crate::cost::PricingRegistry`].
+//! Nothing in `cost` names an `llm` type, so the two never form a cycle.
 
 pub mod anthropic;
 pub mod delta;
@@ -499,14 +504,14 @@ pub async fn health_check(providers: &Providers, provider: &str) -> Result<usize
 
 /// Servers that never report usage still get a count, marked as estimated
 /// (about four characters per token, the usual rule of thumb for English and code).
-fn estimate_usage(req: &ChatRequest, answer: &str) -> message::Usage {
+fn estimate_usage(req: &ChatRequest, answer: &str) -> crate::cost::Usage {
     let tokens = |s: &str| (s.chars().count() as u64).div_ceil(4);
     let prompt: u64 = req.system.as_deref().map(tokens).unwrap_or(0)
         + req.messages.iter().map(|m| tokens(&m.plain_text())).sum::<u64>();
-    message::Usage {
+    crate::cost::Usage {
         input_tokens: prompt,
         output_tokens: tokens(answer),
         estimated: true,
-        ..message::Usage::default()
+        ..crate::cost::Usage::default()
     }
 }

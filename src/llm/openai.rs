@@ -8,8 +8,9 @@ use serde_json::{json, Map, Value};
 
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, LlmError};
-use super::message::{ChatRequest, Message, Part, Role, StopReason, Usage};
+use super::message::{ChatRequest, Message, Part, Role, StopReason};
 use super::stream::SseEvent;
+use crate::cost::Usage;
 
 /// Differences between OpenAI itself and compatible servers that matter to the body.
 #[derive(Debug, Clone, Copy, Default)]

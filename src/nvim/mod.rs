@@ -151,6 +151,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         queue,
         runtime::providers(),
         crate::calls::pending(),
+        runtime::store(),
         id,
         request,
         streaming,
@@ -234,13 +235,18 @@ fn open_session(id: &str) -> LuaResult<std::sync::Arc<crate::session::Session>> 
 #[derive(serde::Deserialize)]
 struct NewSession {
     cwd: String,
+    #[serde(default = "default_mode")]
     mode: String,
     model: String,
     #[serde(default)]
     title: Option<String>,
 }
 
-/// `session_new({ cwd, mode, model, title? })` -> id: a new, empty chat
+fn default_mode() -> String {
+    crate::shared::DEFAULT_MODE.to_string()
+}
+
+/// `session_new({ cwd, mode?, model, title? })` -> id: a new, empty chat
 /// session owned by the core (stored at its first prompt).
 fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
     guarded("session_new", || {
@@ -385,51 +391,37 @@ fn format_footer(lua: &Lua, end: LuaValue) -> LuaResult<String> {
 /// by the tool round-trip benchmark.
 fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Option<u32>)) -> LuaResult<StreamHandle> {
     let args: serde_json::Value = lua.from_value(args).unwrap_or(serde_json::Value::Null);
-    let (rt, queue) = guarded("run_tool", runtime_and_queue)?;
-    let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-    let cancel = CancellationToken::new();
-    let abort = cancel.clone();
-    stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
-        let tool = runtime::registry().get(&name).map_err(|e| {
-            crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-        })?;
-        if let Err(problem) = crate::tools::schema::validate(&name, &tool.parameters(), &args) {
-            return Ok(serde_json::json!({ "content": problem, "is_error": true }));
-        }
+    guarded("run_tool", || {
+        let (rt, queue) = runtime_and_queue()?;
+        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
         let settings = runtime::agent_settings();
-        let ctx = crate::tools::ToolContext {
-            stream: id,
-            session_id: String::new(),
-            message_id: String::new(),
-            call_id: format!("run-{id}"),
-            agent: crate::tools::AgentInfo {
-                name: "mia".into(),
-                mode: "script".into(),
-            },
-            root: std::path::PathBuf::from(root),
-            abort,
+        let env = crate::tools::direct::DirectEnv {
+            registry: runtime::registry(),
             limits: crate::tools::ToolLimits {
                 max_read_bytes: settings.max_read_bytes,
                 output_cap_bytes: settings.output_cap_bytes,
                 bash_timeout_ms: settings.bash_timeout_ms,
                 ..crate::tools::ToolLimits::default()
             },
-            outside_allowed: None,
-            subject: None,
-            hidden: None,
-            metadata: std::sync::Arc::new(|_| {}),
-            conversation: std::sync::Arc::new(Vec::new()),
+            lua: crate::calls::LuaBridge::new(queue.clone(), crate::calls::pending()),
+            stream: id,
+            abort: cancel.clone(),
         };
-        let started = std::time::Instant::now();
-        let mut out = tool.call(args.clone(), ctx.clone()).await;
-        for _ in 1..times.unwrap_or(1).max(1) {
-            out = tool.call(args.clone(), ctx.clone()).await;
-        }
-        let mut value = serde_json::to_value(out).unwrap_or(serde_json::Value::Null);
-        value["elapsed_us"] = serde_json::json!(started.elapsed().as_micros() as u64);
-        Ok(value)
-    });
-    Ok(StreamHandle { id, cancel })
+        let run = crate::tools::direct::DirectRun {
+            name,
+            args,
+            root: PathBuf::from(root),
+            times: times.unwrap_or(1),
+        };
+        stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
+            let out = crate::tools::direct::run_direct(env, run).await.map_err(|e| {
+                crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+            })?;
+            Ok(serde_json::to_value(out).unwrap_or(serde_json::Value::Null))
+        });
+        Ok(StreamHandle { id, cancel })
+    })
 }
 
 /// `reply(call, ok, value)`: Lua's answer to a call event.

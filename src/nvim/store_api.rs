@@ -7,12 +7,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{start_job, StreamHandle};
-use crate::agent::record::{local_day, now_ms};
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::runtime;
-use crate::store::ReportQuery;
-
-const DAY_MS: i64 = 86_400_000;
+use crate::store::CostScope;
 
 fn no_store() -> LlmError {
     LlmError::new(
@@ -43,8 +40,34 @@ struct CostQuery {
     provider: Option<String>,
     days: Option<u32>,
     utc_offset_s: i32,
-    /// Estimated tokens of the system prompt sent with every request (for the caching suggestion).
     system_tokens: Option<u64>,
+}
+
+impl CostQuery {
+    /// The store's query, or the error naming the scopes there are.
+    fn into_core(self) -> Result<crate::store::CostQuery, LlmError> {
+        let scope = match self.scope.as_str() {
+            "session" => CostScope::Session,
+            "daily" => CostScope::Daily,
+            "weekly" => CostScope::Weekly,
+            "days" => CostScope::Days(self.days.unwrap_or(30)),
+            other => {
+                return Err(LlmError::new(
+                    ErrorClass::InvalidRequest,
+                    None,
+                    format!("mia.costs: unknown scope `{other}`; use session, daily, weekly or days"),
+                ))
+            }
+        };
+        Ok(crate::store::CostQuery {
+            scope,
+            session_id: self.session_id,
+            model: self.model,
+            provider: self.provider,
+            utc_offset_s: self.utc_offset_s,
+            system_tokens: self.system_tokens,
+        })
+    }
 }
 
 /// `costs(query)` -> handle; its result is the report with `daily` (30 days) and `suggestions`.
@@ -54,69 +77,12 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
         .map_err(|e| LuaError::RuntimeError(format!("mia.costs: invalid query: {e}")))?;
     start_job("costs", move |providers| async move {
         let store = runtime::store().await.ok_or_else(no_store)?;
-        let (today, _) = local_day(now_ms(), q.utc_offset_s);
-        let from_ms = match q.scope.as_str() {
-            "session" => None,
-            "daily" => Some(today),
-            "weekly" => Some(today - 6 * DAY_MS),
-            "days" => Some(today - i64::from(q.days.unwrap_or(30).max(1) - 1) * DAY_MS),
-            other => {
-                return Err(LlmError::new(
-                    ErrorClass::InvalidRequest,
-                    None,
-                    format!("mia.costs: unknown scope `{other}`; use session, daily, weekly or days"),
-                ))
-            }
-        };
-        let session_id = if q.scope == "session" {
-            q.session_id.clone()
-        } else {
-            None
-        };
-        let query = ReportQuery {
-            from_ms,
-            to_ms: None,
-            session_id: session_id.clone(),
-            model: q.model.clone(),
-            provider: q.provider.clone(),
-        };
-        let report = store.usage_report(&query).await.map_err(store_error)?;
-        let daily = store
-            .daily_costs(today - 29 * DAY_MS, 30, q.utc_offset_s)
+        let query = q.into_core()?;
+        let report = store
+            .cost_report(&query, &providers.pricing, crate::cost::now_ms())
             .await
             .map_err(store_error)?;
-        let mut suggestions = Vec::new();
-        if let Some(session) = session_id {
-            let mut stats = crate::cost::SessionStats::default();
-            for m in &report.by_model {
-                let one = ReportQuery {
-                    session_id: Some(session.clone()),
-                    model: Some(m.key.clone()),
-                    ..Default::default()
-                };
-                let r = store.usage_report(&one).await.map_err(store_error)?;
-                let requests = r.totals.requests.max(1);
-                stats.per_model.push(crate::cost::ModelStats {
-                    provider: r.by_provider.first().map(|p| p.key.clone()).unwrap_or_default(),
-                    model: m.key.clone(),
-                    requests: r.totals.requests,
-                    input_tokens: r.totals.input_tokens,
-                    output_tokens: r.totals.output_tokens,
-                    cache_read_tokens: r.totals.cache_read_tokens,
-                    cache_write_tokens: r.totals.cache_write_tokens,
-                    cost_usd: r.totals.cost_usd,
-                    max_output_tokens_seen: m.max_output_tokens,
-                    avg_output_tokens: r.totals.output_tokens as f64 / requests as f64,
-                    system_prompt_tokens_per_request: q.system_tokens,
-                });
-            }
-            suggestions = crate::cost::suggest(&providers.pricing, &stats);
-        }
-        let mut out = serde_json::to_value(&report).unwrap_or(Value::Null);
-        out["scope"] = json!(q.scope);
-        out["daily"] = serde_json::to_value(&daily).unwrap_or(Value::Null);
-        out["suggestions"] = serde_json::to_value(&suggestions).unwrap_or(Value::Null);
-        Ok(out)
+        Ok(serde_json::to_value(&report).unwrap_or(Value::Null))
     })
 }
 

@@ -11,8 +11,8 @@ use agent_client_protocol_schema::v1 as acp;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::llm::delta::Cost;
-use crate::llm::message::{Part, Role, Usage};
+use crate::cost::{Cost, Usage};
+use crate::llm::message::{Part, Role};
 use crate::store::{MessageKind, MessageRow, MessageState};
 
 /// How much of a tool's output the chat shows.

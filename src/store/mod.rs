@@ -8,13 +8,20 @@
 //! - Reads run on a small pool of read-only connections ([`reader`]) inside
 //!   `spawn_blocking`. WAL mode lets them run while anyone writes.
 //! - The file's layout and its upgrades live in [`schema`]; reports in
-//!   [`reports`]; daily costs and budget spend in [`spend`]; session and message reads in [`sessions`]; the pagination
-//!   cursor format in [`cursor`].
+//!   [`reports`]; daily costs and budget spend in [`spend`]; the whole
+//!   `mia.costs` report (window, chart, suggestions) in [`cost_report`];
+//!   session and message reads in [`sessions`]; the pagination cursor
+//!   format in [`cursor`].
+//!
+//! Dependencies: `store` → `cost` (calendar days, suggestions) and `llm`
+//! (message roles). Nothing in `store` reaches for the runtime: whoever
+//! needs a store is handed one.
 //!
 //! Every async method must be awaited inside a tokio runtime (reads use
 //! `spawn_blocking`). A write future that is dropped before it resolves does
 //! not cancel the write: once queued, it commits (or fails) regardless.
 
+mod cost_report;
 mod cursor;
 mod error;
 mod reader;
@@ -28,6 +35,7 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use cost_report::{CostQuery, CostReport, CostScope, CHART_DAYS};
 pub use error::StoreError;
 pub use reports::{Breakdown, CostTypes, ReportQuery, Totals, UsageReport};
 pub use rows::{MessageKind, MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};

@@ -145,7 +145,7 @@ pub struct MessageRow {
 
 /// One provider call: who asked (session, message, agent), whom (provider,
 /// model), what it consumed and what that cost. Token counts follow
-/// [`crate::llm::message::Usage`]: input excludes cache reads and writes;
+/// [`crate::cost::Usage`]: input excludes cache reads and writes;
 /// reasoning is part of output.
 ///
 /// `cost_known` is false when the model had no price; its `*_usd` fields are

@@ -8,8 +8,8 @@ use futures_util::future::BoxFuture;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolOutput, ToolSubject};
-use crate::calls::CallError;
+use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolError, ToolOutput, ToolSubject};
+use crate::calls::{CallError, LuaBridge};
 
 /// What `mia.register_tool` tells the core about a Lua tool.
 #[derive(Debug, Clone, Deserialize)]
@@ -53,22 +53,25 @@ pub struct LuaSubject {
 /// is a Lua function. An error (the function failed, or answered something
 /// that is not a subject) refuses the call with that message.
 pub async fn dynamic_subject(
-    calls: &crate::calls::PendingCalls,
-    queue: &crate::events::EventQueue,
+    lua: &LuaBridge,
     stream: u64,
     name: &str,
     args: &Value,
     cancel: &tokio_util::sync::CancellationToken,
-) -> Result<Option<ToolSubject>, String> {
+) -> Result<Option<ToolSubject>, ToolError> {
     let payload = json!({ "name": name, "arguments": args });
-    let answer = calls
-        .call(queue, stream, "subject", payload, Duration::from_secs(10), cancel)
+    let answer = lua
+        .call(stream, "subject", payload, Duration::from_secs(10), cancel)
         .await;
-    match answer {
-        Ok(Ok(value)) => subject_of_value(&value).map_err(|e| format!("`{name}`'s subject function {e}")),
-        Ok(Err(message)) => Err(format!("`{name}`'s subject function failed: {message}")),
-        Err(e) => Err(format!("`{name}`'s subject could not be computed ({e:?})")),
-    }
+    let problem = match answer {
+        Ok(Ok(value)) => match subject_of_value(&value) {
+            Ok(subject) => return Ok(subject),
+            Err(e) => format!("`{name}`'s subject function {e}"),
+        },
+        Ok(Err(message)) => format!("`{name}`'s subject function failed: {message}"),
+        Err(e) => format!("`{name}`'s subject could not be computed ({e:?})"),
+    };
+    Err(ToolError::Subject(problem))
 }
 
 /// `nil`, a path string, or `{ path = … }` / `{ command = … }` / `{ text = … }`.
@@ -146,10 +149,6 @@ impl Tool for LuaTool {
         let name = self.spec.name.clone();
         let timeout = Duration::from_millis(self.spec.timeout_ms);
         Box::pin(async move {
-            let queue = match crate::runtime::queue() {
-                Ok(q) => q,
-                Err(e) => return ToolOutput::error(format!("cannot reach Neovim: {e}")),
-            };
             let payload = json!({
                 "name": name,
                 "arguments": args,
@@ -166,8 +165,7 @@ impl Tool for LuaTool {
                     })),
                 },
             });
-            let pending = crate::calls::pending();
-            match pending.call(&queue, ctx.stream, "tool", payload, timeout, &ctx.abort).await {
+            match ctx.lua.call(ctx.stream, "tool", payload, timeout, &ctx.abort).await {
                 Ok(Ok(value)) => output_of(value),
                 Ok(Err(message)) => ToolOutput::error(format!("`{name}` failed: {message}")),
                 Err(CallError::TimedOut(ms)) => ToolOutput::error(format!(

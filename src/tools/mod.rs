@@ -1,9 +1,18 @@
 //! Tools the model can call: the [`Tool`] contract, the per-invocation
 //! [`ToolContext`], the registry, argument validation and permissions.
 //! Built-in tools live in `builtin/`; tools written in Lua are registered
-//! through `nvim/` and run on Neovim's main thread.
+//! through `nvim/` and run on Neovim's main thread. [`direct`] runs one tool
+//! without a model (`mia_core.run_tool`).
+//!
+//! Dependencies: `tools` → `calls` (a [`ToolContext`] carries the
+//! [`LuaBridge`] its calls into Neovim go through) and `llm` (the
+//! conversation snapshot). Nothing here reaches for the runtime's
+//! globals: whoever runs a tool hands it what it needs. Errors of this layer
+//! are [`ToolError`]; they reach the model as a [`ToolOutput`] through
+//! `From`.
 
 pub mod builtin;
+pub mod direct;
 pub mod lua_tool;
 pub mod paths;
 pub mod permissions;
@@ -18,6 +27,45 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::calls::LuaBridge;
+
+/// Why the tools layer could not do what it was asked. A tool that ran and
+/// failed is not one of these: that is a [`ToolOutput`] with `is_error`,
+/// which goes to the model as it is.
+///
+/// Every message is written for the model (it goes back to it as the tool
+/// result through [`ToolOutput::from`]) and for the user who reads it in the
+/// chat.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolError {
+    #[error(transparent)]
+    NotFound(#[from] registry::ToolNotFound),
+    /// The arguments do not match the tool's JSON Schema ([`schema::validate`]).
+    #[error("{0}")]
+    InvalidArguments(String),
+    /// The tool's own parameter schema is not a valid JSON Schema.
+    #[error("{0}")]
+    InvalidSchema(String),
+    /// A Lua tool's subject function failed or answered something that is
+    /// not a subject ([`lua_tool::dynamic_subject`]).
+    #[error("{0}")]
+    Subject(String),
+    /// The call's path cannot be used (outside the root through a link, unresolvable...).
+    #[error(transparent)]
+    Path(#[from] paths::PathError),
+    /// A permission rule in `setup()` that cannot be used (reaches the user
+    /// through `configure_agent`'s configuration error).
+    #[error(transparent)]
+    InvalidRule(#[from] permissions::InvalidRule),
+}
+
+impl From<ToolError> for ToolOutput {
+    /// The error as the tool result the model sees.
+    fn from(e: ToolError) -> Self {
+        ToolOutput::error(e.to_string())
+    }
+}
 
 /// What running a tool may do to the world; permission rules key on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +168,8 @@ pub struct ToolContext {
     pub metadata: Arc<dyn Fn(Value) + Send + Sync>,
     /// A read-only snapshot of the conversation up to this call.
     pub conversation: Arc<Vec<crate::llm::message::Message>>,
+    /// Where calls into Neovim go (Lua tools, [`ToolContext::ask`]).
+    pub lua: LuaBridge,
 }
 
 /// A test on a path relative to the project root.
@@ -143,13 +193,9 @@ impl ToolContext {
     /// `vim.ui.input` with `allow_freeform`) and waits for the answer without
     /// blocking anything; `None` when dismissed, timed out or cancelled.
     pub async fn ask(&self, question: &str, opts: AskOptions) -> Option<String> {
-        let queue = crate::runtime::queue().ok()?;
         let wait = std::time::Duration::from_millis(opts.timeout.map(|t| t + 1000).unwrap_or(3_600_000));
         let payload = serde_json::json!({ "question": question, "opts": opts });
-        match crate::calls::pending()
-            .call(&queue, self.stream, "ask", payload, wait, &self.abort)
-            .await
-        {
+        match self.lua.call(self.stream, "ask", payload, wait, &self.abort).await {
             Ok(Ok(Value::String(answer))) => Some(answer),
             _ => opts.default,
         }
@@ -234,7 +280,7 @@ mod tests {
     use super::*;
     use crate::events::Event;
 
-    fn ctx(stream: u64) -> ToolContext {
+    fn ctx(stream: u64, lua: LuaBridge) -> ToolContext {
         ToolContext {
             stream,
             session_id: "s".into(),
@@ -252,12 +298,18 @@ mod tests {
             hidden: None,
             metadata: Arc::new(|_| {}),
             conversation: Arc::new(Vec::new()),
+            lua,
         }
+    }
+
+    fn bridge() -> LuaBridge {
+        LuaBridge::new(Arc::new(crate::events::EventQueue::new().unwrap()), Arc::default())
     }
 
     #[test]
     fn ask_waits_for_the_answer_from_the_main_thread() {
-        let queue = crate::runtime::queue().unwrap();
+        let lua = bridge();
+        let (queue, calls) = (lua.queue.clone(), lua.calls.clone());
         // a stand-in for Neovim's main thread: answers this stream's question
         let main = std::thread::spawn(move || loop {
             for e in queue.drain() {
@@ -272,7 +324,7 @@ mod tests {
                     assert_eq!(kind, "ask");
                     assert_eq!(payload["question"], "Proceed?");
                     assert_eq!(payload["opts"]["choices"], serde_json::json!(["yes", "no"]));
-                    crate::calls::pending().answer(call, Ok(Value::String("no".into())));
+                    calls.answer(call, Ok(Value::String("no".into())));
                     return;
                 }
             }
@@ -286,14 +338,29 @@ mod tests {
             choices: vec!["yes".into(), "no".into()],
             ..Default::default()
         };
-        let answer = rt.block_on(ctx(4242).ask("Proceed?", opts));
+        let answer = rt.block_on(ctx(4242, lua).ask("Proceed?", opts));
         main.join().unwrap();
         assert_eq!(answer.as_deref(), Some("no"));
     }
 
     #[test]
+    fn a_tools_error_reaches_the_model_as_an_error_result_with_its_message() {
+        let schema = serde_json::json!({ "type": "object", "required": ["path"] });
+        let err = schema::validate("read_file", &schema, &serde_json::json!({})).unwrap_err();
+        assert!(matches!(err, ToolError::InvalidArguments(_)), "{err:?}");
+        let out = ToolOutput::from(err.clone());
+        assert!(out.is_error);
+        assert_eq!(out.content, err.to_string());
+        assert!(
+            out.content.starts_with("Invalid arguments for `read_file`"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[test]
     fn ask_falls_back_to_the_default_when_cancelled() {
-        let c = ctx(4343);
+        let c = ctx(4343, bridge());
         c.abort.cancel();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -129,9 +129,9 @@ struct RawConfig {
 }
 
 impl TryFrom<RawConfig> for PermissionConfig {
-    type Error = InvalidRule;
+    type Error = super::ToolError;
 
-    fn try_from(raw: RawConfig) -> Result<Self, InvalidRule> {
+    fn try_from(raw: RawConfig) -> Result<Self, super::ToolError> {
         let rules = raw
             .rules
             .iter()

@@ -3,21 +3,23 @@
 
 use serde_json::Value;
 
+use super::ToolError;
+
 /// Checks `args` against `schema`; the error lists every problem in one
 /// message written for the model ("`path`: … is a required property").
-pub fn validate(tool: &str, schema: &Value, args: &Value) -> Result<(), String> {
+pub fn validate(tool: &str, schema: &Value, args: &Value) -> Result<(), ToolError> {
     if let Value::String(raw) = args {
         let start: String = raw.chars().take(200).collect();
-        return Err(format!(
+        return Err(ToolError::InvalidArguments(format!(
             "Invalid arguments for `{tool}`: they are not valid JSON ({start}). Call `{tool}` again with a JSON object."
-        ));
+        )));
     }
     let validator = match jsonschema::validator_for(schema) {
         Ok(v) => v,
         Err(e) => {
-            return Err(format!(
+            return Err(ToolError::InvalidSchema(format!(
                 "`{tool}` has an invalid parameter schema ({e}); it cannot be called."
-            ))
+            )))
         }
     };
     let problems: Vec<String> = validator
@@ -34,10 +36,10 @@ pub fn validate(tool: &str, schema: &Value, args: &Value) -> Result<(), String> 
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!(
+        Err(ToolError::InvalidArguments(format!(
             "Invalid arguments for `{tool}`: {}. Fix the arguments and call `{tool}` again.",
             problems.join("; ")
-        ))
+        )))
     }
 }
 
@@ -61,7 +63,9 @@ mod tests {
 
     #[test]
     fn every_problem_is_named_for_the_model() {
-        let err = validate("read_file", &schema(), &json!({"limit": "x", "nope": 1})).unwrap_err();
+        let err = validate("read_file", &schema(), &json!({"limit": "x", "nope": 1}))
+            .unwrap_err()
+            .to_string();
         assert!(err.starts_with("Invalid arguments for `read_file`: "), "{err}");
         assert!(err.contains("\"path\" is a required property"), "{err}");
         assert!(err.contains("`/limit`"), "{err}");
@@ -70,7 +74,9 @@ mod tests {
 
     #[test]
     fn unparseable_arguments_are_refused() {
-        let err = validate("read_file", &schema(), &Value::String("{\"path\":".into())).unwrap_err();
+        let err = validate("read_file", &schema(), &Value::String("{\"path\":".into()))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("not valid JSON"), "{err}");
     }
 }
