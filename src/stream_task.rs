@@ -26,6 +26,10 @@ pub struct ApiCall {
     /// Local time's offset from UTC, for the calendar-day budget.
     pub utc_offset_s: i32,
     pub budgets: crate::cost::BudgetConfig,
+    /// The chat session the call is part of (`opts.session_id`): its usage
+    /// counts toward that session and the session limit applies. `None`:
+    /// the call belongs to no session and only the daily limit applies.
+    pub session_id: Option<String>,
 }
 
 /// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
@@ -76,13 +80,15 @@ async fn api_call(
 ) -> Result<StreamDone, LlmError> {
     use crate::agent::record;
     let (day_start, day_end) = record::local_day(record::now_ms(), api.utc_offset_s);
+    let session = api.session_id.as_deref().unwrap_or("");
+    // Without a session the session spend reads 0: only the daily limit applies.
+    let spent = |s: crate::store::Spend| crate::cost::budget::Spend {
+        session_usd: if session.is_empty() { 0.0 } else { s.session_usd },
+        day_usd: s.day_usd,
+    };
     if let Some(store) = &store {
-        // An API call belongs to no chat session: only the daily budget applies.
-        if let Ok(s) = store.spend("", day_start, day_end).await {
-            let spend = crate::cost::budget::Spend {
-                session_usd: 0.0,
-                day_usd: s.day_usd,
-            };
+        if let Ok(s) = store.spend(session, day_start, day_end).await {
+            let spend = spent(s);
             record::gate_spend(
                 &api.budgets,
                 spend,
@@ -100,16 +106,12 @@ async fn api_call(
     let mut emit = |delta| q.push(Event::Delta { stream, delta });
     let done = crate::hooks::call_model(&caller, &providers, &req, streaming, &mut emit).await?;
     if let Some(store) = &store {
-        let day = |s: crate::store::Spend| crate::cost::budget::Spend {
-            session_usd: 0.0,
-            day_usd: s.day_usd,
-        };
-        let before = store.spend("", day_start, day_end).await.ok().map(day);
-        let row = record::usage_row(None, None, &api.agent, &done, started_ms);
+        let before = store.spend(session, day_start, day_end).await.ok().map(spent);
+        let row = record::usage_row(api.session_id.as_deref(), None, &api.agent, &done, started_ms);
         if let Err(e) = store.record_usage(row).await {
             tracing::warn!("cannot record the usage of a {} call: {e}", api.agent);
         }
-        let after = store.spend("", day_start, day_end).await.ok().map(day);
+        let after = store.spend(session, day_start, day_end).await.ok().map(spent);
         if let (Some(b), Some(a)) = (before, after) {
             for w in crate::cost::budget::crossed_warnings(&api.budgets, b, a) {
                 let event = crate::events::MiaEvent::Warning { text: w.message };

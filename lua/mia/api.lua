@@ -53,13 +53,17 @@ local function request_with_hooks(kind, request, callbacks, opts)
   })
   vim.validate({ ["request.messages"] = { request.messages, "table" } })
   opts = opts or {}
-  vim.validate({ ["opts.agent"] = { opts.agent, "string", true } })
+  vim.validate({
+    ["opts.agent"] = { opts.agent, "string", true },
+    ["opts.session_id"] = { opts.session_id, "string", true },
+  })
   local core = M._core()
   local hooks = require("mia.hooks")
   local req = vim.deepcopy(request)
   req.model = req.model or require("mia.config").get().model
   local native = require("mia.core").call(core[kind], req, {
     agent = opts.agent,
+    session_id = opts.session_id,
     utc_offset_s = require("mia.costs").utc_offset(),
   })
   local post = hooks.has("post_response")
@@ -89,7 +93,7 @@ end
 --- cost store under `opts.agent` (default "api") and respects the budgets.
 --- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number, extra_body?: table }
 --- @param callbacks mia.StreamCallbacks
---- @param opts? { agent?: string }
+--- @param opts? { agent?: string, session_id?: string }
 --- @return mia.StreamHandle
 function M.stream(request, callbacks, opts)
   return request_with_hooks("stream", request, callbacks, opts)
@@ -99,7 +103,7 @@ end
 --- whole (on_delta still sees it, then on_done).
 --- @param request table
 --- @param callbacks mia.StreamCallbacks
---- @param opts? { agent?: string }
+--- @param opts? { agent?: string, session_id?: string }
 --- @return mia.StreamHandle
 function M.send(request, callbacks, opts)
   return request_with_hooks("send", request, callbacks, opts)

@@ -183,8 +183,11 @@ pub async fn run(
     let mut answered_by = session.info().model;
     while turn < max_turns {
         turn += 1;
-        // The mode and model may change while the run goes on (`session_set_mode`); each request uses the current ones.
+        // The mode and model may change while the run goes on (`session_set`); each request uses the current ones.
         let info = session.info();
+        if info.mode != agent.mode {
+            update(&deps.queue, stream, updates::current_mode(&info.mode));
+        }
         agent.mode = info.mode.clone();
         let model = info.model.clone();
         let mut tools = deps.registry.available(&agent.mode, &deps.settings.permissions);

@@ -186,8 +186,12 @@ impl Recorder {
     /// Records the session and the new user message, and shows the prompt.
     pub async fn start(deps: &AgentDeps, stream: StreamId, session: Arc<Session>, prompt: &Prompt) -> Recorder {
         session.update_info(prompt.mode.as_deref(), prompt.model.as_deref(), None);
-        if session.info().title.is_none() {
-            session.update_info(None, None, prompt.title.as_deref());
+        let new_title = match (session.info().title, prompt.title.as_deref()) {
+            (None, Some(title)) if !title.is_empty() => Some(title.to_string()),
+            _ => None,
+        };
+        if let Some(title) = &new_title {
+            session.update_info(None, None, Some(title));
         }
         let session_id = session.id();
         let store = session.store();
@@ -212,6 +216,9 @@ impl Recorder {
         row.meta = json!({ "model": model });
         session.append(row).await;
         update(&deps.queue, stream, updates::user_chunk(&prompt.content, &model));
+        if let Some(title) = new_title {
+            update(&deps.queue, stream, updates::session_title(&title));
+        }
         r.session_cost_usd = session.cost_usd().await;
         r
     }

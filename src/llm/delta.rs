@@ -179,12 +179,6 @@ pub struct StreamDone {
     pub message: Message,
     /// How many times the request was retried before this answer.
     pub retries: u32,
-    /// The chat footer (`── model · 1,247 in · 832 out · $0.031 ──`), set by agent runs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub footer: Option<String>,
-    /// What the session has cost so far, set by agent runs.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub session_cost_usd: Option<f64>,
 }
 
 /// Folds deltas into the final answer, so the done event never depends on

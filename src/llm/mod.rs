@@ -338,8 +338,6 @@ async fn attempt_once(
     Ok(StreamDone {
         message: acc.message(),
         retries: 0,
-        footer: None,
-        session_cost_usd: None,
         usage,
         stop_reason: acc.stop_reason.clone().unwrap_or(StopReason::EndTurn),
         text: acc.text,

@@ -106,6 +106,7 @@ fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<crat
 #[serde(default)]
 struct RequestOpts {
     agent: Option<String>,
+    session_id: Option<String>,
     utc_offset_s: i32,
 }
 
@@ -142,6 +143,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         agent,
         utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
         budgets: runtime::agent_settings().costs,
+        session_id: opts.session_id.filter(|s| !s.is_empty()),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);

@@ -86,6 +86,25 @@ def test_a_hard_limit_set_by_chat_spend_stops_mia_send_too(make, server):
     assert len(posts(server)) == before
 
 
+def test_a_call_given_the_chats_session_counts_toward_it_and_its_limit(make, server):
+    ed = make(costs={"session_limit_usd": 0.000001, "hard_limit": True})
+    # Without a session the session limit is not the call's business.
+    assert call(ed, "echo outside any session").get("err") is None
+    sid = ed.lua("return require('mia.chat').session_id()")
+    assert call(ed, "echo inside the chat session", {"session_id": sid}).get("err") is None
+    report = ed.lua("return require('mia').costs({ scope = 'session', session_id = ... })", sid)
+    assert report["totals"]["requests"] == 1 and report["totals"]["cost_usd"] > 0
+    before = len(posts(server))
+    got = call(ed, "echo once more", {"session_id": sid})
+    assert got["err"]["class"] == "budget_exceeded"
+    assert "costs.session_limit_usd" in got["err"]["message"]
+    assert len(posts(server)) == before
+    # The chat's own next prompt meets the same limit.
+    ed.nvim.command("Mia prompt echo from the chat")
+    ed.wait("require('mia.chat').state() == 'error'")
+    assert len(posts(server)) == before
+
+
 def test_a_pre_request_hook_changes_every_request_on_the_wire(make, server):
     ed = make()
     ed.lua(HOOK)
