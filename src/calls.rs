@@ -86,11 +86,24 @@ impl PendingCalls {
 pub struct LuaBridge {
     pub queue: Arc<EventQueue>,
     pub calls: Arc<PendingCalls>,
+    /// Neovim answers ACP's client-side `fs/read_text_file` (unsaved
+    /// buffers): set for agent runs, where a chat is there to answer.
+    pub editor_fs: bool,
 }
 
 impl LuaBridge {
     pub fn new(queue: Arc<EventQueue>, calls: Arc<PendingCalls>) -> Self {
-        LuaBridge { queue, calls }
+        LuaBridge {
+            queue,
+            calls,
+            editor_fs: false,
+        }
+    }
+
+    /// This bridge, with file reads offered to the editor first.
+    pub fn with_editor_fs(mut self) -> Self {
+        self.editor_fs = true;
+        self
     }
 
     /// [`PendingCalls::call`] on this bridge's queue.

@@ -256,7 +256,7 @@ pub async fn run(
             hidden: Some(deps.settings.permissions.hidden_paths(&agent.mode, &call.name)),
             subject: checked.path().cloned(),
             conversation: conversation.clone(),
-            lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()),
+            lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()).with_editor_fs(),
             metadata: Arc::new(move |m| {
                 update(&queue, stream, updates::tool_metadata(&call_id, m));
             }),

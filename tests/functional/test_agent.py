@@ -291,3 +291,21 @@ def test_a_question_from_a_rust_tool_is_asked_through_vim_ui_select(agent):
     """)
     assert ed.lua("return asked") == {"items": ["a", "b"], "prompt": "Pick one"}
     assert ed.lua("return replies") == [[999999, True, "b"]]
+
+
+def test_read_file_sees_the_unsaved_buffer_the_user_sees(agent, server, project):
+    ed = agent()
+    (project / "notes.txt").write_text("saved line\n")
+    ed.nvim.command(f"edit {project / 'notes.txt'}")
+    ed.nvim.input("ggcctyped but not saved<Esc>")
+    ed.wait("vim.bo.modified")
+    ed.nvim.command("Mia prompt tool read_file {\"path\":\"notes.txt\"}")
+    ed.wait("require('mia.chat').state() == 'done'")
+    result = tool_results(server)[-1][0]["content"]
+    assert "typed but not saved" in result and "saved line" not in result
+    assert (project / "notes.txt").read_text() == "saved line\n"  # the disk is untouched
+    # Saved, the buffer and the disk agree: the file is read from disk again.
+    ed.nvim.command("wall")
+    ed.nvim.command("Mia prompt tool read_file {\"path\":\"notes.txt\"}")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert "typed but not saved" in tool_results(server)[-1][0]["content"]

@@ -90,8 +90,7 @@ function M.update(buf, u)
   if kind == "user_message_chunk" then
     local model = mia_meta(u).model or ""
     local header = string.format("## You\n\n%s\n\n## mia · %s\n\n", text_of(u.content), model)
-    writer.append(buf, (is_empty(buf) and s.last == nil) and header or ("\n\n" .. header))
-    writer.flush()
+    writer.append(buf, (s.last == nil and is_empty(buf)) and header or ("\n\n" .. header))
     s.last = "header"
   elseif kind == "agent_message_chunk" then
     if s.last ~= "text" then
@@ -118,8 +117,7 @@ function M.update(buf, u)
       return ev
     end
   elseif kind == "compaction_update" then
-    writer.append(buf, ((is_empty(buf) and s.last == nil) and "" or gap(s)) .. M.COMPACTED)
-    writer.flush()
+    writer.append(buf, ((s.last == nil and is_empty(buf)) and "" or gap(s)) .. M.COMPACTED)
     s.last = "block"
   end
   return nil
@@ -144,7 +142,6 @@ function M.turn_end(buf, e)
     local ok, footer = pcall(require("mia.core").get().format_footer, e)
     writer.append(buf, gap(s) .. (ok and footer or "── " .. (e.model or "") .. " ──"), "MiaCost")
   end
-  writer.flush()
   s.last = "end"
 end
 

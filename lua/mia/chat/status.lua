@@ -12,6 +12,9 @@ local status = { timer = nil, mark = nil, buf = nil }
 
 --- Removes the status line.
 function M.clear()
+  if not status.timer and not status.mark then
+    return -- nothing shown: the common case, once per streamed chunk
+  end
   if status.timer then
     status.timer:stop()
     status.timer:close()

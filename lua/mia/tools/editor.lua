@@ -180,6 +180,22 @@ M.switch_mode = {
 }
 
 --- Registers the editor tools (source "builtin").
+--- ACP's client-side `fs/read_text_file`, as the core asks it before its
+--- `read_file` reads the disk: a loaded buffer of `data.path` with unsaved
+--- changes answers `{ content }` (what the user sees, not the stale file);
+--- otherwise the answer is empty and the core reads the file.
+function M.read_text_file(call, data)
+  local core = require("mia.core").get()
+  local b = type(data) == "table" and type(data.path) == "string" and buffer_by_path(data.path) or nil
+  if not (b and vim.bo[b].modified) then
+    pcall(core.reply, call, true, vim.NIL)
+    return
+  end
+  local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+  local text = table.concat(lines, "\n") .. ((vim.bo[b].eol or vim.bo[b].fixeol) and "\n" or "")
+  pcall(core.reply, call, true, { content = text })
+end
+
 function M.register()
   for _, spec in ipairs(M.tools) do
     require("mia.tools").register(spec, "builtin")

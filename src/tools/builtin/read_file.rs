@@ -53,8 +53,64 @@ impl Tool for ReadFile {
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
-        run_blocking(NAME, move || read(&args, &ctx))
+        Box::pin(async move {
+            if ctx.lua.editor_fs {
+                if let Some(text) = editor_text(&args, &ctx).await {
+                    let out = match from_editor(&args, &ctx, &text) {
+                        Ok(out) | Err(out) => out,
+                    };
+                    return super::with_error_summary(NAME, out);
+                }
+            }
+            run_blocking(NAME, move || read(&args, &ctx)).await
+        })
     }
+}
+
+/// How long a read waits for Neovim to say whether a buffer holds the file.
+const EDITOR_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The file's text as an unsaved Neovim buffer holds it, asked with ACP's
+/// client-side `fs/read_text_file`; `None` when no modified buffer has it
+/// (the file on disk is then read as usual).
+async fn editor_text(args: &Value, ctx: &ToolContext) -> Option<String> {
+    let requested = args.get("path")?.as_str()?;
+    let path = resolve(ctx, requested).ok()?;
+    let payload = json!({ "sessionId": ctx.session_id, "path": path.display().to_string() });
+    match ctx
+        .lua
+        .call(ctx.stream, "fs/read_text_file", payload, EDITOR_WAIT, &ctx.abort)
+        .await
+    {
+        Ok(Ok(Value::Object(m))) => match m.get("content") {
+            Some(Value::String(text)) => Some(text.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `read` over the text of an unsaved buffer.
+fn from_editor(args: &Value, ctx: &ToolContext, text: &str) -> Outcome {
+    let requested = required_str(NAME, args, "path")?;
+    let path = resolve(ctx, requested)?;
+    let name = shown(ctx, &path);
+    let offset = optional_u64(args, "offset").unwrap_or(1).max(1);
+    let limit = optional_u64(args, "limit");
+    let ranged = args.get("offset").is_some() || limit.is_some();
+    let cap = ctx.limits.max_read_bytes;
+    let len = text.len() as u64;
+    if !ranged && len > cap {
+        return Err(ToolOutput::error(format!(
+            "`{name}` (unsaved in the editor) is {} ({len} bytes), more than read_file returns at once ({}); pass              `offset` and `limit` to read it in parts",
+            human_bytes(len),
+            human_bytes(cap)
+        )));
+    }
+    let output_cap = if ranged { cap } else { u64::MAX };
+    let numbered =
+        number_lines(io::Cursor::new(text.as_bytes()), offset, limit, output_cap).map_err(|e| open_error(&name, &e))?;
+    present(&name, numbered, offset, ranged, cap, " (unsaved buffer)")
 }
 
 fn read(args: &Value, ctx: &ToolContext) -> Outcome {
@@ -102,8 +158,13 @@ fn read(args: &Value, ctx: &ToolContext) -> Outcome {
     // A whole file already passed the size check; only ranges need the cap.
     let output_cap = if ranged { cap } else { u64::MAX };
     let numbered = number_lines(reader, offset, limit, output_cap).map_err(|e| open_error(&name, &e))?;
+    present(&name, numbered, offset, ranged, cap, "")
+}
+
+/// The numbered lines as the model gets them, with the chat's summary.
+fn present(name: &str, numbered: Numbered, offset: u64, ranged: bool, cap: u64, from: &str) -> Outcome {
     if numbered.total_lines == 0 {
-        return Ok(ToolOutput::ok(format!("(`{name}` is empty)")).with_summary(format!("📖 read {name} (empty)")));
+        return Ok(ToolOutput::ok(format!("(`{name}` is empty)")).with_summary(format!("📖 read {name} (empty){from}")));
     }
     if numbered.shown == 0 {
         return Err(ToolOutput::error(format!(
@@ -122,9 +183,9 @@ fn read(args: &Value, ctx: &ToolContext) -> Outcome {
         ));
     }
     let summary = if ranged || numbered.stopped_early {
-        format!("📖 read {name} (lines {offset}–{last})")
+        format!("📖 read {name} (lines {offset}–{last}){from}")
     } else {
-        format!("📖 read {name} ({} lines)", numbered.shown)
+        format!("📖 read {name} ({} lines){from}", numbered.shown)
     };
     Ok(ToolOutput::ok(content).with_summary(summary))
 }
