@@ -155,6 +155,10 @@ pub fn spawn_turn(
         };
         crate::agent::record_end(&session, &end).await;
         drop(turn);
+        queue.push(Event::Update {
+            stream,
+            update: Box::new(crate::session::updates::available_commands(session.has_messages())),
+        });
         queue.push(Event::End {
             stream,
             end: Box::new(end),

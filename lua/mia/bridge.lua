@@ -55,6 +55,8 @@ local function dispatch(events)
         call(require("mia.tools").subject, "a Lua tool's subject", ev.call, ev.data)
       elseif ev.call_kind == "fs/read_text_file" then
         call(require("mia.tools.editor").read_text_file, "reading a buffer", ev.call, ev.data)
+      elseif ev.call_kind == "fs/write_text_file" then
+        call(require("mia.tools.editor").write_text_file, "writing a buffer", ev.call, ev.data)
       elseif ev.call_kind == "session/request_permission" then
         call(require("mia.permission").ask, "a permission question", ev.call, ev.data)
       elseif ev.call_kind == "ask" then

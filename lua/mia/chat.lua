@@ -120,6 +120,10 @@ local function on_update(u)
     vim.cmd.redrawstatus({ bang = true })
     return
   end
+  if u.sessionUpdate == "available_commands_update" then
+    require("mia.slash").set_agent_commands(u.availableCommands)
+    return
+  end
   if u.sessionUpdate ~= "user_message_chunk" then
     status.clear()
   end
@@ -217,9 +221,12 @@ function M.load(data)
   render.reset(b)
   status.clear()
   local prompts = 0
+  local commands = {}
   for _, item in ipairs(data.items) do
     if item.update and item.update.sessionUpdate == "user_message_chunk" then
       prompts = prompts + 1
+    elseif item.update and item.update.sessionUpdate == "available_commands_update" then
+      commands = item.update.availableCommands
     end
   end
   session = {
@@ -230,6 +237,7 @@ function M.load(data)
     prompts = prompts,
   }
   render.replay(b, data.items)
+  require("mia.slash").set_agent_commands(commands)
   last_state = "idle"
   M.open()
 end
@@ -311,6 +319,9 @@ function M.clear()
     pcall(core().session_close, session.id)
   end
   session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0 }
+  if package.loaded["mia.slash"] then
+    require("mia.slash").set_agent_commands({})
+  end
   window.clear()
   local b = window.existing()
   if b then

@@ -15,6 +15,7 @@ M.builtin_tools = {
   "glob",
   "grep",
   "bash",
+  "update_plan",
   "list_buffers",
   "read_buffer",
   "diagnostics",

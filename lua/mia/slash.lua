@@ -128,11 +128,25 @@ add({
     chat().clear()
   end,
 })
+--- The commands the core offers for the chat's session (its
+--- available_commands_update), by name.
+local agent_commands = {}
+
+--- Takes the core's available_commands_update for the chat's session and
+--- announces the change (`User MiaCommandsChanged`).
+function M.set_agent_commands(list)
+  agent_commands = {}
+  for _, c in ipairs(list or {}) do
+    agent_commands[c.name] = c
+  end
+  M.announce()
+end
+
 add({
   name = "compact",
   description = "summarize the conversation so far to save context",
   available = function()
-    return chat().has_messages()
+    return agent_commands.compact ~= nil
   end,
   run = function()
     chat().compact()

@@ -75,12 +75,19 @@ pub async fn run(
     cancel: &CancellationToken,
     history: &[Message],
 ) -> (Message, BTreeMap<String, ToolOutcome>) {
+    // The plan tool's calls reach the UI as `plan` updates, every other call as a tool block.
     for call in &done.tool_calls {
-        update(
-            &deps.queue,
-            stream,
-            updates::tool_call(&call.id, &call.name, &call.arguments),
-        );
+        if updates::is_plan_tool(&call.name) {
+            if let Some(plan) = updates::plan(&call.arguments) {
+                update(&deps.queue, stream, plan);
+            }
+        } else {
+            update(
+                &deps.queue,
+                stream,
+                updates::tool_call(&call.id, &call.name, &call.arguments),
+            );
+        }
     }
     let mut results: HashMap<String, ToolOutput> = HashMap::new();
     let mut ended: HashMap<String, ToolStatus> = HashMap::new();

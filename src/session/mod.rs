@@ -393,8 +393,14 @@ impl Session {
     /// The session drawn again: every stored row as the updates the chat
     /// received when it happened.
     pub fn replay(&self) -> Vec<ReplayItem> {
-        let s = self.lock();
-        updates::replay(&s.log)
+        let mut items = {
+            let s = self.lock();
+            updates::replay(&s.log)
+        };
+        items.push(ReplayItem::Update(Box::new(updates::available_commands(
+            self.has_messages(),
+        ))));
+        items
     }
 
     /// What the session has cost, from the store (0 without one).

@@ -147,6 +147,30 @@ pub fn compaction(id: &str, summary: &str) -> acp::SessionUpdate {
     )
 }
 
+/// The model's plan (its `update_plan` call), as ACP's `plan` update:
+/// `None` for arguments that are not a plan.
+pub fn plan(arguments: &Value) -> Option<acp::SessionUpdate> {
+    crate::tools::builtin::update_plan::plan_of(arguments).map(acp::SessionUpdate::Plan)
+}
+
+/// True for the tool whose calls reach the UI as `plan` updates, not tool blocks.
+pub fn is_plan_tool(name: &str) -> bool {
+    name == crate::tools::builtin::update_plan::NAME
+}
+
+/// The commands the core runs for this session (ACP's slash commands of an
+/// agent): `compact` once the session holds something to summarize.
+pub fn available_commands(has_messages: bool) -> acp::SessionUpdate {
+    let mut commands = Vec::new();
+    if has_messages {
+        commands.push(acp::AvailableCommand::new(
+            "compact",
+            "summarize the conversation so far to save context",
+        ));
+    }
+    acp::SessionUpdate::AvailableCommandsUpdate(acp::AvailableCommandsUpdate::new(commands))
+}
+
 /// The session's title or mode changed.
 pub fn session_title(title: &str) -> acp::SessionUpdate {
     acp::SessionUpdate::SessionInfoUpdate(acp::SessionInfoUpdate::new().title(title.to_string()))
@@ -228,7 +252,7 @@ pub enum ReplayItem {
 
 /// The updates one stored row stands for, in the order they were sent live.
 /// `model` is the model of the turn the row belongs to.
-fn row_items(row: &MessageRow, model: &mut String, out: &mut Vec<ReplayItem>) {
+fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out: &mut Vec<ReplayItem>) {
     if let Some(end) = row.meta.get("turn_end") {
         if let Ok(end) = serde_json::from_value::<TurnEnd>(end.clone()) {
             out.push(ReplayItem::End(Box::new(end)));
@@ -271,6 +295,14 @@ fn row_items(row: &MessageRow, model: &mut String, out: &mut Vec<ReplayItem>) {
                     Part::Text { text } if !text.is_empty() => out.push(ReplayItem::Update(Box::new(agent_text(text)))),
                     Part::ToolCall {
                         id, name, arguments, ..
+                    } if is_plan_tool(name) => {
+                        plans.push(id.clone());
+                        if let Some(update) = plan(arguments) {
+                            out.push(ReplayItem::Update(Box::new(update)));
+                        }
+                    }
+                    Part::ToolCall {
+                        id, name, arguments, ..
                     } => out.push(ReplayItem::Update(Box::new(tool_call(id, name, arguments)))),
                     _ => {}
                 }
@@ -284,6 +316,9 @@ fn row_items(row: &MessageRow, model: &mut String, out: &mut Vec<ReplayItem>) {
                     is_error,
                 } = p
                 {
+                    if plans.contains(tool_call_id) {
+                        continue;
+                    }
                     let outcome = row
                         .meta
                         .get("tools")
@@ -315,8 +350,9 @@ fn row_items(row: &MessageRow, model: &mut String, out: &mut Vec<ReplayItem>) {
 pub fn replay(log: &[MessageRow]) -> Vec<ReplayItem> {
     let mut out = Vec::with_capacity(log.len() * 2);
     let mut model = String::new();
+    let mut plans = Vec::new();
     for (i, row) in log.iter().enumerate() {
-        row_items(row, &mut model, &mut out);
+        row_items(row, &mut model, &mut plans, &mut out);
         let next_is_end = log.get(i + 1).is_some_and(|r| r.meta.get("turn_end").is_some());
         if row.state == MessageState::Streaming && !next_is_end {
             out.push(ReplayItem::End(Box::new(TurnEnd {

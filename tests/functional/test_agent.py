@@ -309,3 +309,25 @@ def test_read_file_sees_the_unsaved_buffer_the_user_sees(agent, server, project)
     ed.nvim.command("Mia prompt tool read_file {\"path\":\"notes.txt\"}")
     ed.wait("require('mia.chat').state() == 'done'")
     assert "typed but not saved" in tool_results(server)[-1][0]["content"]
+
+
+def test_edits_land_in_the_buffer_the_user_has_open_and_are_saved(agent, server, project):
+    ed = agent(mode="code")
+    ed.nvim.command(f"edit {project / 'a.txt'}")
+    # An unsaved change the model reads and edits around.
+    ed.nvim.input("Goline typed by the user<Esc>")
+    ed.wait("vim.bo.modified")
+    prompt(ed, 'tool edit_file {"path": "a.txt", "old_string": "typed by the user", "new_string": "kept, and edited by mia"}')
+    assert tool_results(server)[-1][0]["content"].startswith("Edited `a.txt`")
+    buf = "vim.fn.bufnr(...)"
+    lines = ed.lua(f"return vim.api.nvim_buf_get_lines({buf}, 0, -1, false)", str(project / "a.txt"))
+    assert lines == ["foo", "line kept, and edited by mia"]
+    assert ed.lua(f"return vim.bo[{buf}].modified", str(project / "a.txt")) is False
+    assert (project / "a.txt").read_text() == "foo\nline kept, and edited by mia\n"
+    # A whole-file write to an open buffer replaces its text too (one undo step).
+    prompt(ed, 'tool write_file {"path": "a.txt", "content": "rewritten\\n"}')
+    assert ed.lua(f"return vim.api.nvim_buf_get_lines({buf}, 0, -1, false)", str(project / "a.txt")) == ["rewritten"]
+    assert (project / "a.txt").read_text() == "rewritten\n"
+    ed.lua(f"vim.api.nvim_buf_call({buf}, function() vim.cmd('silent undo') end)", str(project / "a.txt"))
+    assert ed.lua(f"return vim.api.nvim_buf_get_lines({buf}, 0, -1, false)", str(project / "a.txt")) == [
+        "foo", "line kept, and edited by mia"]

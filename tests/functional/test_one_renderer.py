@@ -1,6 +1,6 @@
 """One renderer: the chat draws a session's Agent Client Protocol updates the
 same way live and after `:Mia sessions` in a new Neovim. A session with
-reasoning, tool calls (one done, one rejected at the permission question),
+reasoning, a plan, tool calls (one done, one rejected at the permission question),
 an error, a cancelled answer and a compaction is drawn byte for byte the
 same: buffer text, highlights and the tool blocks' status marks."""
 
@@ -51,6 +51,8 @@ def send(ed, text, state="done"):
 def test_a_session_draws_the_same_live_and_after_a_load(make, data_home, tmp_path):
     live = make("live")
     send(live, "reason 12")
+    send(live, 'tool update_plan {"entries":[{"content":"read a.txt","status":"completed"},'
+               '{"content":"summarize it","status":"in_progress"}]}')
     send(live, 'tool read_file {"path":"a.txt"}')
     # The permission question for `bash` is answered "Reject", as a user picks it.
     live.lua("vim.ui.select = function(items, opts, cb) _G.asked = opts.prompt; cb(items[#items], #items) end")
@@ -70,6 +72,8 @@ def test_a_session_draws_the_same_live_and_after_a_load(make, data_home, tmp_pat
     text = "\n".join(drawn["lines"])
     # Everything the session went through is on screen.
     assert "r00000 r00001" in text and "done" in text
+    assert "📋 **Plan**\n- [x] read a.txt\n- [~] summarize it" in text
+    assert "⚙ **update_plan**" not in text  # a plan is drawn as a plan, not as a tool block
     assert "⚙ **read_file** `a.txt`" in text and "tool said: " in text
     assert "⚙ **bash** `touch made-by-bash`" in text
     assert "> **Error** (invalid_request): " in text or "> **Error** (" in text
@@ -85,9 +89,16 @@ def test_a_session_draws_the_same_live_and_after_a_load(make, data_home, tmp_pat
         ends = [r[0] for r in c.execute(
             "select json_extract(meta, '$.turn_end.stopReason') from messages where parts = '[]' order by seq")]
         outcomes = [r[0] for r in c.execute("select meta from messages where role = 'tool' order by seq")]
-    assert ends == ["end_turn", "end_turn", "end_turn", "error", "cancelled", "end_turn"]
-    assert '"status":"rejected"' in outcomes[1] and '"status":"done"' in outcomes[0]
+    assert ends == ["end_turn", "end_turn", "end_turn", "end_turn", "error", "cancelled", "end_turn"]
+    assert '"status":"rejected"' in outcomes[2] and '"status":"done"' in outcomes[1]
 
     again = make("again")
+    again.lua("_G.offered = {}; vim.api.nvim_create_autocmd('User', { pattern = 'MiaCommandsChanged', "
+              "callback = function(a) table.insert(offered, a.data) end })")
     resume_in(again)
     assert again.lua(CAPTURE) == drawn
+    # The core's available_commands_update came with the replay: /compact is offered.
+    assert "compact" in [c["name"] for c in again.lua("return require('mia.slash').available()")]
+    last = again.lua("return offered[#offered]")
+    assert last["sessionUpdate"] == "available_commands_update"
+    assert "compact" in [c["name"] for c in last["availableCommands"]]

@@ -116,6 +116,15 @@ function M.update(buf, u)
       blocks.update(buf, ev, false)
       return ev
     end
+  elseif kind == "plan" then
+    local marks = { completed = "x", in_progress = "~" }
+    local lines = { "📋 **Plan**" }
+    for _, e in ipairs(u.entries or {}) do
+      local text = tostring(e.content or ""):gsub("\n", " ")
+      lines[#lines + 1] = string.format("- [%s] %s", marks[e.status] or " ", text)
+    end
+    writer.append(buf, ((s.last == nil and is_empty(buf)) and "" or gap(s)) .. table.concat(lines, "\n"))
+    s.last = "block"
   elseif kind == "compaction_update" then
     writer.append(buf, ((s.last == nil and is_empty(buf)) and "" or gap(s)) .. M.COMPACTED)
     s.last = "block"

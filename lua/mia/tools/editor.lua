@@ -180,20 +180,58 @@ M.switch_mode = {
 }
 
 --- Registers the editor tools (source "builtin").
---- ACP's client-side `fs/read_text_file`, as the core asks it before its
---- `read_file` reads the disk: a loaded buffer of `data.path` with unsaved
---- changes answers `{ content }` (what the user sees, not the stale file);
---- otherwise the answer is empty and the core reads the file.
+--- ACP's client-side `fs/read_text_file`, as the core asks it before a
+--- file tool reads the disk: a loaded buffer of `data.path` with unsaved
+--- changes (or any loaded one, when `_meta.mia.loaded`) answers `{ content }`,
+--- what the user sees rather than the file on disk; otherwise the answer is
+--- empty and the core reads the file.
 function M.read_text_file(call, data)
   local core = require("mia.core").get()
   local b = type(data) == "table" and type(data.path) == "string" and buffer_by_path(data.path) or nil
-  if not (b and vim.bo[b].modified) then
+  local meta = type(data) == "table" and type(data._meta) == "table" and data._meta.mia or {}
+  if not (b and (vim.bo[b].modified or meta.loaded == true)) then
     pcall(core.reply, call, true, vim.NIL)
     return
   end
   local lines = api.nvim_buf_get_lines(b, 0, -1, false)
   local text = table.concat(lines, "\n") .. ((vim.bo[b].eol or vim.bo[b].fixeol) and "\n" or "")
   pcall(core.reply, call, true, { content = text })
+end
+
+--- ACP's client-side `fs/write_text_file`: a loaded buffer of `data.path`
+--- gets `data.content` as one undo step and is saved, so the buffer, the
+--- disk and what the model was told agree. `{ written = false }` when no
+--- buffer holds the file (the core writes the disk).
+function M.write_text_file(call, data)
+  local core = require("mia.core").get()
+  local b = type(data) == "table" and type(data.path) == "string" and buffer_by_path(data.path) or nil
+  if not b or type(data.content) ~= "string" then
+    pcall(core.reply, call, true, { written = false })
+    return
+  end
+  local ok, err = pcall(function()
+    local content = data.content
+    local eol = content:sub(-1) == "\n"
+    if eol then
+      content = content:sub(1, -2)
+    end
+    local lines = vim.split(content, "\n", { plain = true })
+    local was = vim.bo[b].modifiable
+    vim.bo[b].modifiable = true
+    -- Its own undo step: setting 'undolevels' closes the block before it.
+    vim.bo[b].undolevels = vim.bo[b].undolevels
+    api.nvim_buf_set_lines(b, 0, -1, false, lines)
+    vim.bo[b].modifiable = was
+    vim.bo[b].eol = eol
+    api.nvim_buf_call(b, function()
+      vim.cmd("silent keepalt keepjumps write!")
+    end)
+  end)
+  if ok then
+    pcall(core.reply, call, true, { written = true })
+  else
+    pcall(core.reply, call, false, tostring(err))
+  end
 end
 
 function M.register()

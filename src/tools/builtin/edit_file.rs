@@ -57,12 +57,39 @@ impl Tool for EditFile {
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
-        run_blocking(NAME, move || edit(&args, &ctx))
+        Box::pin(async move {
+            if let Some(out) = edit_in_editor(&args, &ctx).await {
+                return super::with_error_summary(NAME, out);
+            }
+            run_blocking(NAME, move || edit(&args, &ctx)).await
+        })
     }
 }
 
-fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
-    let requested = required_str(NAME, args, "path")?;
+/// The edit applied to the buffer that holds the file (what the user sees,
+/// unsaved changes included), saved through Neovim; `None` when no buffer
+/// holds it (the file on disk is edited as usual).
+async fn edit_in_editor(args: &Value, ctx: &ToolContext) -> Option<ToolOutput> {
+    let requested = args.get("path")?.as_str()?;
+    let path = resolve(ctx, requested).ok()?;
+    let text = super::editor_fs::read_text(ctx, &path, true).await?;
+    let name = shown(ctx, &path);
+    let (edited, out) = match plan(args, &name, text.as_bytes()) {
+        Ok(planned) => planned,
+        Err(out) => return Some(out),
+    };
+    let edited = String::from_utf8_lossy(&edited).into_owned();
+    match super::editor_fs::write_text(ctx, &path, &edited).await {
+        Ok(true) => Some(out),
+        Ok(false) => None,
+        Err(e) => Some(ToolOutput::error(format!(
+            "`{name}` could not be written in the editor ({e})"
+        ))),
+    }
+}
+
+/// Checks the arguments that do not depend on the file.
+fn checked_args(args: &Value) -> Result<(&str, &str, bool), ToolOutput> {
     let old = required_str(NAME, args, "old_string")?;
     let new = required_str(NAME, args, "new_string")?;
     let replace_all = optional_bool(args, "replace_all").unwrap_or(false);
@@ -76,7 +103,12 @@ fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
             "`old_string` and `new_string` are identical, so there is nothing to change; pass the new text in `new_string`",
         ));
     }
+    Ok((old, new, replace_all))
+}
 
+fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
+    let requested = required_str(NAME, args, "path")?;
+    checked_args(args)?;
     let path = resolve(ctx, requested)?;
     let name = shown(ctx, &path);
     if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
@@ -91,10 +123,17 @@ fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
             _ => format!("`{name}` cannot be read ({e})"),
         })
     })?;
+    let (edited, out) = plan(args, &name, &original)?;
+    write_atomically(&path, &edited).map_err(|e| ToolOutput::error(format!("`{name}` could not be written ({e})")))?;
+    Ok(out)
+}
 
-    let positions: Vec<usize> = memmem::find_iter(&original, old.as_bytes()).collect();
+/// The edited bytes of `original` and what the model is told.
+fn plan(args: &Value, name: &str, original: &[u8]) -> Result<(Vec<u8>, ToolOutput), ToolOutput> {
+    let (old, new, replace_all) = checked_args(args)?;
+    let positions: Vec<usize> = memmem::find_iter(original, old.as_bytes()).collect();
     match positions.len() {
-        0 => return Err(ToolOutput::error(no_match_message(&name, &original, old))),
+        0 => return Err(ToolOutput::error(no_match_message(name, original, old))),
         n if n > 1 && !replace_all => {
             return Err(ToolOutput::error(format!(
                 "`old_string` occurs {n} times in `{name}`; include more surrounding lines so it matches exactly \
@@ -104,8 +143,7 @@ fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
         _ => {}
     }
     let positions = if replace_all { &positions[..] } else { &positions[..1] };
-    let edited = replace_at(&original, positions, old.len(), new.as_bytes());
-    write_atomically(&path, &edited).map_err(|e| ToolOutput::error(format!("`{name}` could not be written ({e})")))?;
+    let edited = replace_at(original, positions, old.len(), new.as_bytes());
 
     let count = positions.len();
     let (added, removed) = line_delta(old, new);
@@ -115,13 +153,14 @@ fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
     } else {
         format!("{count} occurrences")
     };
-    let first_line = line_of(&original, positions[0]);
+    let first_line = line_of(original, positions[0]);
     let mut content = format!("Edited `{name}`: replaced {times} (+{added} −{removed} lines).");
     content.push_str(&format!(
         "\nThe first edited region now reads:\n{}",
         snippet(&edited, first_line, new)
     ));
-    Ok(ToolOutput::ok(content).with_summary(format!("✏ edited {name} (+{added} −{removed} lines)")))
+    let out = ToolOutput::ok(content).with_summary(format!("✏ edited {name} (+{added} −{removed} lines)"));
+    Ok((edited, out))
 }
 
 /// `original` with `old_len` bytes at each of `positions` (ascending, not

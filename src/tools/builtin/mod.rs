@@ -7,12 +7,14 @@
 mod atomic;
 mod bash;
 mod edit_file;
+mod editor_fs;
 mod glob;
 mod grep;
 mod list_dir;
 mod output;
 mod process_group;
 mod read_file;
+pub mod update_plan;
 mod write_file;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +44,7 @@ pub fn all() -> Vec<SharedTool> {
         Arc::new(Glob),
         Arc::new(Grep),
         Arc::new(Bash),
+        Arc::new(update_plan::UpdatePlan),
     ]
 }
 

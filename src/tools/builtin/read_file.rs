@@ -67,27 +67,12 @@ impl Tool for ReadFile {
     }
 }
 
-/// How long a read waits for Neovim to say whether a buffer holds the file.
-const EDITOR_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The file's text as an unsaved Neovim buffer holds it, asked with ACP's
-/// client-side `fs/read_text_file`; `None` when no modified buffer has it
-/// (the file on disk is then read as usual).
+/// The file's text as an unsaved Neovim buffer holds it; `None` when no
+/// modified buffer has it (the file on disk is then read as usual).
 async fn editor_text(args: &Value, ctx: &ToolContext) -> Option<String> {
     let requested = args.get("path")?.as_str()?;
     let path = resolve(ctx, requested).ok()?;
-    let payload = json!({ "sessionId": ctx.session_id, "path": path.display().to_string() });
-    match ctx
-        .lua
-        .call(ctx.stream, "fs/read_text_file", payload, EDITOR_WAIT, &ctx.abort)
-        .await
-    {
-        Ok(Ok(Value::Object(m))) => match m.get("content") {
-            Some(Value::String(text)) => Some(text.clone()),
-            _ => None,
-        },
-        _ => None,
-    }
+    super::editor_fs::read_text(ctx, &path, false).await
 }
 
 /// `read` over the text of an unsaved buffer.

@@ -41,7 +41,28 @@ impl Tool for WriteFile {
     }
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
-        run_blocking(NAME, move || write(&args, &ctx))
+        Box::pin(async move {
+            // A file open in a buffer is written through Neovim (buffer and disk agree after).
+            if let (Some(requested), Some(content)) = (
+                args.get("path").and_then(Value::as_str),
+                args.get("content").and_then(Value::as_str),
+            ) {
+                if let Ok(path) = resolve(&ctx, requested) {
+                    let name = shown(&ctx, &path);
+                    match super::editor_fs::write_text(&ctx, &path, content).await {
+                        Ok(true) => return super::with_error_summary(NAME, written(&name, content, true)),
+                        Ok(false) => {}
+                        Err(e) => {
+                            return super::with_error_summary(
+                                NAME,
+                                ToolOutput::error(format!("`{name}` could not be written in the editor ({e})")),
+                            )
+                        }
+                    }
+                }
+            }
+            run_blocking(NAME, move || write(&args, &ctx)).await
+        })
     }
 }
 
@@ -52,18 +73,19 @@ fn write(args: &Value, ctx: &ToolContext) -> Outcome {
     let name = shown(ctx, &path);
     let existed = write_atomically(&path, content.as_bytes())
         .map_err(|e| ToolOutput::error(format!("`{name}` could not be written ({e})")))?;
+    Ok(written(&name, content, existed))
+}
+
+/// What the model is told about a file written with `content`.
+fn written(name: &str, content: &str, existed: bool) -> ToolOutput {
     let bytes = content.len() as u64;
     let size = human_bytes(bytes);
     let lines = content.lines().count();
     if existed {
-        Ok(
-            ToolOutput::ok(format!("Overwrote `{name}` ({bytes} bytes, {lines} lines)."))
-                .with_summary(format!("✏ wrote {size} to {name}")),
-        )
+        ToolOutput::ok(format!("Overwrote `{name}` ({bytes} bytes, {lines} lines)."))
+            .with_summary(format!("✏ wrote {size} to {name}"))
     } else {
-        Ok(
-            ToolOutput::ok(format!("Created `{name}` ({bytes} bytes, {lines} lines)."))
-                .with_summary(format!("✏ created {name} ({size})")),
-        )
+        ToolOutput::ok(format!("Created `{name}` ({bytes} bytes, {lines} lines)."))
+            .with_summary(format!("✏ created {name} ({size})"))
     }
 }
