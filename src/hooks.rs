@@ -18,19 +18,35 @@ use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::ChatRequest;
 use crate::llm::providers::Providers;
 
-/// Set from Lua (`set_hooks`) when a `pre_request` hook is registered.
-static PRE_REQUEST: AtomicBool = AtomicBool::new(false);
+/// Whether `pre_request` hooks are registered: Lua sets it (`set_hooks`),
+/// every [`Caller`] reads it when it sends a request. Passed in, never read
+/// from a global by the agent loop or the API path.
+#[derive(Debug, Clone, Default)]
+pub struct HookSwitch(Arc<AtomicBool>);
+
+impl HookSwitch {
+    pub fn set(&self, on: bool) {
+        self.0.store(on, Ordering::SeqCst);
+    }
+
+    pub fn is_on(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+static SWITCH: std::sync::OnceLock<HookSwitch> = std::sync::OnceLock::new();
+
+/// This process's switch, for the Neovim boundary to hand to every caller.
+pub fn switch() -> HookSwitch {
+    SWITCH.get_or_init(HookSwitch::default).clone()
+}
 
 /// Longest the hooks of one request may take on the main thread.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Whether `pre_request` hooks are registered (Lua keeps this up to date).
 pub fn set_pre_request(on: bool) {
-    PRE_REQUEST.store(on, Ordering::SeqCst);
-}
-
-fn has_pre_request() -> bool {
-    PRE_REQUEST.load(Ordering::SeqCst)
+    switch().set(on);
 }
 
 /// Who is asking: where a hook call is queued and what stops it.
@@ -40,6 +56,8 @@ pub struct Caller {
     pub calls: Arc<PendingCalls>,
     pub stream: StreamId,
     pub cancel: CancellationToken,
+    /// Whether the request goes through Lua's `pre_request` hooks first.
+    pub hooks: HookSwitch,
 }
 
 /// The call event's payload for a request.
@@ -79,7 +97,7 @@ pub fn hooked_request(answer: Result<crate::calls::CallResult, CallError>) -> Re
 
 /// `req` as the `pre_request` hooks leave it (itself when there are none).
 pub async fn apply(caller: &Caller, req: &ChatRequest) -> Result<ChatRequest, LlmError> {
-    if !has_pre_request() {
+    if !caller.hooks.is_on() {
         return Ok(req.clone());
     }
     let answer = caller

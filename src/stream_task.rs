@@ -30,6 +30,8 @@ pub struct ApiCall {
     /// counts toward that session and the session limit applies. `None`:
     /// the call belongs to no session and only the daily limit applies.
     pub session_id: Option<String>,
+    /// Whether the request goes through the `pre_request` transform hooks.
+    pub hooks: crate::hooks::HookSwitch,
 }
 
 /// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
@@ -57,6 +59,7 @@ pub fn spawn_stream(
             calls,
             stream,
             cancel: cancel.clone(),
+            hooks: api.hooks.clone(),
         };
         let work = async move { api_call(caller, providers, store.await, req, streaming, api).await };
         match supervise(work, &cancel).await {

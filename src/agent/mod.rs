@@ -93,6 +93,8 @@ pub struct AgentDeps {
     pub queue: Arc<EventQueue>,
     pub calls: Arc<PendingCalls>,
     pub settings: AgentSettings,
+    /// Whether requests go through the `pre_request` transform hooks.
+    pub hooks: crate::hooks::HookSwitch,
 }
 
 /// Sends one ACP `session/update` to the UI.
@@ -177,6 +179,7 @@ pub async fn run(
         calls: deps.calls.clone(),
         stream,
         cancel: cancel.clone(),
+        hooks: deps.hooks.clone(),
     };
     let mut turn = 0;
     // The model as the provider named it in its last answer (the footer shows it).
@@ -423,6 +426,7 @@ pub async fn compact_session(
         calls: deps.calls.clone(),
         stream,
         cancel,
+        hooks: deps.hooks.clone(),
     };
     let model = session.info().model;
     let id = session.id();

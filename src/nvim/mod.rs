@@ -144,6 +144,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
         budgets: runtime::agent_settings().costs,
         session_id: opts.session_id.filter(|s| !s.is_empty()),
+        hooks: crate::hooks::switch(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -224,6 +225,7 @@ fn agent_deps(queue: std::sync::Arc<crate::events::EventQueue>) -> crate::agent:
         queue,
         calls: crate::calls::pending(),
         settings: runtime::agent_settings(),
+        hooks: crate::hooks::switch(),
     }
 }
 
