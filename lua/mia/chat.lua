@@ -10,7 +10,7 @@ local window = require("mia.chat.window")
 local render = require("mia.chat.render")
 local status = require("mia.chat.status")
 
---- @type { handle: mia.StreamHandle, model: string, text: string[], done: table?, error: table? }?
+--- @type { handle: mia.StreamHandle, model: string, retries: integer, done: table?, error: table? }?
 local current = nil
 --- "idle" | "streaming" | "done" | "cancelled" | "error"
 local last_state = "idle"
@@ -127,9 +127,6 @@ local function on_update(u)
   if u.sessionUpdate ~= "user_message_chunk" then
     status.clear()
   end
-  if current and u.sessionUpdate == "agent_message_chunk" then
-    current.text[#current.text + 1] = u.content.text
-  end
   local ev = render.update(buf, u)
   if ev and (ev.status == "done" or ev.status == "failed" or ev.status == "rejected" or ev.status == "cancelled") then
     api.nvim_exec_autocmds("User", {
@@ -169,7 +166,7 @@ function M.prompt(text, opts)
     title = session.title,
     utc_offset_s = require("mia.costs").utc_offset(),
   })
-  local entry = { model = model, text = {}, retries = 0 }
+  local entry = { model = model, retries = 0 }
   entry.handle = require("mia")._handle_of(native)
   current = entry
   last_state = "streaming"

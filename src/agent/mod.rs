@@ -128,11 +128,12 @@ fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Pa
 }
 
 fn add_usage(total: &mut Usage, u: &Usage) {
-    total.input_tokens += u.input_tokens;
-    total.output_tokens += u.output_tokens;
-    total.cache_read_tokens += u.cache_read_tokens;
-    total.cache_write_tokens += u.cache_write_tokens;
-    total.reasoning_tokens += u.reasoning_tokens;
+    // Counts come from the server: a hostile one cannot overflow them.
+    total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
+    total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
+    total.cache_read_tokens = total.cache_read_tokens.saturating_add(u.cache_read_tokens);
+    total.cache_write_tokens = total.cache_write_tokens.saturating_add(u.cache_write_tokens);
+    total.reasoning_tokens = total.reasoning_tokens.saturating_add(u.reasoning_tokens);
     total.estimated |= u.estimated;
 }
 
@@ -205,7 +206,6 @@ pub async fn run(
                 parameters: t.parameters(),
             })
             .collect();
-        let history = session.request_messages();
         let chat = ChatRequest {
             model: model.clone(),
             system: Some(system_prompt(
@@ -216,7 +216,7 @@ pub async fn run(
                 &defs,
                 &root,
             )),
-            messages: history.clone(),
+            messages: session.request_messages(),
             tools: defs,
             max_tokens: prompt.max_tokens,
             temperature: prompt.temperature,
@@ -262,8 +262,14 @@ pub async fn run(
                 compacted = true;
                 turn -= 1;
                 let started_ms = record::now_ms();
-                let (compacted_history, summary) =
-                    compaction::compact(&caller, &deps.providers, &model, &history, compaction::KEEP_RECENT).await?;
+                let (compacted_history, summary) = compaction::compact(
+                    &caller,
+                    &deps.providers,
+                    &model,
+                    &chat.messages,
+                    compaction::KEEP_RECENT,
+                )
+                .await?;
                 recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
                 if let Some(summary_message) = compacted_history.first() {
                     let row = recorder.compaction(summary_message, compacted_history.len() - 1).await;
@@ -318,7 +324,7 @@ pub async fn run(
             &done,
             &mut remembered,
             &cancel,
-            &history,
+            &chat.messages,
         )
         .await;
         recorder.message(&results, json!({ "tools": outcomes })).await;

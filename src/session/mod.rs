@@ -387,7 +387,10 @@ impl Session {
 
     /// True once a request would send something (the chat's `/compact` checks it).
     pub fn has_messages(&self) -> bool {
-        !self.request_messages().is_empty()
+        self.lock()
+            .log
+            .iter()
+            .any(|r| r.kind == MessageKind::Message && has_parts(r))
     }
 
     /// The session drawn again: every stored row as the updates the chat

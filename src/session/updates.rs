@@ -189,7 +189,12 @@ pub fn usage(
     session_cost_usd: f64,
     day_cost_usd: Option<f64>,
 ) -> acp::SessionUpdate {
-    let used = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens + usage.output_tokens;
+    // Counts come from the server: saturate rather than overflow on hostile ones.
+    let used = usage
+        .input_tokens
+        .saturating_add(usage.cache_read_tokens)
+        .saturating_add(usage.cache_write_tokens)
+        .saturating_add(usage.output_tokens);
     let mut u = acp::UsageUpdate::new(used, context_window);
     u.cost = Some(acp::Cost::new(session_cost_usd, "USD"));
     u.meta = Some(mia_meta(json!({
