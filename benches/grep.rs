@@ -175,6 +175,8 @@ fn run_tool(runtime: &tokio::runtime::Runtime, grep: &SharedTool, root: &Path, c
         metadata: Arc::new(|_| {}),
         conversation: Arc::new(Vec::new()),
         lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
+        edits: None,
+        review: false,
     };
     let args = json!({"pattern": case.pattern, "case_insensitive": case.case_insensitive});
     let started = Instant::now();

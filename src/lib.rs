@@ -26,6 +26,7 @@
 
 pub mod agent;
 pub mod calls;
+pub mod checkpoint;
 pub mod cost;
 pub mod events;
 pub mod hooks;

@@ -62,6 +62,8 @@ impl Project {
             metadata: Arc::new(|_| {}),
             conversation: Arc::new(Vec::new()),
             lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
+            edits: None,
+            review: false,
         }
     }
 

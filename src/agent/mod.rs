@@ -18,12 +18,14 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::calls::PendingCalls;
+use crate::checkpoint::TurnCheckpoint;
 use crate::cost::{Cost, Usage};
 use crate::events::{Event, EventQueue, MiaEvent, StreamId};
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::{ChatRequest, ToolDef};
 use crate::llm::providers::Providers;
 use crate::session::{updates, Session, Stop, TurnEnd};
+use crate::tools::landing::EditScope;
 use crate::tools::permissions::{PermissionConfig, Remembered};
 use crate::tools::registry::Registry;
 use crate::tools::{AgentInfo, ToolLimits};
@@ -47,6 +49,8 @@ pub struct AgentSettings {
     pub costs: crate::cost::BudgetConfig,
     /// Modes that offer only some tools: mode -> tool names (other modes offer all they may run).
     pub mode_tools: std::collections::BTreeMap<String, Vec<String>>,
+    /// Snapshot limits (`setup({ checkpoints = ... })`).
+    pub checkpoints: crate::checkpoint::CheckpointSettings,
 }
 
 impl Default for AgentSettings {
@@ -63,6 +67,7 @@ impl Default for AgentSettings {
             mode_prompts: Default::default(),
             costs: Default::default(),
             mode_tools: Default::default(),
+            checkpoints: Default::default(),
         }
     }
 }
@@ -127,6 +132,18 @@ fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Pa
     s
 }
 
+/// Prunes old checkpoints once per process, in the background.
+fn prune_once(store: &crate::checkpoint::Checkpoints) {
+    static PRUNED: std::sync::Once = std::sync::Once::new();
+    PRUNED.call_once(|| {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || match store.prune() {
+            Ok(r) => tracing::debug!(?r, "checkpoints pruned"),
+            Err(e) => tracing::warn!("checkpoints could not be pruned: {e}"),
+        });
+    });
+}
+
 fn add_usage(total: &mut Usage, u: &Usage) {
     // Counts come from the server: a hostile one cannot overflow them.
     total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
@@ -174,6 +191,23 @@ pub async fn run(
         ..Default::default()
     };
     let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt).await;
+    // Edits of this turn: the session's file ledger and a checkpoint taken at the first change.
+    let scope = Arc::new(EditScope {
+        ledger: session.files.clone(),
+        checkpoint: deps.settings.data_dir.as_ref().map(|dir| {
+            let store = crate::checkpoint::Checkpoints::new(dir, deps.settings.checkpoints);
+            prune_once(&store);
+            Arc::new(TurnCheckpoint::new(
+                store,
+                &info.id,
+                &crate::session::new_message_id(&info.id),
+                &prompt.content,
+                session.scan_cache.clone(),
+            ))
+        }),
+        data_dir: deps.settings.data_dir.clone(),
+        ask_timeout: std::time::Duration::from_millis(deps.settings.ask_timeout_ms),
+    });
     let mut compacted = false;
     let caller = crate::hooks::Caller {
         queue: deps.queue.clone(),
@@ -325,6 +359,7 @@ pub async fn run(
             &mut remembered,
             &cancel,
             &chat.messages,
+            Some(&scope),
         )
         .await;
         recorder.message(&results, json!({ "tools": outcomes })).await;

@@ -19,6 +19,7 @@ use crate::events::StreamId;
 use crate::llm::delta::{StreamDone, ToolCall};
 use crate::llm::message::{Message, Part, Role};
 use crate::session::{updates, ToolOutcome, ToolStatus};
+use crate::tools::landing::EditScope;
 use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
 use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolError, ToolLimits, ToolOutput};
 
@@ -74,7 +75,12 @@ pub async fn run(
     remembered: &mut Vec<Rule>,
     cancel: &CancellationToken,
     history: &[Message],
+    scope: Option<&Arc<EditScope>>,
 ) -> (Message, BTreeMap<String, ToolOutcome>) {
+    // "Allow always" answers given in reviews of the previous round.
+    if let Some(scope) = scope {
+        remembered.extend(scope.ledger.take_rules());
+    }
     // The plan tool's calls reach the UI as `plan` updates, every other call as a tool block.
     for call in &done.tool_calls {
         if updates::is_plan_tool(&call.name) {
@@ -91,7 +97,7 @@ pub async fn run(
     }
     let mut results: HashMap<String, ToolOutput> = HashMap::new();
     let mut ended: HashMap<String, ToolStatus> = HashMap::new();
-    let mut approved: Vec<(&ToolCall, SharedTool, Checked)> = Vec::new();
+    let mut approved: Vec<(&ToolCall, SharedTool, Checked, bool)> = Vec::new();
     for call in &done.tool_calls {
         if cancel.is_cancelled() {
             results.insert(
@@ -144,7 +150,15 @@ pub async fn run(
         );
         let subject = checked.shown();
         match decision.action {
-            Action::Allow => approved.push((call, tool, checked)),
+            Action::Allow => approved.push((call, tool, checked, false)),
+            // An edit the rules would ask about is shown as a diff when it is
+            // proposed (landing), unless the user accepted the file for the session.
+            Action::Ask if scope.is_some() && tool.reviews_edits() && checked.path().is_some() => {
+                let accepted_file = scope
+                    .zip(checked.path())
+                    .is_some_and(|(s, p)| s.ledger.allowed(&p.physical));
+                approved.push((call, tool, checked, !accepted_file));
+            }
             Action::Deny => {
                 results.insert(
                     call.id.clone(),
@@ -190,7 +204,7 @@ pub async fn run(
                     Err(e) => Err(e),
                 };
                 match choice {
-                    Ok(Some(a)) if a == "allow_once" => approved.push((call, tool, checked)),
+                    Ok(Some(a)) if a == "allow_once" => approved.push((call, tool, checked, false)),
                     Ok(Some(a)) if a == "allow_always" => {
                         let rule = remembered_rule(&call.name, &checked);
                         if let Some(dir) = &deps.settings.data_dir {
@@ -199,7 +213,7 @@ pub async fn run(
                             }
                         }
                         remembered.push(rule);
-                        approved.push((call, tool, checked));
+                        approved.push((call, tool, checked, false));
                     }
                     Err(CallError::Cancelled) => {
                         results.insert(
@@ -246,7 +260,7 @@ pub async fn run(
             outcomes.insert(call.id.clone(), outcome);
         }
     }
-    let runs = approved.into_iter().map(|(call, tool, checked)| {
+    let runs = approved.into_iter().map(|(call, tool, checked, review)| {
         let queue = deps.queue.clone();
         let call_id = call.id.clone();
         let message_id = message_id.clone();
@@ -264,6 +278,8 @@ pub async fn run(
             subject: checked.path().cloned(),
             conversation: conversation.clone(),
             lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()).with_editor_fs(),
+            edits: scope.cloned(),
+            review,
             metadata: Arc::new(move |m| {
                 update(&queue, stream, updates::tool_metadata(&call_id, m));
             }),
@@ -290,6 +306,8 @@ pub async fn run(
         }
         let status = if cancel.is_cancelled() {
             ToolStatus::Cancelled
+        } else if out.metadata.get("review").and_then(Value::as_str) == Some("rejected") {
+            ToolStatus::Rejected
         } else if out.is_error {
             ToolStatus::Failed
         } else {

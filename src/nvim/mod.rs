@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+mod checkpoint_api;
 mod store_api;
 
 use mlua::prelude::*;
@@ -614,6 +615,8 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
     m.set("costs", lua.create_function(store_api::costs)?)?;
+    m.set("checkpoints", lua.create_function(checkpoint_api::checkpoints)?)?;
+    m.set("checkpoint_undo", lua.create_function(checkpoint_api::checkpoint_undo)?)?;
     m.set("sessions_list", lua.create_function(store_api::sessions_list)?)?;
     m.set("session_rename", lua.create_function(store_api::session_rename)?)?;
     m.set("session_delete", lua.create_function(store_api::session_delete)?)?;

@@ -76,6 +76,10 @@ pub struct Session {
     /// Set once the store is open (it opens on the runtime, after the session exists).
     store: OnceLock<Arc<Store>>,
     state: Mutex<State>,
+    /// What the model read and wrote, and the files the user accepted every edit to.
+    pub files: Arc<crate::tools::landing::FileLedger>,
+    /// Stored contents of the project's files, shared by the session's checkpoint scans.
+    pub scan_cache: Arc<Mutex<crate::checkpoint::ScanCache>>,
 }
 
 /// While alive, the session has a turn in flight; dropping it ends the turn.
@@ -182,6 +186,8 @@ impl Session {
         }
         Arc::new(Session {
             store: cell,
+            files: Arc::default(),
+            scan_cache: Arc::default(),
             state: Mutex::new(State {
                 info,
                 log: Vec::new(),
@@ -211,6 +217,8 @@ impl Session {
         let _ = cell.set(store);
         Ok(Arc::new(Session {
             store: cell,
+            files: Arc::default(),
+            scan_cache: Arc::default(),
             state: Mutex::new(State {
                 info,
                 log: log

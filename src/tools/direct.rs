@@ -82,6 +82,8 @@ pub async fn run_direct(env: DirectEnv, run: DirectRun) -> Result<DirectOutput, 
         metadata: Arc::new(|_| {}),
         conversation: Arc::new(Vec::new()),
         lua: env.lua,
+        edits: None,
+        review: false,
     };
     let started = Instant::now();
     let mut out = tool.call(run.args.clone(), ctx.clone()).await;

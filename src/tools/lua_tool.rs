@@ -31,6 +31,11 @@ pub struct LuaToolSpec {
     /// What happens to a path outside the project that no rule allows.
     #[serde(default)]
     pub outside: OutsidePolicy,
+    /// The tool declares an edit (`edit = function` in Lua): it answers a
+    /// proposal (the subject file's new content) that [`super::landing`]
+    /// reviews, checkpoints and writes.
+    #[serde(default)]
+    pub edits: bool,
 }
 
 /// A Lua tool's subject declaration: the argument that holds its path,
@@ -145,8 +150,13 @@ impl Tool for LuaTool {
         self.spec.outside
     }
 
+    fn reviews_edits(&self) -> bool {
+        self.spec.edits
+    }
+
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
         let name = self.spec.name.clone();
+        let edits = self.spec.edits;
         let timeout = Duration::from_millis(self.spec.timeout_ms);
         Box::pin(async move {
             let payload = json!({
@@ -166,6 +176,7 @@ impl Tool for LuaTool {
                 },
             });
             match ctx.lua.call(ctx.stream, "tool", payload, timeout, &ctx.abort).await {
+                Ok(Ok(value)) if edits => land_proposal(&name, value, &ctx).await,
                 Ok(Ok(value)) => output_of(value),
                 Ok(Err(message)) => ToolOutput::error(format!("`{name}` failed: {message}")),
                 Err(CallError::TimedOut(ms)) => ToolOutput::error(format!(
@@ -176,6 +187,40 @@ impl Tool for LuaTool {
             }
         })
     }
+}
+
+/// A Lua tool's proposal `{ proposal = { content, message? } }` for its
+/// subject file, landed like the built-in tools' edits.
+async fn land_proposal(name: &str, value: Value, ctx: &ToolContext) -> ToolOutput {
+    let Some(content) = value.pointer("/proposal/content").and_then(Value::as_str) else {
+        return ToolOutput::error(format!(
+            "`{name}` proposed no edit (its edit function returned no content)."
+        ));
+    };
+    let Some(subject) = ctx.subject.clone() else {
+        return ToolOutput::error(format!(
+            "`{name}` declares an edit but its call names no file; its `subject` must name the path argument"
+        ));
+    };
+    let path = subject.physical;
+    let shown = crate::tools::paths::display_relative(&ctx.root, &path);
+    let before = match crate::tools::builtin::current_content(ctx, &path, &shown, name).await {
+        Ok(b) => b,
+        Err(out) => return out,
+    };
+    let message = value
+        .pointer("/proposal/message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("Changed `{shown}`."));
+    let accepted = ToolOutput::ok(message).with_summary(format!("✏ {name}: {shown}"));
+    let proposal = super::landing::Proposal {
+        path,
+        name: shown,
+        before,
+        after: content.as_bytes().to_vec(),
+    };
+    super::landing::land(ctx, name, proposal, accepted).await
 }
 
 /// Lua answers `{ content = "...", metadata = {...}, is_error = bool }`.

@@ -13,6 +13,7 @@
 
 pub mod builtin;
 pub mod direct;
+pub mod landing;
 pub mod lua_tool;
 pub mod paths;
 pub mod permissions;
@@ -170,6 +171,17 @@ pub struct ToolContext {
     pub conversation: Arc<Vec<crate::llm::message::Message>>,
     /// Where calls into Neovim go (Lua tools, [`ToolContext::ask`]).
     pub lua: LuaBridge,
+    /// Where this call's edits land (agent runs): the session's file
+    /// ledger and the turn's checkpoint ([`landing`]).
+    pub edits: Option<Arc<landing::EditScope>>,
+    /// True when this call's edit is shown to the user before it lands.
+    pub review: bool,
+}
+
+/// Replaces `path` with `content` atomically (a temporary file renamed over
+/// it), creating parent directories; true when the file existed.
+pub fn atomic_write(path: &std::path::Path, content: &[u8]) -> std::io::Result<bool> {
+    builtin::write_atomically(path, content)
 }
 
 /// A test on a path relative to the project root.
@@ -243,6 +255,18 @@ impl ToolOutput {
         self.metadata = serde_json::json!({ "summary": summary.into() });
         self
     }
+
+    /// Marks how the user's review of the edit ended (`accepted`, `rejected`,
+    /// `modified`), kept beside the summary in the metadata.
+    pub fn with_review(mut self, verdict: &str) -> Self {
+        match &mut self.metadata {
+            Value::Object(m) => {
+                m.insert("review".into(), Value::from(verdict));
+            }
+            other => *other = serde_json::json!({ "review": verdict }),
+        }
+        self
+    }
 }
 
 /// A tool the model can call. Arguments arrive already validated against
@@ -268,6 +292,11 @@ pub trait Tool: Send + Sync {
     /// What happens to a path outside the project that no rule allows.
     fn outside_project(&self) -> OutsidePolicy {
         OutsidePolicy::Refuse
+    }
+    /// True when the tool's edits go through [`landing`]: a call the rules
+    /// would ask about is shown as a diff there instead of a plain question.
+    fn reviews_edits(&self) -> bool {
+        false
     }
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput>;
 }
@@ -299,6 +328,8 @@ mod tests {
             metadata: Arc::new(|_| {}),
             conversation: Arc::new(Vec::new()),
             lua,
+            edits: None,
+            review: false,
         }
     }
 

@@ -113,7 +113,7 @@ M.tools = {
   },
   {
     name = "apply_buffer_edit",
-    description = "Replace lines of a file open in the editor (1-based, inclusive) with new text, as one undo step. The change is not saved.",
+    description = "Replace lines of a file open in the editor (1-based, inclusive) with new text. The user reviews the change; it lands as one undo step and is saved.",
     parameters = {
       type = "object",
       properties = {
@@ -124,10 +124,10 @@ M.tools = {
       },
       required = { "path", "start_line", "end_line", "text" },
     },
-    effect = "write",
     subject = "path",
     outside = "ask",
-    execute = function(args, ctx)
+    -- A proposal: the whole buffer with the lines replaced; mia reviews and writes it.
+    edit = function(args, ctx)
       local b = buffer_by_path(args.path, ctx)
       if not b then
         error(string.format("`%s` is not open in the editor", args.path), 0)
@@ -136,11 +136,17 @@ M.tools = {
       if args.end_line > count or args.start_line > count + 1 or args.end_line < args.start_line - 1 then
         error(string.format("lines %d-%d are outside %s (%d lines)", args.start_line, args.end_line, args.path, count), 0)
       end
-      local lines = vim.split(args.text, "\n", { plain = true })
-      -- one nvim_buf_set_lines call is one undo step
-      api.nvim_buf_set_lines(b, args.start_line - 1, args.end_line, true, lines)
-      ctx.metadata({ summary = string.format("✏ edited buffer %s (%d lines)", args.path, #lines) })
-      return string.format("replaced lines %d-%d of %s with %d lines", args.start_line, args.end_line, args.path, #lines)
+      local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+      local new = vim.split(args.text, "\n", { plain = true })
+      local out = {}
+      vim.list_extend(out, lines, 1, args.start_line - 1)
+      vim.list_extend(out, new)
+      vim.list_extend(out, lines, args.end_line + 1, #lines)
+      local eol = (vim.bo[b].eol or vim.bo[b].fixeol) and "\n" or ""
+      return {
+        content = table.concat(out, "\n") .. eol,
+        message = string.format("replaced lines %d-%d of %s with %d lines", args.start_line, args.end_line, args.path, #new),
+      }
     end,
   },
 }

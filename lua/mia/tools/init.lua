@@ -15,7 +15,8 @@ local api = vim.api
 --- @field timeout_ms? integer How long it may take (default 60000)
 --- @field subject? string|{ path?: string, command?: string, text?: string }|fun(args: table): (string|table|nil) What the tool acts on, for permission rules: the name of its path argument ("path"), a table naming the argument that holds a path, a shell command or other text, or a function returning a path or such a table
 --- @field outside? "refuse"|"ask" A path outside the project that no rule allows is refused (default) or asked
---- @field execute fun(args: table, ctx: mia.ToolContext): any
+--- @field execute? fun(args: table, ctx: mia.ToolContext): any
+--- @field edit? fun(args: table, ctx: mia.ToolContext): { content: string, message?: string } Declares an edit instead of `execute`: returns the whole new content of the subject's file (and what the model is told when it lands); mia shows the diff for review, keeps a checkpoint and writes it. Needs a path `subject`
 
 --- @class mia.ToolContext
 --- @field session_id string
@@ -63,7 +64,8 @@ local function meta(spec)
     name = spec.name,
     description = spec.description,
     parameters = spec.parameters or { type = "object", properties = vim.empty_dict() },
-    effect = spec.effect or "read",
+    effect = spec.effect or (spec.edit and "write" or "read"),
+    edits = spec.edit ~= nil,
     timeout_ms = spec.timeout_ms,
     subject = subject_meta(spec.subject),
     outside = spec.outside,
@@ -111,9 +113,19 @@ function M.register(spec, source)
     spec = { spec, "table" },
     ["spec.name"] = { spec.name, "string" },
     ["spec.description"] = { spec.description, "string" },
-    ["spec.execute"] = { spec.execute, "function" },
+    ["spec.execute"] = { spec.execute, "function", true },
+    ["spec.edit"] = { spec.edit, "function", true },
     ["spec.parameters"] = { spec.parameters, "table", true },
   })
+  if (spec.execute == nil) == (spec.edit == nil) then
+    error(string.format("mia.register_tool(%s): give exactly one of `execute` (a tool) or `edit` (a tool that proposes an edit)", spec.name), 2)
+  end
+  if spec.edit and not (type(spec.subject) == "string" or (type(spec.subject) == "table" and spec.subject.path)) then
+    error(string.format("mia.register_tool(%s): a tool with `edit` needs a path `subject` (the argument naming the file it edits)", spec.name), 2)
+  end
+  if spec.edit and spec.effect ~= nil and spec.effect ~= "write" then
+    error(string.format('mia.register_tool(%s): a tool with `edit` has effect "write"', spec.name), 2)
+  end
   if not spec.name:match("^[%w_%-]+$") then
     error(string.format("mia.register_tool: `name` may hold only letters, digits, _ and - (got %q)", spec.name), 2)
   end
@@ -207,7 +219,14 @@ function M.run(call, data)
     end
     state.finished = true
     running[call] = nil
-    if ok then
+    if ok and entry.spec.edit then
+      -- A proposal: the core reviews, checkpoints and writes it.
+      if type(value) ~= "table" or type(value.content) ~= "string" then
+        reply(call, false, "its edit function must return { content = <the whole new text> }, got " .. vim.inspect(value):sub(1, 80))
+      else
+        reply(call, true, { proposal = { content = value.content, message = type(value.message) == "string" and value.message or nil } })
+      end
+    elseif ok then
       reply(call, true, output_of(value, state.metadata))
     else
       reply(call, false, tostring(value))
@@ -266,7 +285,7 @@ function M.run(call, data)
     return coroutine.yield()
   end
   co = coroutine.create(function()
-    return entry.spec.execute(data.arguments or {}, ctx)
+    return (entry.spec.edit or entry.spec.execute)(data.arguments or {}, ctx)
   end)
   step()
 end

@@ -14,7 +14,7 @@ static COUNTER: AtomicU64 = AtomicU64::new(0);
 /// Writes `content` to `path` atomically, creating missing parent
 /// directories. An existing file keeps its permission bits (a script stays
 /// executable). Returns whether the file already existed.
-pub(super) fn write_atomically(path: &Path, content: &[u8]) -> io::Result<bool> {
+pub(crate) fn write_atomically(path: &Path, content: &[u8]) -> io::Result<bool> {
     let dir = path
         .parent()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "the path has no parent directory"))?;

@@ -72,9 +72,32 @@ impl Tool for Bash {
 
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
         Box::pin(async move {
-            let out = match run(&args, &ctx).await {
+            // The project's files are kept before the command and compared
+            // after it, so the turn's checkpoint covers what the command changed.
+            let checkpoint = ctx.edits.as_ref().and_then(|s| s.checkpoint.clone());
+            let before = match &checkpoint {
+                Some(cp) => {
+                    let (cp, root) = (cp.clone(), ctx.root.clone());
+                    tokio::task::spawn_blocking(move || cp.scan(&root)).await.ok()
+                }
+                None => None,
+            };
+            let mut out = match run(&args, &ctx).await {
                 Ok(out) | Err(out) => out,
             };
+            if let (Some(cp), Some(before)) = (checkpoint, before) {
+                let root = ctx.root.clone();
+                let after = tokio::task::spawn_blocking(move || cp.after_scan(&root, &before, NAME)).await;
+                match after {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => out
+                        .content
+                        .push_str(&format!("\n(mia could not record a checkpoint: {e})")),
+                    Err(e) => out
+                        .content
+                        .push_str(&format!("\n(mia could not record a checkpoint: {e})")),
+                }
+            }
             with_error_summary(NAME, out)
         })
     }

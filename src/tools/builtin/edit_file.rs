@@ -5,14 +5,12 @@
 //! whitespace) instead of an edit in the wrong place. Files are edited as
 //! bytes, so content in any encoding outside the replaced text survives.
 
-use std::io;
-
 use futures_util::future::BoxFuture;
 use memchr::memmem;
 use serde_json::{json, Value};
 
-use super::atomic::write_atomically;
-use super::{object_schema, optional_bool, path_subject, prop, required_str, resolve, run_blocking, shown, Outcome};
+use super::{object_schema, optional_bool, path_subject, prop, required_str, resolve, shown};
+use crate::tools::landing::{self, Proposal};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Replaces `old_string` with `new_string` in a file.
@@ -56,36 +54,41 @@ impl Tool for EditFile {
         path_subject(args, "path", None)
     }
 
+    fn reviews_edits(&self) -> bool {
+        true
+    }
+
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
         Box::pin(async move {
-            if let Some(out) = edit_in_editor(&args, &ctx).await {
-                return super::with_error_summary(NAME, out);
-            }
-            run_blocking(NAME, move || edit(&args, &ctx)).await
+            let out = match propose(&args, &ctx).await {
+                Ok((proposal, accepted)) => landing::land(&ctx, NAME, proposal, accepted).await,
+                Err(out) => out,
+            };
+            super::with_error_summary(NAME, out)
         })
     }
 }
 
-/// The edit applied to the buffer that holds the file (what the user sees,
-/// unsaved changes included), saved through Neovim; `None` when no buffer
-/// holds it (the file on disk is edited as usual).
-async fn edit_in_editor(args: &Value, ctx: &ToolContext) -> Option<ToolOutput> {
-    let requested = args.get("path")?.as_str()?;
-    let path = resolve(ctx, requested).ok()?;
-    let text = super::editor_fs::read_text(ctx, &path, true).await?;
+/// The edit applied to the file as it is (the buffer that holds it, unsaved
+/// changes included, or the disk); landing reviews and writes it.
+async fn propose(args: &Value, ctx: &ToolContext) -> Result<(Proposal, ToolOutput), ToolOutput> {
+    let requested = required_str(NAME, args, "path")?;
+    checked_args(args)?;
+    let path = resolve(ctx, requested)?;
     let name = shown(ctx, &path);
-    let (edited, out) = match plan(args, &name, text.as_bytes()) {
-        Ok(planned) => planned,
-        Err(out) => return Some(out),
-    };
-    let edited = String::from_utf8_lossy(&edited).into_owned();
-    match super::editor_fs::write_text(ctx, &path, &edited).await {
-        Ok(true) => Some(out),
-        Ok(false) => None,
-        Err(e) => Some(ToolOutput::error(format!(
-            "`{name}` could not be written in the editor ({e})"
-        ))),
-    }
+    let original = super::current_content(ctx, &path, &name, NAME)
+        .await?
+        .ok_or_else(|| ToolOutput::error(format!("`{name}` does not exist; to create it, use write_file")))?;
+    let (edited, accepted) = plan(args, &name, &original)?;
+    Ok((
+        Proposal {
+            path,
+            name,
+            before: Some(original),
+            after: edited,
+        },
+        accepted,
+    ))
 }
 
 /// Checks the arguments that do not depend on the file.
@@ -104,28 +107,6 @@ fn checked_args(args: &Value) -> Result<(&str, &str, bool), ToolOutput> {
         ));
     }
     Ok((old, new, replace_all))
-}
-
-fn edit(args: &Value, ctx: &ToolContext) -> Outcome {
-    let requested = required_str(NAME, args, "path")?;
-    checked_args(args)?;
-    let path = resolve(ctx, requested)?;
-    let name = shown(ctx, &path);
-    if std::fs::metadata(&path).is_ok_and(|m| !m.is_file() && !m.is_dir()) {
-        return Err(ToolOutput::error(format!(
-            "`{name}` is not a regular file (a device, socket or pipe); edit_file only edits files"
-        )));
-    }
-    let original = std::fs::read(&path).map_err(|e| {
-        ToolOutput::error(match e.kind() {
-            io::ErrorKind::NotFound => format!("`{name}` does not exist; to create it, use write_file"),
-            io::ErrorKind::IsADirectory => format!("`{name}` is a directory; edit_file edits one file"),
-            _ => format!("`{name}` cannot be read ({e})"),
-        })
-    })?;
-    let (edited, out) = plan(args, &name, &original)?;
-    write_atomically(&path, &edited).map_err(|e| ToolOutput::error(format!("`{name}` could not be written ({e})")))?;
-    Ok(out)
 }
 
 /// The edited bytes of `original` and what the model is told.

@@ -40,20 +40,51 @@ pub(super) async fn read_text(ctx: &ToolContext, path: &Path, loaded_too: bool) 
     }
 }
 
-/// `fs/write_text_file`: replaces the text of the buffer holding `path` and
-/// saves it. `Ok(false)`: no buffer holds the file (write the disk).
-pub(super) async fn write_text(ctx: &ToolContext, path: &Path, content: &str) -> Result<bool, String> {
+/// How long a landing write may wait: the buffer may ask the user first.
+const LANDING_WAIT: Duration = Duration::from_secs(3600);
+
+/// `fs/write_text_file` for a landing ([`crate::tools::landing`]): `base` is
+/// the text the proposal was computed from and `reviewed` whether the user
+/// saw the diff. Neovim asks before replacing unsaved changes nobody
+/// reviewed (or text that changed since the proposal), and answers
+/// `{ written, rejected, reason }`.
+pub(crate) async fn write_through_editor(
+    ctx: &ToolContext,
+    path: &Path,
+    content: &str,
+    base: Option<&str>,
+    reviewed: bool,
+    name: &str,
+) -> Result<crate::tools::landing::EditorWrite, String> {
+    use crate::tools::landing::EditorWrite;
     if !ctx.lua.editor_fs {
-        return Ok(false);
+        return Ok(EditorWrite::NoBuffer);
     }
-    let payload = json!({ "sessionId": ctx.session_id, "path": path.display().to_string(), "content": content });
+    let payload = json!({
+        "sessionId": ctx.session_id,
+        "path": path.display().to_string(),
+        "content": content,
+        "_meta": { "mia": { "base": base, "reviewed": reviewed, "name": name } },
+    });
     match ctx
         .lua
-        .call(ctx.stream, "fs/write_text_file", payload, EDITOR_WAIT, &ctx.abort)
+        .call(ctx.stream, "fs/write_text_file", payload, LANDING_WAIT, &ctx.abort)
         .await
     {
-        Ok(Ok(Value::Object(m))) => Ok(m.get("written").and_then(Value::as_bool).unwrap_or(false)),
-        Ok(Ok(_)) => Ok(false),
+        Ok(Ok(Value::Object(m))) => {
+            if m.get("written").and_then(Value::as_bool).unwrap_or(false) {
+                Ok(EditorWrite::Written)
+            } else if m.get("rejected").and_then(Value::as_bool).unwrap_or(false) {
+                let reason = m
+                    .get("reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the user kept their unsaved changes in the editor");
+                Ok(EditorWrite::Rejected(reason.chars().take(2_000).collect()))
+            } else {
+                Ok(EditorWrite::NoBuffer)
+            }
+        }
+        Ok(Ok(_)) => Ok(EditorWrite::NoBuffer),
         Ok(Err(message)) => Err(message),
         Err(e) => Err(e.to_string()),
     }

@@ -26,8 +26,10 @@ use serde_json::Value;
 use super::paths::{canonicalize, display_relative, resolve_in_root, PathError};
 use super::{SharedTool, ToolContext, ToolOutput, ToolSubject};
 
+pub(crate) use atomic::write_atomically;
 pub use bash::Bash;
 pub use edit_file::EditFile;
+pub(crate) use editor_fs::write_through_editor;
 pub use glob::Glob;
 pub use grep::Grep;
 pub use list_dir::ListDir;
@@ -120,6 +122,60 @@ fn resolve(ctx: &ToolContext, requested: &str) -> Result<PathBuf, ToolOutput> {
             }
         }
         Err(e) => Err(ToolOutput::error(e.to_string())),
+    }
+}
+
+/// Most bytes of a file an edit proposal reads (the diff and the checkpoint need all of it).
+const MAX_EDITED_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The content an edit starts from: the text of the buffer that holds the
+/// file (unsaved changes included), else the file on disk; `None` when it
+/// does not exist.
+pub(crate) async fn current_content(
+    ctx: &ToolContext,
+    path: &Path,
+    name: &str,
+    tool: &str,
+) -> Result<Option<Vec<u8>>, ToolOutput> {
+    if let Some(text) = editor_fs::read_text(ctx, path, true).await {
+        return Ok(Some(text.into_bytes()));
+    }
+    let (path, name, tool) = (path.to_path_buf(), name.to_string(), tool.to_string());
+    let stopped = tool.clone();
+    let read = tokio::task::spawn_blocking(move || -> Result<Option<Vec<u8>>, ToolOutput> {
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ToolOutput::error(format!("`{name}` cannot be read ({e})"))),
+        };
+        if meta.is_dir() {
+            return Err(ToolOutput::error(format!(
+                "`{name}` is a directory; {tool} changes one file"
+            )));
+        }
+        if !meta.is_file() {
+            return Err(ToolOutput::error(format!(
+                "`{name}` is not a regular file (a device, socket or pipe); {tool} only changes files"
+            )));
+        }
+        if meta.len() > MAX_EDITED_BYTES {
+            return Err(ToolOutput::error(format!(
+                "`{name}` is {} ({} bytes), more than mia edits ({}); change it with a command instead",
+                human_bytes(meta.len()),
+                meta.len(),
+                human_bytes(MAX_EDITED_BYTES)
+            )));
+        }
+        std::fs::read(&path)
+            .map(Some)
+            .map_err(|e| ToolOutput::error(format!("`{name}` cannot be read ({e})")))
+    })
+    .await;
+    match read {
+        Ok(r) => r,
+        Err(e) => Err(ToolOutput::error(format!(
+            "`{stopped}` stopped unexpectedly ({e}); this is a bug in mia, please report it"
+        ))),
     }
 }
 

@@ -62,7 +62,17 @@ impl Tool for ReadFile {
                     return super::with_error_summary(NAME, out);
                 }
             }
-            run_blocking(NAME, move || read(&args, &ctx)).await
+            let edits = ctx.edits.clone();
+            let path = args
+                .get("path")
+                .and_then(Value::as_str)
+                .and_then(|p| resolve(&ctx, p).ok());
+            let out = run_blocking(NAME, move || read(&args, &ctx)).await;
+            // What the model saw: an edit after the file changed on disk behind it is refused.
+            if let (Some(edits), Some(path), false) = (edits, path, out.is_error) {
+                edits.ledger.saw(&path);
+            }
+            out
         })
     }
 }

@@ -1,10 +1,11 @@
-//! `write_file`: creates or replaces a whole file, atomically.
+//! `write_file`: creates or replaces a whole file, through review and
+//! checkpoints ([`crate::tools::landing`]), atomically.
 
 use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 
-use super::atomic::write_atomically;
-use super::{human_bytes, object_schema, path_subject, prop, required_str, resolve, run_blocking, shown, Outcome};
+use super::{human_bytes, object_schema, path_subject, prop, required_str, resolve, shown};
+use crate::tools::landing::{self, Proposal};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
 
 /// Writes a file's full content, creating parent directories.
@@ -40,40 +41,39 @@ impl Tool for WriteFile {
         path_subject(args, "path", None)
     }
 
+    fn reviews_edits(&self) -> bool {
+        true
+    }
+
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
         Box::pin(async move {
-            // A file open in a buffer is written through Neovim (buffer and disk agree after).
-            if let (Some(requested), Some(content)) = (
-                args.get("path").and_then(Value::as_str),
-                args.get("content").and_then(Value::as_str),
-            ) {
-                if let Ok(path) = resolve(&ctx, requested) {
-                    let name = shown(&ctx, &path);
-                    match super::editor_fs::write_text(&ctx, &path, content).await {
-                        Ok(true) => return super::with_error_summary(NAME, written(&name, content, true)),
-                        Ok(false) => {}
-                        Err(e) => {
-                            return super::with_error_summary(
-                                NAME,
-                                ToolOutput::error(format!("`{name}` could not be written in the editor ({e})")),
-                            )
-                        }
-                    }
-                }
-            }
-            run_blocking(NAME, move || write(&args, &ctx)).await
+            let out = match propose(&args, &ctx).await {
+                Ok((proposal, accepted)) => landing::land(&ctx, NAME, proposal, accepted).await,
+                Err(out) => out,
+            };
+            super::with_error_summary(NAME, out)
         })
     }
 }
 
-fn write(args: &Value, ctx: &ToolContext) -> Outcome {
+/// The file as it is (the buffer that holds it, or the disk) and as the
+/// call would leave it; landing reviews and writes it.
+async fn propose(args: &Value, ctx: &ToolContext) -> Result<(Proposal, ToolOutput), ToolOutput> {
     let requested = required_str(NAME, args, "path")?;
     let content = required_str(NAME, args, "content")?;
     let path = resolve(ctx, requested)?;
     let name = shown(ctx, &path);
-    let existed = write_atomically(&path, content.as_bytes())
-        .map_err(|e| ToolOutput::error(format!("`{name}` could not be written ({e})")))?;
-    Ok(written(&name, content, existed))
+    let before = super::current_content(ctx, &path, &name, NAME).await?;
+    let accepted = written(&name, content, before.is_some());
+    Ok((
+        Proposal {
+            path,
+            name,
+            before,
+            after: content.as_bytes().to_vec(),
+        },
+        accepted,
+    ))
 }
 
 /// What the model is told about a file written with `content`.

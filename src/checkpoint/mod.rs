@@ -1,0 +1,691 @@
+//! Checkpoints: before a turn first changes a file, its content is kept, so
+//! `:Mia undo` can put the turn's files back (and a restore is itself a
+//! checkpoint, so it can be undone too).
+//!
+//! Layout under `data_dir/checkpoints/`:
+//! - `objects/ab/cdef…`: file contents named by their SHA-256, written once
+//!   and shared by every session (content-addressed, deduplicated);
+//! - `sessions/<session id>.jsonl`: one line per file a checkpoint covers
+//!   ([`Entry`]), appended as the turn goes.
+//!
+//! Files changed by `bash` are found by scanning the project the way git
+//! sees it (`.gitignore` honoured, with or without a repository) before and
+//! after the command ([`TurnCheckpoint::scan`] / [`TurnCheckpoint::after_scan`]).
+//! Everything here does blocking file I/O: callers run it on the blocking pool.
+
+mod objects;
+mod scan;
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+pub use objects::Objects;
+pub use scan::{Scan, ScanCache};
+
+/// `setup({ checkpoints = … })`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(default)]
+pub struct CheckpointSettings {
+    /// Checkpoints older than this are pruned.
+    pub max_age_days: u32,
+    /// Snapshots beyond this total are pruned, oldest first.
+    pub max_bytes: u64,
+    /// Files bigger than this are not snapshotted (undo reports them).
+    pub max_file_bytes: u64,
+    /// Most files a scan around a command looks at.
+    pub max_scan_files: usize,
+}
+
+impl Default for CheckpointSettings {
+    fn default() -> Self {
+        CheckpointSettings {
+            max_age_days: 30,
+            max_bytes: 512 * 1024 * 1024,
+            max_file_bytes: 4 * 1024 * 1024,
+            max_scan_files: 20_000,
+        }
+    }
+}
+
+/// Why a checkpoint could not be listed or restored.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("the session has no checkpoints to undo")]
+    Nothing,
+    #[error("`{0}` is not a session id")]
+    BadSession(String),
+    #[error("checkpoints are kept under data_dir, which is not set; set `data_dir` in setup()")]
+    NoDataDir,
+    #[error("the checkpoint journal {path} cannot be used ({source}); delete it to start over")]
+    Journal { path: PathBuf, source: io::Error },
+}
+
+/// What a checkpoint entry's file went through after its snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    Modified,
+    Created,
+    Deleted,
+}
+
+/// Whether a checkpoint was taken by a turn or by a restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Turn,
+    Restore,
+}
+
+/// One file of one checkpoint: its content before the change (`before`:
+/// the object's name, `None` when the file did not exist), or why there is
+/// no snapshot (`skipped`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub checkpoint: u64,
+    pub turn: String,
+    pub kind: Kind,
+    pub prompt: String,
+    pub created_ms: i64,
+    pub path: PathBuf,
+    pub before: Option<String>,
+    pub change: Change,
+    pub by: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+}
+
+/// A checkpoint as `:Mia checkpoints` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    pub id: u64,
+    pub turn: String,
+    pub kind: Kind,
+    pub prompt: String,
+    pub created_ms: i64,
+    pub files: Vec<ListedFile>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ListedFile {
+    pub path: String,
+    pub change: Change,
+    pub by: String,
+}
+
+/// What `:Mia undo` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Restored {
+    /// The checkpoint whose files were put back.
+    pub checkpoint: u64,
+    /// The restore's own checkpoint (undo it to get the files back).
+    pub restore: u64,
+    pub turn: String,
+    pub restored: Vec<RestoredFile>,
+    pub skipped: Vec<SkippedFile>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoredFile {
+    pub path: PathBuf,
+    pub deleted: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SkippedFile {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// Session ids become file names: only what mia's ids are made of.
+fn valid_session_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The checkpoints of every session under one data directory.
+#[derive(Debug, Clone)]
+pub struct Checkpoints {
+    dir: PathBuf,
+    pub objects: Objects,
+    pub settings: CheckpointSettings,
+}
+
+impl Checkpoints {
+    pub fn new(data_dir: &Path, settings: CheckpointSettings) -> Checkpoints {
+        let dir = data_dir.join("checkpoints");
+        Checkpoints {
+            objects: Objects::new(dir.join("objects")),
+            dir,
+            settings,
+        }
+    }
+
+    fn journal_path(&self, session_id: &str) -> Result<PathBuf, CheckpointError> {
+        if !valid_session_id(session_id) {
+            return Err(CheckpointError::BadSession(session_id.chars().take(64).collect()));
+        }
+        Ok(self.dir.join("sessions").join(format!("{session_id}.jsonl")))
+    }
+
+    /// Every entry of a session, in the order they were written. Lines that
+    /// cannot be read (a torn write) are skipped.
+    pub fn entries(&self, session_id: &str) -> Result<Vec<Entry>, CheckpointError> {
+        let path = self.journal_path(session_id)?;
+        let text = match fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(CheckpointError::Journal { path, source }),
+        };
+        Ok(text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+            .collect())
+    }
+
+    fn append(&self, session_id: &str, entry: &Entry) -> Result<(), CheckpointError> {
+        let path = self.journal_path(session_id)?;
+        let journal = |source| CheckpointError::Journal {
+            path: path.clone(),
+            source,
+        };
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(journal)?;
+        }
+        let mut line = serde_json::to_string(entry).map_err(|e| journal(io::Error::other(e)))?;
+        line.push('\n');
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(journal)?;
+        // One write of one line: concurrent appends do not interleave.
+        file.write_all(line.as_bytes()).map_err(journal)
+    }
+
+    fn next_id(&self, session_id: &str) -> Result<u64, CheckpointError> {
+        Ok(self
+            .entries(session_id)?
+            .iter()
+            .map(|e| e.checkpoint)
+            .max()
+            .unwrap_or(0)
+            + 1)
+    }
+
+    /// The session's checkpoints, newest first; paths inside `root` are shown relative.
+    pub fn list(&self, session_id: &str, root: &Path) -> Result<Vec<Listed>, CheckpointError> {
+        let mut by_id: BTreeMap<u64, Listed> = BTreeMap::new();
+        for e in self.entries(session_id)? {
+            let listed = by_id.entry(e.checkpoint).or_insert_with(|| Listed {
+                id: e.checkpoint,
+                turn: e.turn.clone(),
+                kind: e.kind,
+                prompt: e.prompt.clone(),
+                created_ms: e.created_ms,
+                files: Vec::new(),
+            });
+            let path = e
+                .path
+                .strip_prefix(root)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| e.path.display().to_string());
+            listed.files.push(ListedFile {
+                path,
+                change: e.change,
+                by: e.by,
+            });
+        }
+        Ok(by_id.into_values().rev().collect())
+    }
+
+    /// Puts the files of the session's latest checkpoint back as they were
+    /// before it, after snapshotting them as they are now in a new
+    /// `restore` checkpoint (so this can be undone the same way).
+    pub fn undo(&self, session_id: &str) -> Result<Restored, CheckpointError> {
+        let entries = self.entries(session_id)?;
+        let last = entries
+            .iter()
+            .map(|e| e.checkpoint)
+            .max()
+            .ok_or(CheckpointError::Nothing)?;
+        let mut seen = HashSet::new();
+        let targets: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.checkpoint == last && seen.insert(e.path.clone()))
+            .collect();
+        let turn = targets.first().map(|e| e.turn.clone()).unwrap_or_default();
+        let prompt = targets.first().map(|e| e.prompt.clone()).unwrap_or_default();
+        let restore = last + 1;
+        let created_ms = crate::session::now_ms();
+        let mut out = Restored {
+            checkpoint: last,
+            restore,
+            turn: turn.clone(),
+            restored: Vec::new(),
+            skipped: Vec::new(),
+        };
+        for e in targets {
+            if let Some(reason) = &e.skipped {
+                out.skipped.push(SkippedFile {
+                    path: e.path.clone(),
+                    reason: reason.clone(),
+                });
+                continue;
+            }
+            let wanted = match &e.before {
+                Some(hash) => match self.objects.get(hash) {
+                    Ok(bytes) => Some(bytes),
+                    Err(err) => {
+                        out.skipped.push(SkippedFile {
+                            path: e.path.clone(),
+                            reason: format!("its snapshot is gone ({err}); it may have been pruned"),
+                        });
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            // The file as it is now, so the restore can be undone.
+            let (now, skipped) = match self.snapshot(&e.path) {
+                Ok(s) => s,
+                Err(err) => {
+                    out.skipped.push(SkippedFile {
+                        path: e.path.clone(),
+                        reason: format!("it cannot be read ({err})"),
+                    });
+                    continue;
+                }
+            };
+            if let Some(reason) = skipped {
+                out.skipped.push(SkippedFile {
+                    path: e.path.clone(),
+                    reason,
+                });
+                continue;
+            }
+            let change = match (&now, &wanted) {
+                (_, None) => Change::Deleted,
+                (None, Some(_)) => Change::Created,
+                (Some(_), Some(_)) => Change::Modified,
+            };
+            self.append(
+                session_id,
+                &Entry {
+                    checkpoint: restore,
+                    turn: turn.clone(),
+                    kind: Kind::Restore,
+                    prompt: prompt.clone(),
+                    created_ms,
+                    path: e.path.clone(),
+                    before: now,
+                    change,
+                    by: "undo".into(),
+                    skipped: None,
+                },
+            )?;
+            let written = match &wanted {
+                Some(bytes) => crate::tools::atomic_write(&e.path, bytes).map(|_| ()),
+                None => match fs::remove_file(&e.path) {
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+                    other => other,
+                },
+            };
+            match written {
+                Ok(()) => out.restored.push(RestoredFile {
+                    path: e.path.clone(),
+                    deleted: wanted.is_none(),
+                }),
+                Err(err) => out.skipped.push(SkippedFile {
+                    path: e.path.clone(),
+                    reason: format!("it could not be written ({err})"),
+                }),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The file's content stored as an object: `(Some(name), None)`;
+    /// `(None, None)` when the file does not exist; `(None, Some(why))` when
+    /// it is not snapshotted (too big, not a file).
+    fn snapshot(&self, path: &Path) -> io::Result<(Option<String>, Option<String>)> {
+        let meta = match fs::metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, None)),
+            Err(e) => return Err(e),
+        };
+        if !meta.is_file() {
+            return Ok((None, Some("it is not a regular file".into())));
+        }
+        if meta.len() > self.settings.max_file_bytes {
+            return Ok((
+                None,
+                Some(format!(
+                    "it is bigger ({} bytes) than checkpoints keep ({} bytes; raise checkpoints.max_file_kb)",
+                    meta.len(),
+                    self.settings.max_file_bytes
+                )),
+            ));
+        }
+        let bytes = fs::read(path)?;
+        Ok((Some(self.objects.put(&bytes)?), None))
+    }
+
+    /// Removes checkpoints older than `max_age_days`, then objects no
+    /// journal names (older than a day: a running turn's scan may still
+    /// need them), then the oldest objects until the rest fits `max_bytes`.
+    pub fn prune(&self) -> io::Result<PruneReport> {
+        let now = std::time::SystemTime::now();
+        let max_age = std::time::Duration::from_secs(u64::from(self.settings.max_age_days) * 86_400);
+        let mut report = PruneReport::default();
+        let mut referenced = HashSet::new();
+        let sessions = self.dir.join("sessions");
+        if let Ok(dir) = fs::read_dir(&sessions) {
+            for entry in dir.flatten() {
+                let path = entry.path();
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| now.duration_since(t).ok())
+                    .is_some_and(|age| age > max_age);
+                if old {
+                    if fs::remove_file(&path).is_ok() {
+                        report.journals_removed += 1;
+                    }
+                    continue;
+                }
+                if let Ok(text) = fs::read_to_string(&path) {
+                    for e in text.lines().filter_map(|l| serde_json::from_str::<Entry>(l).ok()) {
+                        if let Some(h) = e.before {
+                            referenced.insert(h);
+                        }
+                    }
+                }
+            }
+        }
+        let grace = std::time::Duration::from_secs(86_400);
+        let mut kept = Vec::new();
+        for (name, path, len, modified) in self.objects.all() {
+            let age = now.duration_since(modified).unwrap_or_default();
+            if !referenced.contains(&name) && age > grace {
+                if fs::remove_file(&path).is_ok() {
+                    report.objects_removed += 1;
+                    report.bytes_removed += len;
+                }
+            } else {
+                kept.push((modified, path, len));
+            }
+        }
+        kept.sort();
+        let mut total: u64 = kept.iter().map(|k| k.2).sum();
+        for (_, path, len) in kept {
+            if total <= self.settings.max_bytes {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                report.objects_removed += 1;
+                report.bytes_removed += len;
+                total -= len;
+            }
+        }
+        report.bytes_kept = total;
+        Ok(report)
+    }
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct PruneReport {
+    pub journals_removed: usize,
+    pub objects_removed: usize,
+    pub bytes_removed: u64,
+    pub bytes_kept: u64,
+}
+
+/// The checkpoint of one turn: created at the turn's first change, one entry
+/// per file, the first snapshot of a file in the turn wins (later changes
+/// in the same turn build on the turn's own work).
+pub struct TurnCheckpoint {
+    store: Checkpoints,
+    session_id: String,
+    turn: String,
+    prompt: String,
+    state: Mutex<TurnState>,
+    /// Content names of the project's files by (size, mtime), kept for the session.
+    cache: Arc<Mutex<ScanCache>>,
+}
+
+#[derive(Default)]
+struct TurnState {
+    id: Option<u64>,
+    touched: HashSet<PathBuf>,
+    created_ms: i64,
+}
+
+impl TurnCheckpoint {
+    pub fn new(
+        store: Checkpoints,
+        session_id: &str,
+        turn: &str,
+        prompt: &str,
+        cache: Arc<Mutex<ScanCache>>,
+    ) -> TurnCheckpoint {
+        let first = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        TurnCheckpoint {
+            store,
+            session_id: session_id.to_string(),
+            turn: turn.to_string(),
+            prompt: first.chars().take(80).collect(),
+            state: Mutex::new(TurnState::default()),
+            cache,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The checkpoint's id, taken at the turn's first change.
+    pub fn id(&self) -> Option<u64> {
+        self.lock().id
+    }
+
+    /// Keeps `path`'s current content before `by` changes it (`change`: what it
+    /// is about to do). Nothing happens for a file this turn already kept.
+    pub fn before_change(&self, path: &Path, by: &str, change: Change) -> Result<(), CheckpointError> {
+        let mut state = self.lock();
+        if state.touched.contains(path) {
+            return Ok(());
+        }
+        let (before, skipped) = match self.store.snapshot(path) {
+            Ok(s) => s,
+            Err(e) => (None, Some(format!("it could not be read ({e})"))),
+        };
+        self.record(&mut state, path, before, skipped, change, by)
+    }
+
+    fn record(
+        &self,
+        state: &mut TurnState,
+        path: &Path,
+        before: Option<String>,
+        skipped: Option<String>,
+        change: Change,
+        by: &str,
+    ) -> Result<(), CheckpointError> {
+        let id = match state.id {
+            Some(id) => id,
+            None => {
+                let id = self.store.next_id(&self.session_id)?;
+                state.id = Some(id);
+                state.created_ms = crate::session::now_ms();
+                id
+            }
+        };
+        self.store.append(
+            &self.session_id,
+            &Entry {
+                checkpoint: id,
+                turn: self.turn.clone(),
+                kind: Kind::Turn,
+                prompt: self.prompt.clone(),
+                created_ms: state.created_ms,
+                path: path.to_path_buf(),
+                before,
+                change,
+                by: by.to_string(),
+                skipped,
+            },
+        )?;
+        state.touched.insert(path.to_path_buf());
+        Ok(())
+    }
+
+    /// Before a command runs: the project's files as they are, each
+    /// content kept as an object (once: unchanged files are found in the cache).
+    pub fn scan(&self, root: &Path) -> Scan {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        scan::before(root, &self.store, &mut cache)
+    }
+
+    /// After the command: every file whose size or time changed, that
+    /// appeared or that disappeared is recorded with its content from `before`.
+    pub fn after_scan(&self, root: &Path, before: &Scan, by: &str) -> Result<Vec<PathBuf>, CheckpointError> {
+        let changed = scan::changes(root, before, &self.store.settings);
+        let mut state = self.lock();
+        let mut recorded = Vec::new();
+        for (path, change) in changed {
+            if state.touched.contains(&path) {
+                continue;
+            }
+            let (object, skipped) = match before.files.get(&path) {
+                Some(f) => (f.object.clone(), f.skipped.clone()),
+                None => (None, None),
+            };
+            self.record(&mut state, &path, object, skipped, change, by)?;
+            recorded.push(path);
+        }
+        Ok(recorded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup() -> (tempfile::TempDir, tempfile::TempDir, Checkpoints) {
+        let data = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(data.path(), CheckpointSettings::default());
+        (data, project, store)
+    }
+
+    fn turn(store: &Checkpoints, prompt: &str) -> TurnCheckpoint {
+        TurnCheckpoint::new(store.clone(), "s1", &format!("t-{prompt}"), prompt, Arc::default())
+    }
+
+    #[test]
+    fn undo_restores_a_turns_files_and_undoing_the_restore_brings_the_turn_back() {
+        let (_d, project, store) = setup();
+        let a = project.path().join("a.txt");
+        let b = project.path().join("b.txt");
+        fs::write(&a, "one\n").unwrap();
+        let t = turn(&store, "change things");
+        t.before_change(&a, "edit_file", Change::Modified).unwrap();
+        fs::write(&a, "two\n").unwrap();
+        // A second change in the same turn keeps the turn's first snapshot.
+        t.before_change(&a, "edit_file", Change::Modified).unwrap();
+        fs::write(&a, "three\n").unwrap();
+        t.before_change(&b, "write_file", Change::Created).unwrap();
+        fs::write(&b, "new\n").unwrap();
+
+        let listed = store.list("s1", project.path()).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].prompt, "change things");
+        let files: Vec<_> = listed[0].files.iter().map(|f| (f.path.as_str(), f.change)).collect();
+        assert_eq!(files, vec![("a.txt", Change::Modified), ("b.txt", Change::Created)]);
+
+        let r = store.undo("s1").unwrap();
+        assert_eq!(r.restored.len(), 2, "{r:?}");
+        assert_eq!(fs::read_to_string(&a).unwrap(), "one\n");
+        assert!(!b.exists());
+
+        let again = store.undo("s1").unwrap();
+        assert_eq!(again.checkpoint, r.restore);
+        assert_eq!(fs::read_to_string(&a).unwrap(), "three\n");
+        assert_eq!(fs::read_to_string(&b).unwrap(), "new\n");
+        assert_eq!(store.list("s1", project.path()).unwrap()[0].kind, Kind::Restore);
+    }
+
+    #[test]
+    fn a_scan_around_a_command_records_what_it_changed_created_and_deleted() {
+        let (_d, project, store) = setup();
+        let root = project.path();
+        fs::write(root.join("keep.txt"), "same").unwrap();
+        fs::write(root.join("edit.txt"), "before").unwrap();
+        fs::write(root.join("gone.txt"), "bye").unwrap();
+        fs::write(root.join(".gitignore"), "ignored/\n").unwrap();
+        fs::create_dir(root.join("ignored")).unwrap();
+        fs::write(root.join("ignored/x"), "x").unwrap();
+        let t = turn(&store, "run sed");
+        let before = t.scan(root);
+        fs::write(root.join("edit.txt"), "after, longer").unwrap();
+        fs::remove_file(root.join("gone.txt")).unwrap();
+        fs::write(root.join("made.txt"), "hi").unwrap();
+        fs::write(root.join("ignored/x"), "changed").unwrap();
+        let mut changed = t.after_scan(root, &before, "bash").unwrap();
+        changed.sort();
+        let names: Vec<_> = changed
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec!["edit.txt", "gone.txt", "made.txt"]);
+        store.undo("s1").unwrap();
+        assert_eq!(fs::read_to_string(root.join("edit.txt")).unwrap(), "before");
+        assert_eq!(fs::read_to_string(root.join("gone.txt")).unwrap(), "bye");
+        assert!(!root.join("made.txt").exists());
+    }
+
+    #[test]
+    fn identical_contents_are_stored_once_and_a_damaged_snapshot_is_refused() {
+        let (d, _p, store) = setup();
+        let x = store.objects.put(b"same bytes").unwrap();
+        let y = store.objects.put(b"same bytes").unwrap();
+        assert_eq!(x, y);
+        assert_eq!(store.objects.all().len(), 1);
+        let path = d.path().join("checkpoints/objects").join(&x[..2]).join(&x[2..]);
+        fs::write(path, "tampered").unwrap();
+        assert!(store.objects.get(&x).is_err());
+        assert!(store.objects.get("../../etc/passwd").is_err());
+    }
+
+    #[test]
+    fn session_ids_that_are_not_file_names_are_refused() {
+        let (_d, _p, store) = setup();
+        assert!(matches!(store.entries("../x"), Err(CheckpointError::BadSession(_))));
+        assert!(matches!(store.undo("s1"), Err(CheckpointError::Nothing)));
+    }
+
+    #[test]
+    fn pruning_keeps_the_newest_objects_within_the_size_limit() {
+        let data = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(
+            data.path(),
+            CheckpointSettings {
+                max_bytes: 10,
+                ..Default::default()
+            },
+        );
+        let old = store.objects.put(b"0123456789").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let new = store.objects.put(b"abcdefghij").unwrap();
+        let r = store.prune().unwrap();
+        assert_eq!(r.objects_removed, 1);
+        assert!(store.objects.get(&old).is_err());
+        assert_eq!(store.objects.get(&new).unwrap(), b"abcdefghij");
+    }
+}

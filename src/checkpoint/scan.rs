@@ -1,0 +1,122 @@
+//! The project as git sees it (`.gitignore`, `.ignore`, hidden files kept,
+//! `.git` skipped; works without a repository), scanned around a command
+//! so the files it changed can be put back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::{Change, CheckpointSettings, Checkpoints};
+
+/// A file's size and time, the cheap test for "changed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    pub len: u64,
+    pub modified: Option<SystemTime>,
+}
+
+/// A file seen by a scan, with its kept content.
+#[derive(Debug, Clone)]
+pub struct Known {
+    pub stamp: Stamp,
+    pub object: Option<String>,
+    pub skipped: Option<String>,
+}
+
+/// Objects already stored for a session's files, by path: a file whose
+/// stamp has not changed is not read again.
+pub type ScanCache = HashMap<PathBuf, Known>;
+
+/// The project's files before a command.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub files: BTreeMap<PathBuf, Known>,
+    /// True when the scan stopped at `max_scan_files`.
+    pub truncated: bool,
+}
+
+fn walk(root: &Path, settings: &CheckpointSettings) -> (Vec<(PathBuf, Stamp)>, bool) {
+    let mut out = Vec::new();
+    let walker = ignore::WalkBuilder::new(root)
+        .hidden(false)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .build();
+    for entry in walker.flatten() {
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        if out.len() >= settings.max_scan_files {
+            return (out, true);
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        out.push((
+            entry.path().to_path_buf(),
+            Stamp {
+                len: meta.len(),
+                modified: meta.modified().ok(),
+            },
+        ));
+    }
+    (out, false)
+}
+
+/// Scans the project and keeps every file's content (read only when its
+/// stamp differs from the cache's).
+pub fn before(root: &Path, store: &Checkpoints, cache: &mut ScanCache) -> Scan {
+    let (files, truncated) = walk(root, &store.settings);
+    let mut scan = Scan {
+        truncated,
+        ..Default::default()
+    };
+    for (path, stamp) in files {
+        let known = match cache.get(&path) {
+            Some(k) if k.stamp == stamp => k.clone(),
+            _ => {
+                let (object, skipped) = if stamp.len > store.settings.max_file_bytes {
+                    (
+                        None,
+                        Some(format!(
+                            "it is bigger ({} bytes) than checkpoints keep ({} bytes; raise checkpoints.max_file_kb)",
+                            stamp.len, store.settings.max_file_bytes
+                        )),
+                    )
+                } else {
+                    match std::fs::read(&path).and_then(|b| store.objects.put(&b)) {
+                        Ok(name) => (Some(name), None),
+                        Err(e) => (None, Some(format!("it could not be read before the command ({e})"))),
+                    }
+                };
+                let k = Known { stamp, object, skipped };
+                cache.insert(path.clone(), k.clone());
+                k
+            }
+        };
+        scan.files.insert(path, known);
+    }
+    scan
+}
+
+/// Files that differ from `before`: changed stamp, new, or gone.
+pub fn changes(root: &Path, before: &Scan, settings: &CheckpointSettings) -> Vec<(PathBuf, Change)> {
+    let (now, _) = walk(root, settings);
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (path, stamp) in now {
+        match before.files.get(&path) {
+            Some(k) if k.stamp == stamp => {}
+            Some(_) => out.push((path.clone(), Change::Modified)),
+            // A scan cut short cannot tell new files from unscanned ones.
+            None if before.truncated => {}
+            None => out.push((path.clone(), Change::Created)),
+        }
+        seen.insert(path);
+    }
+    for path in before.files.keys() {
+        if !seen.contains(path) && !path.exists() {
+            out.push((path.clone(), Change::Deleted));
+        }
+    }
+    out
+}
