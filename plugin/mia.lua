@@ -5,7 +5,22 @@ if vim.g.loaded_mia then
 end
 vim.g.loaded_mia = true
 
-local names = { "prompt", "stop", "open", "new", "sessions", "rename", "mode", "tools", "costs", "clear", "health" }
+local names = {
+  "prompt",
+  "stop",
+  "open",
+  "new",
+  "sessions",
+  "rename",
+  "mode",
+  "tools",
+  "costs",
+  "clear",
+  "health",
+  "checkpoints",
+  "undo",
+  "review",
+}
 
 vim.api.nvim_create_user_command("Mia", function(opts)
   require("mia.commands").run(opts)
@@ -26,6 +41,10 @@ end, {
       end, vim.tbl_map(function(m)
         return m.id
       end, require("mia").modes().availableModes))
+    elseif sub == "review" and not before:match("^review%s+%S+%s") then
+      return vim.tbl_filter(function(n)
+        return vim.startswith(n, arglead)
+      end, { "accept", "reject", "accept_all", "reject_all", "list" })
     elseif sub == "health" and not before:match("^health%s+%S+%s") then
       return vim.startswith("online", arglead) and { "online" } or {}
     end

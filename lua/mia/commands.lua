@@ -93,6 +93,32 @@ M.subcommands = {
       require("mia.chat").clear()
     end,
   },
+  checkpoints = {
+    desc = "list the session's turns with the files each changed",
+    run = function()
+      require("mia.review").checkpoints()
+    end,
+  },
+  undo = {
+    desc = "restore the files of the session's last turn (again: undo the restore)",
+    run = function()
+      require("mia.review").undo()
+    end,
+  },
+  review = {
+    desc = "pending hunks: :Mia review accept|reject|accept_all|reject_all|list",
+    run = function(args)
+      local action = vim.trim(args)
+      local actions = require("mia.review").actions
+      if action == "" then
+        action = "list"
+      end
+      if not actions[action] then
+        error("mia: usage: :Mia review accept|reject|accept_all|reject_all|list (got `" .. action .. "`)", 0)
+      end
+      actions[action]()
+    end,
+  },
   health = {
     desc = "run :checkhealth mia (`:Mia health online` also asks each provider)",
     run = function(args)

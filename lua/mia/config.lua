@@ -55,6 +55,25 @@
 --- @field synmaxcol? integer Syntax highlighting stops at this column of a line (default 1000): regex
 --- markdown syntax over a very long streamed line costs milliseconds on every redraw.
 
+--- @class mia.ReviewKeys Keys of the review (a string, or false for none)
+--- @field next_hunk? string|false Next pending hunk (default "]h"; also in the diff float)
+--- @field prev_hunk? string|false Previous pending hunk (default "[h")
+--- @field accept_hunk? string|false Accept the hunk at the cursor (default "<localleader>a")
+--- @field reject_hunk? string|false Reject the hunk at the cursor (default "<localleader>r")
+--- @field accept_all? string|false Accept every pending hunk of the buffer (default "<localleader>A")
+--- @field reject_all? string|false Reject every pending hunk of the buffer (default "<localleader>R")
+--- @field accept? string|false Diff float: accept (default "a")
+--- @field accept_file? string|false Diff float: accept edits to this file for the session (default "f")
+--- @field accept_always? string|false Diff float: allow always for this project (default "A")
+--- @field reject? string|false Diff float: reject, asking a reason for the model (default "r")
+--- @field edit? string|false Diff float: edit the proposal first (default "e")
+--- @field dismiss? string|false Diff float: dismiss = reject without reason (default "q"; <Esc> too)
+
+--- @class mia.CheckpointsConfig
+--- @field max_age_days? integer Checkpoints older than this are pruned (default 30)
+--- @field max_mb? integer Snapshots beyond this total are pruned, oldest first (default 512)
+--- @field max_file_kb? integer Bigger files are not snapshotted; :Mia undo names them (default 4096)
+
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
@@ -71,9 +90,28 @@
 --- @field system? string System prompt for :Mia prompt.
 --- @field chat? mia.ChatConfig The chat window.
 --- @field mode? string Starting mode (default "ask").
+--- @field review? "diff"|"hunks" How proposed edits are reviewed: a diff float, or pending hunks in the file's buffer (default "diff").
+--- @field review_keys? mia.ReviewKeys Keys of the review.
+--- @field checkpoints? mia.CheckpointsConfig What :Mia undo keeps.
 --- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
+
+--- The review's default keys (`review_keys`).
+M.review_keys = {
+  next_hunk = "]h",
+  prev_hunk = "[h",
+  accept_hunk = "<localleader>a",
+  reject_hunk = "<localleader>r",
+  accept_all = "<localleader>A",
+  reject_all = "<localleader>R",
+  accept = "a",
+  accept_file = "f",
+  accept_always = "A",
+  reject = "r",
+  edit = "e",
+  dismiss = "q",
+}
 
 --- @return mia.Config
 local function defaults()
@@ -89,6 +127,9 @@ local function defaults()
     chat = { position = "right", size = 0, synmaxcol = 1000 },
     permissions = { rules = {} },
     mode = M._names().default_mode,
+    review = "diff",
+    review_keys = vim.deepcopy(M.review_keys),
+    checkpoints = { max_age_days = 30, max_mb = 512, max_file_kb = 4096 },
   }
 end
 
@@ -281,6 +322,27 @@ local function validate(opts)
     check_type(path .. ".permissions", m.permissions, "table", true)
   end
   check_type("mode", opts.mode, "string", true)
+  if opts.review ~= nil and opts.review ~= "diff" and opts.review ~= "hunks" then
+    fail("review", 'must be "diff" (a diff float) or "hunks" (pending hunks in the buffer)', opts.review)
+  end
+  check_type("review_keys", opts.review_keys, "table", true)
+  for key, v in pairs(opts.review_keys or {}) do
+    if M.review_keys[key] == nil then
+      local known = vim.tbl_keys(M.review_keys)
+      table.sort(known)
+      fail("review_keys." .. tostring(key), "is not a review key (" .. table.concat(known, ", ") .. ")", key)
+    elseif v ~= false and (type(v) ~= "string" or v == "") then
+      fail("review_keys." .. key, "must be a key sequence such as \"]h\", or false for none", v)
+    end
+  end
+  check_type("checkpoints", opts.checkpoints, "table", true)
+  for key, v in pairs(opts.checkpoints or {}) do
+    if not ({ max_age_days = 1, max_mb = 1, max_file_kb = 1 })[key] then
+      fail("checkpoints." .. tostring(key), "is not a checkpoint option (max_age_days, max_mb, max_file_kb)", v)
+    elseif type(v) ~= "number" or v <= 0 or v ~= math.floor(v) or v >= 2 ^ 31 then
+      fail("checkpoints." .. key, "must be a positive whole number", v)
+    end
+  end
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
     fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)
   end

@@ -78,6 +78,20 @@ function M.check()
     health.info("run `:Mia health online` to also ask each provider with a key whether it answers")
   end
 
+  health.start("mia: review and checkpoints")
+  if cfg.review == "hunks" then
+    health.info("review mode: hunks (proposed edits show as pending hunks in the file's buffer; :Mia review list)")
+  else
+    health.info("review mode: diff (proposed edits show as a diff float; setup({ review = \"hunks\" }) for pending hunks)")
+  end
+  local cp = cfg.checkpoints or {}
+  health.info(string.format(
+    "checkpoints: kept %d days, at most %d MB, files up to %d KB (:Mia checkpoints, :Mia undo)",
+    cp.max_age_days or 30,
+    cp.max_mb or 512,
+    cp.max_file_kb or 4096
+  ))
+
   health.start("mia: files")
   health.info("data directory: " .. cfg.data_dir)
   local db = cfg.data_dir .. "/mia.sqlite3"

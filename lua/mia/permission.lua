@@ -24,8 +24,15 @@ end
 
 --- Asks the user about call `call` with the request's options (in their
 --- order) and answers the core with ACP's outcome: the chosen option, or
---- the first reject option when the picker is dismissed.
+--- the first reject option when the picker is dismissed. A request whose
+--- tool call carries a diff is an edit review (mia.review).
 function M.ask(call, data)
+  local review = require("mia.review")
+  local diff = review.diff_of(data)
+  if diff then
+    review.ask(call, data, diff)
+    return
+  end
   local options = data.options or {}
   local names = vim.tbl_map(function(o)
     return o.name

@@ -90,6 +90,17 @@ function M.agent()
     bash_timeout_ms = (c.tools or {}).bash_timeout_ms,
     max_read_bytes = (c.tools or {}).max_read_bytes,
     output_cap_bytes = (c.tools or {}).output_cap_bytes,
+    checkpoints = M.checkpoints(c.checkpoints),
+  }
+end
+
+--- `setup({ checkpoints })` in the core's units (bytes).
+function M.checkpoints(cp)
+  cp = cp or {}
+  return {
+    max_age_days = cp.max_age_days or 30,
+    max_bytes = (cp.max_mb or 512) * 1024 * 1024,
+    max_file_bytes = (cp.max_file_kb or 4096) * 1024,
   }
 end
 

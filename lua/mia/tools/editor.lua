@@ -204,10 +204,42 @@ function M.read_text_file(call, data)
   pcall(core.reply, call, true, { content = text })
 end
 
+--- The text of buffer `b` as `fs/read_text_file` gives it.
+local function text_of(b)
+  local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+  return table.concat(lines, "\n") .. ((vim.bo[b].eol or vim.bo[b].fixeol) and "\n" or "")
+end
+
+--- Puts `content` in buffer `b` as one undo step and saves it.
+local function set_and_save(b, content)
+  local eol = content:sub(-1) == "\n"
+  if eol then
+    content = content:sub(1, -2)
+  end
+  local lines = vim.split(content, "\n", { plain = true })
+  local was = vim.bo[b].modifiable
+  vim.bo[b].modifiable = true
+  -- Its own undo step: setting 'undolevels' closes the block before it.
+  vim.bo[b].undolevels = vim.bo[b].undolevels
+  api.nvim_buf_set_lines(b, 0, -1, false, lines)
+  vim.bo[b].modifiable = was
+  vim.bo[b].eol = eol
+  api.nvim_buf_call(b, function()
+    vim.cmd("silent keepalt keepjumps write!")
+  end)
+end
+
+local KEEP_REASON = "the user kept their unsaved changes in the editor"
+
 --- ACP's client-side `fs/write_text_file`: a loaded buffer of `data.path`
 --- gets `data.content` as one undo step and is saved, so the buffer, the
 --- disk and what the model was told agree. `{ written = false }` when no
 --- buffer holds the file (the core writes the disk).
+---
+--- A landing (`_meta.mia = { base, reviewed, name }`) never replaces
+--- unsaved changes nobody reviewed, nor text that changed since the
+--- proposal was made from `base`: the user is asked, and keeping their
+--- text answers `{ written = false, rejected = true, reason }`.
 function M.write_text_file(call, data)
   local core = require("mia.core").get()
   local b = type(data) == "table" and type(data.path) == "string" and buffer_by_path(data.path) or nil
@@ -215,29 +247,47 @@ function M.write_text_file(call, data)
     pcall(core.reply, call, true, { written = false })
     return
   end
-  local ok, err = pcall(function()
-    local content = data.content
-    local eol = content:sub(-1) == "\n"
-    if eol then
-      content = content:sub(1, -2)
+  local function land(content)
+    local ok, err = pcall(set_and_save, b, content)
+    if ok then
+      pcall(core.reply, call, true, { written = true })
+    else
+      pcall(core.reply, call, false, tostring(err))
     end
-    local lines = vim.split(content, "\n", { plain = true })
-    local was = vim.bo[b].modifiable
-    vim.bo[b].modifiable = true
-    -- Its own undo step: setting 'undolevels' closes the block before it.
-    vim.bo[b].undolevels = vim.bo[b].undolevels
-    api.nvim_buf_set_lines(b, 0, -1, false, lines)
-    vim.bo[b].modifiable = was
-    vim.bo[b].eol = eol
-    api.nvim_buf_call(b, function()
+  end
+  local meta = type(data._meta) == "table" and type(data._meta.mia) == "table" and data._meta.mia or nil
+  if not meta then
+    land(data.content)
+    return
+  end
+  local current = text_of(b)
+  if current == data.content then
+    local ok, err = pcall(api.nvim_buf_call, b, function()
       vim.cmd("silent keepalt keepjumps write!")
     end)
-  end)
-  if ok then
-    pcall(core.reply, call, true, { written = true })
-  else
-    pcall(core.reply, call, false, tostring(err))
+    if ok then
+      pcall(core.reply, call, true, { written = true })
+    else
+      pcall(core.reply, call, false, tostring(err))
+    end
+    return
   end
+  local base = type(meta.base) == "string" and meta.base or nil
+  if current == base and (meta.reviewed == true or not vim.bo[b].modified) then
+    land(data.content)
+    return
+  end
+  local name = type(meta.name) == "string" and meta.name or vim.fn.fnamemodify(data.path, ":.")
+  local prompt = vim.bo[b].modified and string.format("`%s` has unsaved changes that mia's edit would replace", name)
+    or string.format("`%s` changed in the editor since mia's edit was proposed", name)
+  local choices = { "Apply mia's edit and save", "Keep my changes (reject the edit)" }
+  vim.ui.select(choices, { prompt = prompt, kind = "mia_conflict" }, function(_, idx)
+    if idx == 1 and api.nvim_buf_is_valid(b) then
+      land(data.content)
+    else
+      pcall(core.reply, call, true, { written = false, rejected = true, reason = KEEP_REASON })
+    end
+  end)
 end
 
 function M.register()

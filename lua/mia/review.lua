@@ -1,0 +1,1173 @@
+--- Reviewing a proposed edit before it lands. The core asks with ACP's
+--- `session/request_permission` whose tool call carries a `diff` content
+--- (`{ type = "diff", path, oldText, newText }`); the answer is the chosen
+--- option, with `_meta.mia.reason` (a rejection's reason for the model) or
+--- `_meta.mia.content` (the text the user made of the proposal).
+---
+--- Two ways to review (`setup({ review = ... })`):
+--- - "diff": a float with the unified diff (word-level highlights) and keys
+---   to accept, accept for the file, allow always, reject, edit first;
+--- - "hunks": the proposal shows in the target buffer as pending hunks
+---   (extmarks and virtual lines), accepted or rejected one by one. Nothing
+---   is written by the review: the core writes what the answer says.
+
+local M = {}
+
+local api = vim.api
+local ns = api.nvim_create_namespace("mia_review")
+local hunk_ns = api.nvim_create_namespace("mia_review_hunks")
+
+--- Lines of the context shown around each change.
+local CONTEXT = 3
+--- Paired -/+ lines get word-level highlights up to this many pairs and
+--- this line length; beyond, the changed middle of the line is highlighted.
+local MAX_WORD_PAIRS = 4000
+local MAX_WORD_LINE = 2000
+
+local function config()
+  return require("mia.config").get()
+end
+
+local function keys()
+  return config().review_keys or {}
+end
+
+--- The line diff function: `vim.text.diff` (0.12) or `vim.diff` (0.10, 0.11).
+local function line_diff(a, b, opts)
+  local fn = (vim.text and vim.text.diff) or vim.diff
+  return fn(a, b, opts)
+end
+
+--- The lines of a whole-file text (its final "\n" ends the last line).
+--- @param text string
+--- @return string[]
+function M.lines_of(text)
+  if text == "" then
+    return {}
+  end
+  if text:sub(-1) == "\n" then
+    text = text:sub(1, -2)
+  end
+  return vim.split(text, "\n", { plain = true })
+end
+
+--- The changed regions between two texts, `{ a_start, a_count, b_start,
+--- b_count }` each (1-based; a count of 0 means "after line start").
+--- @return integer[][]
+function M.hunks(old_text, new_text)
+  -- The diff works on whole lines: both texts end with "\n" for it (a
+  -- missing final newline is reported apart by the caller).
+  local a = old_text == "" and "" or (old_text:sub(-1) == "\n" and old_text or old_text .. "\n")
+  local b = new_text == "" and "" or (new_text:sub(-1) == "\n" and new_text or new_text .. "\n")
+  return line_diff(a, b, { result_type = "indices", algorithm = "histogram" }) or {}
+end
+
+-- Words, runs of spaces and single other characters: the units of the
+-- word-level highlights.
+local function tokens(line)
+  local out, pos = {}, {}
+  local i, n = 1, #line
+  while i <= n do
+    local s, e = line:find("^[%w_]+", i)
+    if not s then
+      s, e = line:find("^%s+", i)
+    end
+    if not s then
+      -- one UTF-8 character
+      local c = line:byte(i)
+      local len = c >= 0xF0 and 4 or c >= 0xE0 and 3 or c >= 0xC0 and 2 or 1
+      s, e = i, math.min(n, i + len - 1)
+    end
+    out[#out + 1] = line:sub(s, e)
+    pos[#pos + 1] = s
+    i = e + 1
+  end
+  return out, pos
+end
+
+--- Byte ranges `{ start_col, end_col }` (0-based, end exclusive) of what
+--- differs between `a` and `b`: in `a` (first result) and in `b` (second).
+function M.word_ranges(a, b)
+  local ra, rb = {}, {}
+  if #a > MAX_WORD_LINE or #b > MAX_WORD_LINE then
+    -- the changed middle: common prefix and suffix left out
+    local p = 0
+    while p < #a and p < #b and a:byte(p + 1) == b:byte(p + 1) do
+      p = p + 1
+    end
+    local s = 0
+    while s < #a - p and s < #b - p and a:byte(#a - s) == b:byte(#b - s) do
+      s = s + 1
+    end
+    if #a - s > p then
+      ra[1] = { p, #a - s }
+    end
+    if #b - s > p then
+      rb[1] = { p, #b - s }
+    end
+    return ra, rb
+  end
+  local ta, pa = tokens(a)
+  local tb, pb = tokens(b)
+  local hunks = line_diff(table.concat(ta, "\n") .. "\n", table.concat(tb, "\n") .. "\n", { result_type = "indices" }) or {}
+  local function range(toks, pos, start, count, out)
+    if count > 0 then
+      local last = start + count - 1
+      local from, to = pos[start] - 1, pos[last] - 1 + #toks[last]
+      -- spaces alone are not worth a highlight
+      if not (count == 1 and toks[start]:match("^%s+$")) then
+        out[#out + 1] = { from, to }
+      end
+    end
+  end
+  for _, h in ipairs(hunks) do
+    range(ta, pa, h[1], h[2], ra)
+    range(tb, pb, h[3], h[4], rb)
+  end
+  return ra, rb
+end
+
+--- The unified diff of `old_text` → `new_text` as lines, with highlights:
+--- `{ lines, line_hl = { [row] = group }, words = { { row, from, to } },
+--- hunk_rows = { row of each @@ header } }` (rows 0-based).
+--- @param name string shown path
+--- @param old_text string|nil nil: the file does not exist
+--- @param new_text string
+function M.unified(name, old_text, new_text)
+  local old = old_text or ""
+  local a, b = M.lines_of(old), M.lines_of(new_text)
+  local hunks = M.hunks(old, new_text)
+  local lines = {}
+  local line_hl, words, hunk_rows = {}, {}, {}
+  local header = old_text == nil and (name .. " (new file)") or name
+  lines[1] = header
+  line_hl[0] = "Title"
+  -- groups of hunks whose context touches
+  local groups = {}
+  for _, h in ipairs(hunks) do
+    local first = h[2] > 0 and h[1] or h[1] + 1 -- first old line after the change's start
+    local last = h[2] > 0 and h[1] + h[2] - 1 or h[1]
+    local g = groups[#groups]
+    if g and first - CONTEXT <= g.last + CONTEXT + 1 then
+      g.hunks[#g.hunks + 1] = h
+      g.last = math.max(g.last, last)
+    else
+      groups[#groups + 1] = { hunks = { h }, first = first, last = last }
+    end
+  end
+  local pairs_done = 0
+  for _, g in ipairs(groups) do
+    local from = math.max(1, g.first - CONTEXT)
+    local to = math.min(#a, g.last + CONTEXT)
+    if to < from then
+      to = from - 1
+    end
+    -- the new side's lines: old lines shift by the hunks before them
+    local body = {}
+    local cursor = from
+    local old_count, new_count = 0, 0
+    local function context_to(limit)
+      while cursor <= limit do
+        body[#body + 1] = { " " .. a[cursor] }
+        old_count, new_count = old_count + 1, new_count + 1
+        cursor = cursor + 1
+      end
+    end
+    for _, h in ipairs(g.hunks) do
+      local a_start, a_count, b_start, b_count = h[1], h[2], h[3], h[4]
+      context_to(a_count > 0 and a_start - 1 or a_start)
+      local minus = {}
+      for i = 0, a_count - 1 do
+        minus[#minus + 1] = a[a_start + i]
+        body[#body + 1] = { "-" .. a[a_start + i], "DiffDelete", pair = i + 1, side = "a" }
+      end
+      old_count = old_count + a_count
+      cursor = cursor + a_count
+      local plus = {}
+      for i = 0, b_count - 1 do
+        plus[#plus + 1] = b[b_start + i]
+        body[#body + 1] = { "+" .. b[b_start + i], "DiffAdd", pair = i + 1, side = "b" }
+      end
+      new_count = new_count + b_count
+      -- word-level highlights of paired lines
+      local n = math.min(#minus, #plus)
+      if n > 0 then
+        local base = #body - b_count - a_count
+        for i = 1, n do
+          pairs_done = pairs_done + 1
+          local ra, rb
+          if pairs_done <= MAX_WORD_PAIRS then
+            ra, rb = M.word_ranges(minus[i], plus[i])
+          else
+            ra, rb = {}, {}
+          end
+          body[base + i].words = ra
+          body[base + a_count + i].words = rb
+        end
+      end
+    end
+    context_to(to)
+    local old_start = old_count > 0 and from or from - 1
+    -- the new side starts where the old one does, shifted by earlier hunks
+    local shift = 0
+    for _, h in ipairs(hunks) do
+      if h == g.hunks[1] then
+        break
+      end
+      shift = shift + h[4] - h[2]
+    end
+    local new_start = new_count > 0 and (from + shift) or (from + shift - 1)
+    hunk_rows[#hunk_rows + 1] = #lines
+    lines[#lines + 1] = string.format("@@ -%d,%d +%d,%d @@", old_start, old_count, new_start, new_count)
+    line_hl[#lines - 1] = "DiffChange"
+    for _, l in ipairs(body) do
+      lines[#lines + 1] = l[1]
+      local row = #lines - 1
+      if l[2] then
+        line_hl[row] = l[2]
+      end
+      for _, r in ipairs(l.words or {}) do
+        words[#words + 1] = { row, r[1] + 1, r[2] + 1 }
+      end
+    end
+  end
+  local old_eol = old ~= "" and old:sub(-1) == "\n"
+  local new_eol = new_text ~= "" and new_text:sub(-1) == "\n"
+  if old ~= "" and new_text ~= "" and old_eol ~= new_eol then
+    lines[#lines + 1] = new_eol and "\\ the final newline is added" or "\\ No newline at end of file (removed)"
+    line_hl[#lines - 1] = "Comment"
+  end
+  if #groups == 0 and old == new_text then
+    lines[#lines + 1] = "(no change)"
+  end
+  return { lines = lines, line_hl = line_hl, words = words, hunk_rows = hunk_rows }
+end
+
+-- ---------------------------------------------------------------------------
+-- Answers
+
+--- Answers review `call` with option `id` and mia's extras.
+local function reply(call, id, extra)
+  local loader = require("mia.core")
+  local answer = { outcome = { outcome = "selected", optionId = id } }
+  if extra and next(extra) then
+    answer._meta = { mia = extra }
+  end
+  local ok, core = pcall(loader.get)
+  if ok and core then
+    pcall(core.reply, call, true, answer)
+  end
+end
+
+--- The diff entry of a permission request, if it is an edit review.
+function M.diff_of(data)
+  local tc = type(data) == "table" and data.toolCall
+  if type(tc) ~= "table" or type(tc.content) ~= "table" then
+    return nil
+  end
+  for _, c in ipairs(tc.content) do
+    if type(c) == "table" and c.type == "diff" and type(c.path) == "string" and type(c.newText) == "string" then
+      return c
+    end
+  end
+  return nil
+end
+
+-- ---------------------------------------------------------------------------
+-- Diff mode: one float at a time; later reviews wait their turn.
+
+local queue = {}
+--- @type table? the review on screen: { call, data, diff, buf, win, answered }
+local showing = nil
+
+local show_next
+
+local function close_float(r)
+  local win = r.win
+  r.win = nil -- first: the WinClosed handler leaves a window closed here alone
+  if win and api.nvim_win_is_valid(win) then
+    pcall(api.nvim_win_close, win, true)
+  end
+  if r.buf and api.nvim_buf_is_valid(r.buf) then
+    pcall(api.nvim_buf_delete, r.buf, { force = true })
+  end
+  r.buf = nil
+end
+
+--- Ends review `r` with option `id`.
+local function finish(r, id, extra)
+  if r.answered then
+    return
+  end
+  r.answered = true
+  close_float(r)
+  if showing == r then
+    showing = nil
+  end
+  reply(r.call, id, extra)
+  vim.schedule(show_next)
+end
+
+--- The chat's window, when the chat shows in this tabpage.
+local function chat_win()
+  local chat = package.loaded["mia.chat.window"] and require("mia.chat.window").existing()
+  if not chat then
+    return nil
+  end
+  for _, w in ipairs(api.nvim_tabpage_list_wins(0)) do
+    if api.nvim_win_get_buf(w) == chat then
+      return w
+    end
+  end
+  return nil
+end
+
+local function meta_of(data)
+  return type(data._meta) == "table" and type(data._meta.mia) == "table" and data._meta.mia or {}
+end
+
+local function key_hint()
+  local k = keys()
+  local parts = {}
+  for _, item in ipairs({
+    { "accept", "accept" },
+    { "accept_file", "accept file" },
+    { "accept_always", "always" },
+    { "reject", "reject" },
+    { "edit", "edit" },
+    { "dismiss", "dismiss" },
+  }) do
+    if k[item[1]] then
+      parts[#parts + 1] = k[item[1]] .. " " .. item[2]
+    end
+  end
+  return " " .. table.concat(parts, " · ") .. " "
+end
+
+local open_float
+
+--- Opens the proposal in a normal buffer: `:w` accepts its text, leaving
+--- it without writing goes back to the review.
+local function edit_first(r)
+  close_float(r)
+  local name = meta_of(r.data).subject
+  name = type(name) == "string" and name or vim.fn.fnamemodify(r.diff.path, ":t")
+  local buf = api.nvim_create_buf(true, false)
+  local bufname = "mia://proposal/" .. name
+  if not pcall(api.nvim_buf_set_name, buf, bufname) then
+    pcall(api.nvim_buf_set_name, buf, bufname .. " (" .. buf .. ")")
+  end
+  vim.bo[buf].buftype = "acwrite"
+  vim.bo[buf].bufhidden = "wipe"
+  vim.bo[buf].swapfile = false
+  local text = r.diff.newText
+  api.nvim_buf_set_lines(buf, 0, -1, false, M.lines_of(text))
+  vim.bo[buf].eol = text == "" or text:sub(-1) == "\n"
+  vim.bo[buf].fixeol = false
+  vim.bo[buf].modified = false
+  local ft = vim.filetype.match({ filename = r.diff.path, buf = buf })
+  if ft then
+    vim.bo[buf].filetype = ft
+  end
+  -- a window that is not the chat's
+  local chat = chat_win()
+  local target = api.nvim_get_current_win()
+  if target == chat or api.nvim_win_get_config(target).relative ~= "" then
+    target = nil
+    for _, w in ipairs(api.nvim_tabpage_list_wins(0)) do
+      if w ~= chat and api.nvim_win_get_config(w).relative == "" then
+        target = w
+        break
+      end
+    end
+  end
+  if target then
+    api.nvim_set_current_win(target)
+    vim.cmd("aboveleft split")
+  else
+    vim.cmd("aboveleft vsplit")
+  end
+  api.nvim_win_set_buf(0, buf)
+  r.proposal = buf
+  local group = api.nvim_create_augroup("mia_review_proposal_" .. buf, { clear = true })
+  api.nvim_create_autocmd("BufWriteCmd", {
+    group = group,
+    buffer = buf,
+    callback = function()
+      local lines = api.nvim_buf_get_lines(buf, 0, -1, false)
+      local content = table.concat(lines, "\n")
+      if vim.bo[buf].eol and not (#lines == 1 and lines[1] == "") then
+        content = content .. "\n"
+      end
+      vim.bo[buf].modified = false
+      r.proposal = nil
+      finish(r, "allow_once", { content = content })
+      vim.schedule(function()
+        if api.nvim_buf_is_valid(buf) then
+          pcall(api.nvim_buf_delete, buf, { force = true })
+        end
+      end)
+    end,
+  })
+  api.nvim_create_autocmd("BufWipeout", {
+    group = group,
+    buffer = buf,
+    callback = function()
+      pcall(api.nvim_del_augroup_by_id, group)
+      if not r.answered then
+        r.proposal = nil
+        vim.schedule(function()
+          open_float(r)
+        end)
+      end
+    end,
+  })
+  vim.notify("mia: edit the proposal, then :w to accept it (leave without writing to go back to the review)", vim.log.levels.INFO)
+end
+
+local function reject_with_reason(r)
+  close_float(r)
+  vim.ui.input({ prompt = "Reason for rejecting (sent to the model; empty for none): " }, function(text)
+    local reason = text and vim.trim(text) or ""
+    finish(r, "reject_once", reason ~= "" and { reason = reason } or nil)
+  end)
+end
+
+--- Shows review `r` in a float (over the chat when it is open).
+open_float = function(r)
+  local view = r.view or M.unified(
+    type(meta_of(r.data).subject) == "string" and meta_of(r.data).subject or r.diff.path,
+    r.diff.oldText ~= vim.NIL and r.diff.oldText or nil,
+    r.diff.newText
+  )
+  r.view = view
+  local buf = api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = "wipe"
+  vim.bo[buf].swapfile = false
+  api.nvim_buf_set_lines(buf, 0, -1, false, view.lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].filetype = "mia-review"
+  for row, group in pairs(view.line_hl) do
+    api.nvim_buf_set_extmark(buf, ns, row, 0, { line_hl_group = group, priority = 100 })
+  end
+  for _, w in ipairs(view.words) do
+    pcall(api.nvim_buf_set_extmark, buf, ns, w[1], w[2], { end_col = w[3], hl_group = "DiffText", priority = 110 })
+  end
+  local chat = chat_win()
+  local cfg
+  local height_wanted = #view.lines
+  if chat and api.nvim_win_get_width(chat) >= 50 then
+    local w, h = api.nvim_win_get_width(chat), api.nvim_win_get_height(chat)
+    local width = math.max(40, w - 2)
+    local height = math.max(5, math.min(height_wanted, h - 4))
+    cfg = { relative = "win", win = chat, row = 1, col = 0, width = width, height = height }
+  else
+    local width = math.min(120, math.max(40, math.floor(vim.o.columns * 0.85)))
+    local height = math.max(5, math.min(height_wanted, math.floor((vim.o.lines - vim.o.cmdheight) * 0.8)))
+    cfg = {
+      relative = "editor",
+      width = width,
+      height = height,
+      row = math.floor((vim.o.lines - height) / 2) - 1,
+      col = math.floor((vim.o.columns - width) / 2),
+    }
+  end
+  local tool = meta_of(r.data).tool
+  cfg.style = "minimal"
+  cfg.border = "rounded"
+  cfg.title = string.format(" mia: review %s%s ", type(tool) == "string" and tool .. " → " or "", view.lines[1])
+  cfg.title_pos = "center"
+  cfg.footer = key_hint()
+  cfg.footer_pos = "center"
+  local win = api.nvim_open_win(buf, true, cfg)
+  vim.wo[win].wrap = false
+  vim.wo[win].cursorline = true
+  r.buf, r.win = buf, win
+  if view.hunk_rows[1] then
+    pcall(api.nvim_win_set_cursor, win, { view.hunk_rows[1] + 1, 0 })
+  end
+  local k = keys()
+  local function map(key, fn, desc)
+    if key then
+      vim.keymap.set("n", key, fn, { buffer = buf, nowait = true, desc = "mia review: " .. desc })
+    end
+  end
+  map(k.accept, function()
+    finish(r, "allow_once")
+  end, "accept")
+  map(k.accept_file, function()
+    finish(r, "allow_file")
+  end, "accept edits to this file for the session")
+  map(k.accept_always, function()
+    finish(r, "allow_always")
+  end, "allow always for this project")
+  map(k.reject, function()
+    reject_with_reason(r)
+  end, "reject (asks a reason)")
+  map(k.edit, function()
+    edit_first(r)
+  end, "edit the proposal first")
+  local function dismiss()
+    finish(r, "reject_once")
+  end
+  map(k.dismiss, dismiss, "dismiss (reject)")
+  map("<Esc>", dismiss, "dismiss (reject)")
+  local function jump(dir)
+    local row = api.nvim_win_get_cursor(win)[1] - 1
+    local rows = view.hunk_rows
+    if dir > 0 then
+      for _, h in ipairs(rows) do
+        if h > row then
+          return api.nvim_win_set_cursor(win, { h + 1, 0 })
+        end
+      end
+    else
+      for i = #rows, 1, -1 do
+        if rows[i] < row then
+          return api.nvim_win_set_cursor(win, { rows[i] + 1, 0 })
+        end
+      end
+    end
+  end
+  map(k.next_hunk, function()
+    jump(1)
+  end, "next hunk")
+  map(k.prev_hunk, function()
+    jump(-1)
+  end, "previous hunk")
+  -- Leaving the float some other way (:q, a window command) dismisses it.
+  api.nvim_create_autocmd("WinClosed", {
+    pattern = tostring(win),
+    once = true,
+    callback = function()
+      if r.win == win and not r.answered then
+        r.win = nil
+        vim.schedule(function()
+          finish(r, "reject_once")
+        end)
+      end
+    end,
+  })
+end
+
+show_next = function()
+  if showing then
+    return
+  end
+  local r = table.remove(queue, 1)
+  if not r then
+    return
+  end
+  showing = r
+  local ok, err = pcall(open_float, r)
+  if not ok then
+    vim.notify("mia: the review could not be shown (" .. tostring(err) .. "); the edit is rejected", vim.log.levels.ERROR)
+    finish(r, "reject_once")
+  end
+end
+
+--- The diff float's lines (for tests and statuslines), or nil.
+function M.showing_lines()
+  if showing and showing.buf and api.nvim_buf_is_valid(showing.buf) then
+    return api.nvim_buf_get_lines(showing.buf, 0, -1, false)
+  end
+  return nil
+end
+
+-- ---------------------------------------------------------------------------
+-- Hunks mode
+
+--- @type table<integer, table[]> pending hunks by buffer
+local pending = {}
+
+local function real_name(b)
+  local name = api.nvim_buf_get_name(b)
+  if name == "" then
+    return nil
+  end
+  return vim.fn.resolve(vim.fn.fnamemodify(name, ":p"))
+end
+
+--- The buffer of `path`, loaded, and shown in a window that is not the chat.
+local function target_buffer(path)
+  local want = vim.fn.resolve(vim.fn.fnamemodify(path, ":p"))
+  local buf
+  for _, b in ipairs(api.nvim_list_bufs()) do
+    if api.nvim_buf_is_loaded(b) and real_name(b) == want then
+      buf = b
+      break
+    end
+  end
+  if not buf then
+    buf = vim.fn.bufadd(path)
+    vim.fn.bufload(buf)
+    vim.bo[buf].buflisted = true
+  end
+  local chat = chat_win()
+  local win
+  for _, w in ipairs(api.nvim_tabpage_list_wins(0)) do
+    if api.nvim_win_get_buf(w) == buf and w ~= chat then
+      win = w
+      break
+    end
+  end
+  if not win then
+    for _, w in ipairs(api.nvim_tabpage_list_wins(0)) do
+      if w ~= chat and api.nvim_win_get_config(w).relative == "" then
+        win = w
+        break
+      end
+    end
+    if win then
+      api.nvim_win_set_buf(win, buf)
+    else
+      win = api.nvim_open_win(buf, false, { split = "left", win = chat or 0 })
+    end
+  end
+  return buf, win
+end
+
+local function buffer_text(b)
+  local lines = api.nvim_buf_get_lines(b, 0, -1, false)
+  if #lines == 1 and lines[1] == "" and not vim.bo[b].modified then
+    return ""
+  end
+  return table.concat(lines, "\n") .. ((vim.bo[b].eol or vim.bo[b].fixeol) and "\n" or "")
+end
+
+--- Where hunk `h` is now: `start` (0-based first old line, or the row the
+--- insertion goes before) and `count` of old lines.
+local function position(h)
+  local m = api.nvim_buf_get_extmark_by_id(h.buf, hunk_ns, h.mark, { details = true })
+  if not m[1] then
+    return nil
+  end
+  if h.a_count == 0 then
+    -- a pure insertion goes after its anchor row (or before row 0)
+    return h.after and m[1] + 1 or m[1], 0
+  end
+  return m[1], m[3].end_row - m[1] + 1
+end
+
+local function all_pending()
+  local out = {}
+  for b, list in pairs(pending) do
+    if api.nvim_buf_is_valid(b) then
+      for _, h in ipairs(list) do
+        out[#out + 1] = h
+      end
+    end
+  end
+  table.sort(out, function(x, y)
+    if x.buf ~= y.buf then
+      return x.buf < y.buf
+    end
+    return (position(x) or 0) < (position(y) or 0)
+  end)
+  return out
+end
+
+--- Fills the quickfix list with every pending hunk in every file.
+function M.quickfix(open)
+  local items = {}
+  for _, h in ipairs(all_pending()) do
+    local row = position(h) or 0
+    items[#items + 1] = {
+      bufnr = h.buf,
+      lnum = row + 1,
+      col = 1,
+      text = string.format(
+        "mia: pending hunk %d/%d of %s (-%d +%d)",
+        h.index,
+        #h.req.hunks,
+        h.req.tool,
+        h.a_count,
+        #h.b_lines
+      ),
+    }
+  end
+  local info = vim.fn.getqflist({ title = 0 })
+  local ours = info.title == "mia: pending hunks"
+  vim.fn.setqflist({}, ours and "r" or " ", { title = "mia: pending hunks", items = items })
+  if open then
+    vim.cmd("copen")
+  end
+end
+
+local set_keymaps, clear_keymaps
+
+--- Answers a request whose hunks are all resolved.
+local function settle(req)
+  local accepted = {}
+  for _, h in ipairs(req.hunks) do
+    if h.state == "accepted" then
+      accepted[#accepted + 1] = h
+    end
+  end
+  if #accepted == #req.hunks then
+    reply(req.call, "allow_once")
+  elseif #accepted == 0 then
+    reply(req.call, "reject_once")
+  else
+    -- the old text with exactly the accepted hunks applied
+    local a, b = req.old_lines, req.new_lines
+    local out = {}
+    local cursor = 1
+    for _, h in ipairs(accepted) do
+      local upto = h.a_count > 0 and h.a_start - 1 or h.a_start
+      for i = cursor, upto do
+        out[#out + 1] = a[i]
+      end
+      for i = 0, h.b_count - 1 do
+        out[#out + 1] = b[h.b_start + i]
+      end
+      cursor = upto + h.a_count + 1
+    end
+    for i = cursor, #a do
+      out[#out + 1] = a[i]
+    end
+    local eol = req.old_text == "" and req.new_text:sub(-1) == "\n" or req.old_text:sub(-1) == "\n"
+    local content = table.concat(out, "\n")
+    if #out > 0 and eol then
+      content = content .. "\n"
+    end
+    reply(req.call, "allow_once", { content = content })
+  end
+end
+
+--- Resolves hunk `h` (accept applies its new lines to the buffer as one undo step).
+local function resolve(h, accept)
+  if h.state then
+    return
+  end
+  local start, count = position(h)
+  if accept and start then
+    local b = h.buf
+    local was = vim.bo[b].modifiable
+    vim.bo[b].modifiable = true
+    vim.bo[b].undolevels = vim.bo[b].undolevels
+    if h.req.old_text == "" and api.nvim_buf_line_count(b) == 1 and api.nvim_buf_get_lines(b, 0, 1, false)[1] == "" then
+      api.nvim_buf_set_lines(b, 0, -1, false, h.b_lines)
+    else
+      api.nvim_buf_set_lines(b, start, start + count, false, h.b_lines)
+    end
+    vim.bo[b].modifiable = was
+  end
+  h.state = accept and "accepted" or "rejected"
+  pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.mark)
+  if h.virt then
+    pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.virt)
+  end
+  local list = pending[h.buf] or {}
+  for i, x in ipairs(list) do
+    if x == h then
+      table.remove(list, i)
+      break
+    end
+  end
+  if #list == 0 then
+    pending[h.buf] = nil
+    clear_keymaps(h.buf)
+  end
+  local req = h.req
+  req.left = req.left - 1
+  if req.left == 0 then
+    settle(req)
+  end
+  if vim.fn.getqflist({ title = 0 }).title == "mia: pending hunks" then
+    M.quickfix(false)
+  end
+end
+
+--- The pending hunk at the cursor in buffer `b` (the one covering the
+--- cursor's line, else the nearest).
+local function hunk_at(b, row)
+  local best, dist
+  for _, h in ipairs(pending[b] or {}) do
+    local start, count = position(h)
+    if start then
+      local last = start + math.max(count, 1) - 1
+      local d = row < start and start - row or (row > last and row - last or 0)
+      if not dist or d < dist then
+        best, dist = h, d
+      end
+    end
+  end
+  return best
+end
+
+local function current_hunk()
+  local b = api.nvim_get_current_buf()
+  local h = hunk_at(b, api.nvim_win_get_cursor(0)[1] - 1)
+  if not h then
+    vim.notify("mia: no pending hunk in this buffer", vim.log.levels.INFO)
+  end
+  return h
+end
+
+local function jump(dir)
+  local b = api.nvim_get_current_buf()
+  local row = api.nvim_win_get_cursor(0)[1] - 1
+  local rows = {}
+  for _, h in ipairs(pending[b] or {}) do
+    rows[#rows + 1] = position(h)
+  end
+  table.sort(rows)
+  local target
+  if dir > 0 then
+    for _, r in ipairs(rows) do
+      if r > row then
+        target = r
+        break
+      end
+    end
+    target = target or rows[1]
+  else
+    for i = #rows, 1, -1 do
+      if rows[i] < row then
+        target = rows[i]
+        break
+      end
+    end
+    target = target or rows[#rows]
+  end
+  if target then
+    api.nvim_win_set_cursor(0, { math.min(target + 1, api.nvim_buf_line_count(b)), 0 })
+  end
+end
+
+--- `:Mia review {action}` and the hunk keys.
+M.actions = {
+  accept = function()
+    local h = current_hunk()
+    if h then
+      resolve(h, true)
+    end
+  end,
+  reject = function()
+    local h = current_hunk()
+    if h then
+      resolve(h, false)
+    end
+  end,
+  accept_all = function()
+    for _, h in ipairs(vim.list_extend({}, pending[api.nvim_get_current_buf()] or {})) do
+      resolve(h, true)
+    end
+  end,
+  reject_all = function()
+    for _, h in ipairs(vim.list_extend({}, pending[api.nvim_get_current_buf()] or {})) do
+      resolve(h, false)
+    end
+  end,
+  list = function()
+    M.quickfix(true)
+  end,
+  next = function()
+    jump(1)
+  end,
+  prev = function()
+    jump(-1)
+  end,
+}
+
+local HUNK_KEYS = {
+  { "next_hunk", "next", "next pending hunk" },
+  { "prev_hunk", "prev", "previous pending hunk" },
+  { "accept_hunk", "accept", "accept the hunk" },
+  { "reject_hunk", "reject", "reject the hunk" },
+  { "accept_all", "accept_all", "accept every hunk in the buffer" },
+  { "reject_all", "reject_all", "reject every hunk in the buffer" },
+}
+
+set_keymaps = function(b)
+  local k = keys()
+  for _, item in ipairs(HUNK_KEYS) do
+    if k[item[1]] then
+      vim.keymap.set("n", k[item[1]], M.actions[item[2]], { buffer = b, nowait = true, desc = "mia review: " .. item[3] })
+    end
+  end
+end
+
+clear_keymaps = function(b)
+  if not api.nvim_buf_is_valid(b) then
+    return
+  end
+  local k = keys()
+  for _, item in ipairs(HUNK_KEYS) do
+    if k[item[1]] then
+      pcall(vim.keymap.del, "n", k[item[1]], { buffer = b })
+    end
+  end
+end
+
+--- Places the proposal of `r` in its buffer as pending hunks; false when
+--- the buffer's text is not what the proposal was computed from.
+local function place_hunks(r)
+  local old_text = r.diff.oldText ~= vim.NIL and r.diff.oldText or ""
+  local b, win = target_buffer(r.diff.path)
+  if buffer_text(b) ~= old_text then
+    return false
+  end
+  local hunks = M.hunks(old_text, r.diff.newText)
+  local old_lines, new_lines = M.lines_of(old_text), M.lines_of(r.diff.newText)
+  local meta = meta_of(r.data)
+  local req = {
+    call = r.call,
+    tool = type(meta.tool) == "string" and meta.tool or "an edit",
+    old_text = old_text,
+    new_text = r.diff.newText,
+    old_lines = old_lines,
+    new_lines = new_lines,
+    hunks = {},
+  }
+  if #hunks == 0 then
+    reply(r.call, "allow_once")
+    return true
+  end
+  local width = math.max(20, api.nvim_win_get_width(win))
+  for i, hk in ipairs(hunks) do
+    local a_start, a_count, b_start, b_count = hk[1], hk[2], hk[3], hk[4]
+    local b_lines = {}
+    local virt = {}
+    for j = 0, b_count - 1 do
+      local line = new_lines[b_start + j]
+      b_lines[#b_lines + 1] = line
+      local shown = line:gsub("\t", string.rep(" ", vim.bo[b].tabstop))
+      virt[#virt + 1] = { { shown .. string.rep(" ", math.max(0, width - vim.fn.strdisplaywidth(shown))), "DiffAdd" } }
+    end
+    local h = {
+      req = req,
+      index = i,
+      buf = b,
+      a_start = a_start,
+      a_count = a_count,
+      b_start = b_start,
+      b_count = b_count,
+      b_lines = b_lines,
+    }
+    if a_count > 0 then
+      local last = a_start + a_count - 2
+      h.mark = api.nvim_buf_set_extmark(b, hunk_ns, a_start - 1, 0, {
+        end_row = last,
+        end_col = #(old_lines[a_start + a_count - 1] or ""),
+        hl_group = "DiffDelete",
+        hl_eol = true,
+        right_gravity = false,
+        end_right_gravity = true,
+        sign_text = "-",
+        sign_hl_group = "DiffDelete",
+      })
+      if #virt > 0 then
+        h.virt = api.nvim_buf_set_extmark(b, hunk_ns, last, 0, { virt_lines = virt })
+      end
+    else
+      -- a pure insertion after line a_start (0: before the first line)
+      local above = a_start == 0
+      local row = above and 0 or a_start - 1
+      h.mark = api.nvim_buf_set_extmark(b, hunk_ns, row, 0, {
+        virt_lines = virt,
+        virt_lines_above = above,
+        sign_text = "+",
+        sign_hl_group = "DiffAdd",
+      })
+      -- the insertion goes after the anchor row (or before row 0)
+      h.after = not above
+    end
+    req.hunks[#req.hunks + 1] = h
+  end
+  req.left = #req.hunks
+  pending[b] = pending[b] or {}
+  vim.list_extend(pending[b], req.hunks)
+  set_keymaps(b)
+  M.quickfix(false)
+  if api.nvim_win_is_valid(win) then
+    api.nvim_set_current_win(win)
+    local first = position(req.hunks[1])
+    pcall(api.nvim_win_set_cursor, win, { (first or 0) + 1, 0 })
+  end
+  vim.notify(
+    string.format(
+      "mia: %d pending hunk%s in %s: %s/%s move, %s accept, %s reject (:Mia review list)",
+      #req.hunks,
+      #req.hunks == 1 and "" or "s",
+      type(meta.subject) == "string" and meta.subject or r.diff.path,
+      keys().next_hunk or "",
+      keys().prev_hunk or "",
+      keys().accept_hunk or "",
+      keys().reject_hunk or ""
+    ),
+    vim.log.levels.INFO
+  )
+  return true
+end
+
+--- Every pending hunk (for tests and statuslines): `{ buf, lnum, old, new }`.
+function M.pending()
+  local out = {}
+  for _, h in ipairs(all_pending()) do
+    out[#out + 1] = { buf = h.buf, lnum = (position(h) or 0) + 1, old = h.a_count, new = h.b_lines }
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------------------
+-- Checkpoints: :Mia checkpoints and :Mia undo
+
+--- The chat's session id, or nil (an error) when it has none yet.
+local function session_or_error(what)
+  local chat = require("mia.chat")
+  if not chat.has_messages() then
+    error("mia: " .. what .. ": the chat has no session yet (send a prompt first, or resume one with :Mia sessions)", 0)
+  end
+  return chat.session_id()
+end
+
+local CHANGE = { modified = "M", created = "A", deleted = "D" }
+
+--- The lines of `:Mia checkpoints` for `list` (newest first).
+function M.checkpoint_lines(list)
+  local lines = { "Checkpoints of this session, newest first (:Mia undo restores the newest)", "" }
+  if #list == 0 then
+    lines[#lines + 1] = "No checkpoints: no turn of this session changed a file."
+  end
+  for _, cp in ipairs(list) do
+    local when = type(cp.created_ms) == "number" and os.date("%Y-%m-%d %H:%M:%S", math.floor(cp.created_ms / 1000)) or "?"
+    local prompt = type(cp.prompt) == "string" and cp.prompt or ""
+    local what = cp.kind == "restore" and ("restore (:Mia undo) of “" .. prompt .. "”") or ("turn “" .. prompt .. "”")
+    lines[#lines + 1] = string.format("#%s  %s  %s", tostring(cp.id), when, what)
+    for _, f in ipairs(cp.files or {}) do
+      lines[#lines + 1] = string.format("    %s %s  (%s)", CHANGE[f.change] or "?", tostring(f.path), tostring(f.by))
+    end
+  end
+  return lines
+end
+
+local function show_lines(lines, title)
+  local buf = api.nvim_create_buf(false, true)
+  vim.bo[buf].bufhidden = "wipe"
+  api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.bo[buf].modifiable = false
+  vim.bo[buf].filetype = "mia-checkpoints"
+  local width = math.min(110, math.floor(vim.o.columns * 0.85))
+  local height = math.max(3, math.min(#lines, math.floor((vim.o.lines - vim.o.cmdheight) * 0.8)))
+  local win = api.nvim_open_win(buf, true, {
+    relative = "editor",
+    width = width,
+    height = height,
+    row = math.floor((vim.o.lines - height) / 2) - 1,
+    col = math.floor((vim.o.columns - width) / 2),
+    style = "minimal",
+    border = "rounded",
+    title = title,
+    title_pos = "center",
+    footer = " q close ",
+    footer_pos = "center",
+  })
+  vim.wo[win].wrap = false
+  local function close()
+    if api.nvim_win_is_valid(win) then
+      api.nvim_win_close(win, true)
+    end
+  end
+  vim.keymap.set("n", "q", close, { buffer = buf, nowait = true, desc = "close" })
+  vim.keymap.set("n", "<Esc>", close, { buffer = buf, nowait = true, desc = "close" })
+  return buf, win
+end
+
+local function message_of(err)
+  local msg = type(err) == "table" and err.message or tostring(err)
+  msg = tostring(msg)
+  return msg:match("^mia: ") and msg or ("mia: " .. msg)
+end
+
+--- `:Mia checkpoints`: the session's turns with the files each touched.
+function M.checkpoints()
+  local id = session_or_error("no checkpoints")
+  require("mia")._job("checkpoints", function(err, list)
+    if err then
+      vim.notify(message_of(err), vim.log.levels.ERROR)
+      return
+    end
+    show_lines(M.checkpoint_lines(type(list) == "table" and list or {}), " mia checkpoints ")
+  end, id)
+end
+
+--- Reloads the buffers of restored files: unmodified ones are read again
+--- (`:edit!`, undoable), deleted ones wiped; modified ones are named.
+local function reload(restored)
+  local kept = {}
+  for _, f in ipairs(restored) do
+    local want = vim.fn.resolve(vim.fn.fnamemodify(tostring(f.path), ":p"))
+    for _, b in ipairs(api.nvim_list_bufs()) do
+      if api.nvim_buf_is_loaded(b) and real_name(b) == want then
+        if vim.bo[b].modified then
+          kept[#kept + 1] = vim.fn.fnamemodify(want, ":.")
+        elseif f.deleted then
+          pcall(api.nvim_buf_delete, b, { force = true })
+        else
+          pcall(api.nvim_buf_call, b, function()
+            vim.cmd("silent edit!")
+          end)
+        end
+      end
+    end
+  end
+  return kept
+end
+
+--- `:Mia undo`: puts back the files of the session's newest checkpoint (a
+--- restore is a checkpoint too: undo again undoes it).
+function M.undo()
+  local id = session_or_error("nothing to undo")
+  require("mia")._job("checkpoint_undo", function(err, result)
+    if err then
+      vim.notify(message_of(err), vim.log.levels.ERROR)
+      return
+    end
+    local restored = type(result) == "table" and result.restored or {}
+    local skipped = type(result) == "table" and result.skipped or {}
+    local kept = reload(restored)
+    local names = {}
+    for _, f in ipairs(restored) do
+      names[#names + 1] = vim.fn.fnamemodify(tostring(f.path), ":.") .. (f.deleted and " (deleted)" or "")
+    end
+    local lines = {
+      string.format(
+        "mia: restored %d file%s from turn #%s%s (:Mia undo again undoes this)",
+        #restored,
+        #restored == 1 and "" or "s",
+        tostring(result.checkpoint),
+        #names > 0 and (": " .. table.concat(names, ", ")) or ""
+      ),
+    }
+    for _, s in ipairs(skipped) do
+      lines[#lines + 1] = string.format("  not restored: %s (%s)", vim.fn.fnamemodify(tostring(s.path), ":."), tostring(s.reason))
+    end
+    if #kept > 0 then
+      lines[#lines + 1] = "  these buffers have unsaved changes and still show them (:edit! to load the restored file): "
+        .. table.concat(kept, ", ")
+    end
+    vim.notify(table.concat(lines, "\n"), (#skipped > 0 or #kept > 0) and vim.log.levels.WARN or vim.log.levels.INFO)
+  end, id)
+end
+
+-- ---------------------------------------------------------------------------
+
+--- Reviews the edit in permission request `data` (call `call`).
+function M.ask(call, data, diff)
+  local r = { call = call, data = data, diff = diff }
+  if config().review == "hunks" then
+    local ok, placed = pcall(place_hunks, r)
+    if ok and placed then
+      return
+    end
+    if not ok then
+      vim.notify("mia: the hunks could not be placed (" .. tostring(placed) .. "); showing the diff", vim.log.levels.WARN)
+    end
+  end
+  queue[#queue + 1] = r
+  show_next()
+end
+
+return M
