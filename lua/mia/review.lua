@@ -21,7 +21,7 @@ local hunk_ns = api.nvim_create_namespace("mia_review_hunks")
 local CONTEXT = 3
 --- Paired -/+ lines get word-level highlights up to this many pairs and
 --- this line length; beyond, the changed middle of the line is highlighted.
-local MAX_WORD_PAIRS = 4000
+local MAX_WORD_PAIRS = 2000
 local MAX_WORD_LINE = 2000
 
 local function config()
@@ -59,7 +59,7 @@ function M.hunks(old_text, new_text)
   -- missing final newline is reported apart by the caller).
   local a = old_text == "" and "" or (old_text:sub(-1) == "\n" and old_text or old_text .. "\n")
   local b = new_text == "" and "" or (new_text:sub(-1) == "\n" and new_text or new_text .. "\n")
-  return line_diff(a, b, { result_type = "indices", algorithm = "histogram" }) or {}
+  return line_diff(a, b, { result_type = "indices" }) or {}
 end
 
 -- Words, runs of spaces and single other characters: the units of the
@@ -156,6 +156,7 @@ function M.unified(name, old_text, new_text)
     end
   end
   local pairs_done = 0
+  local shift = 0 -- new line number minus old line number before the group
   for _, g in ipairs(groups) do
     local from = math.max(1, g.first - CONTEXT)
     local to = math.min(#a, g.last + CONTEXT)
@@ -207,16 +208,11 @@ function M.unified(name, old_text, new_text)
       end
     end
     context_to(to)
+    local this_shift = shift
+    shift = shift + new_count - old_count
     local old_start = old_count > 0 and from or from - 1
-    -- the new side starts where the old one does, shifted by earlier hunks
-    local shift = 0
-    for _, h in ipairs(hunks) do
-      if h == g.hunks[1] then
-        break
-      end
-      shift = shift + h[4] - h[2]
-    end
-    local new_start = new_count > 0 and (from + shift) or (from + shift - 1)
+    -- the new side starts where the old one does, shifted by earlier groups
+    local new_start = new_count > 0 and (from + this_shift) or (from + this_shift - 1)
     hunk_rows[#hunk_rows + 1] = #lines
     lines[#lines + 1] = string.format("@@ -%d,%d +%d,%d @@", old_start, old_count, new_start, new_count)
     line_hl[#lines - 1] = "DiffChange"
@@ -479,6 +475,7 @@ open_float = function(r)
   cfg.title_pos = "center"
   cfg.footer = key_hint()
   cfg.footer_pos = "center"
+  vim.cmd("stopinsert") -- the keys are normal-mode keys, also when the prompt was being typed
   local win = api.nvim_open_win(buf, true, cfg)
   vim.wo[win].wrap = false
   vim.wo[win].cursorline = true
@@ -705,6 +702,11 @@ local function settle(req)
     end
   end
   if #accepted == #req.hunks then
+    -- the buffer now holds the new text: its final newline too
+    local b = req.hunks[1].buf
+    if req.new_text ~= "" and api.nvim_buf_is_valid(b) then
+      vim.bo[b].eol = req.new_text:sub(-1) == "\n"
+    end
     reply(req.call, "allow_once")
   elseif #accepted == 0 then
     reply(req.call, "reject_once")
