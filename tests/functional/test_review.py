@@ -228,3 +228,42 @@ def test_review_and_checkpoint_options_are_validated(editor_factory):
         "max_age_days": 30, "max_bytes": 1048576, "max_file_bytes": 2048}
     assert ed.lua("return vim.fn.getcompletion('Mia ch', 'cmdline')") == ["checkpoints"]
     assert ed.lua("return vim.fn.getcompletion('Mia un', 'cmdline')") == ["undo"]
+
+
+def test_a_lua_tool_that_declares_an_edit_is_reviewed_as_a_diff(agent, server, project):
+    ed = agent()
+    ed.nvim.command(f"edit {project / 'ten.txt'}")
+    call(ed, "apply_buffer_edit", {"path": "ten.txt", "start_line": 3, "end_line": 3, "text": "three"})
+    lines = review_lines(ed)
+    assert "-line3" in lines and "+three" in lines
+    assert ed.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 2, 3, false)", str(project / "ten.txt")) == ["line3"]
+    keys(ed, "a")
+    done(ed)
+    assert (project / "ten.txt").read_text() == TEN.replace("line3\n", "three\n")
+    assert ed.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 2, 3, false)", str(project / "ten.txt")) == ["three"]
+
+
+def test_checkhealth_names_the_review_mode(editor_factory):
+    ed = editor_factory(setup={"review": "hunks"})
+    ed.nvim.command("checkhealth mia")
+    text = "\n".join(ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
+    assert "review mode: hunks" in text
+    assert "checkpoints: kept 30 days, at most 512 MB, files up to 4096 KB" in text
+
+
+def test_hunks_mode_insertions_and_deletions_accepted_all_give_exactly_the_proposal(agent, server, project):
+    ed = agent(review="hunks")
+    new = TEN.replace("line1\n", "").replace("line5\n", "line5\ninserted\n") + "appended\n"
+    call(ed, "write_file", {"path": "ten.txt", "content": new})
+    ed.wait("#require('mia.review').pending() == 3")
+    ed.nvim.command("Mia review accept_all")
+    done(ed)
+    assert (project / "ten.txt").read_text() == new
+    assert "Wrote" in last_result(server) or "ten.txt" in last_result(server)
+    # a new file in hunks mode: rejected, nothing is created
+    call(ed, "write_file", {"path": "fresh.txt", "content": "a\nb\n"})
+    ed.wait("#require('mia.review').pending() == 1")
+    ed.nvim.command("Mia review reject_all")
+    done(ed)
+    assert not (project / "fresh.txt").exists()
+    assert "rejected" in last_result(server)
