@@ -50,7 +50,7 @@ impl Objects {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
-        crate::tools::atomic_write(&path, bytes)?;
+        crate::tools::atomic_write_unsynced(&path, bytes)?;
         Ok(name)
     }
 

@@ -26,7 +26,7 @@ use serde_json::Value;
 use super::paths::{canonicalize, display_relative, resolve_in_root, PathError};
 use super::{SharedTool, ToolContext, ToolOutput, ToolSubject};
 
-pub(crate) use atomic::write_atomically;
+pub(crate) use atomic::{write_atomically, write_atomically_unsynced};
 pub use bash::Bash;
 pub use edit_file::EditFile;
 pub(crate) use editor_fs::write_through_editor;
