@@ -69,6 +69,54 @@ fn median(mut v: Vec<Duration>) -> f64 {
     v[v.len() / 2].as_secs_f64() * 1000.0
 }
 
+fn git(root: &Path, args: &[&str]) -> bool {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args([
+            "-c",
+            "user.name=b",
+            "-c",
+            "user.email=b@b",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The command case in a git repository: unchanged tracked files are kept as git's blobs.
+fn command_in_git(root: &Path, files: &[PathBuf], round: &mut usize) -> Option<(f64, f64, f64)> {
+    if !(git(root, &["init", "-q"]) && git(root, &["add", "."]) && git(root, &["commit", "-qm", "base"])) {
+        return None;
+    }
+    let (mut cold, mut disk, mut undo) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        git(root, &["add", "."]);
+        git(root, &["commit", "-qm", "round"]);
+        let data = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(data.path(), CheckpointSettings::default());
+        let turn = TurnCheckpoint::new(store.clone(), "bench3", "t1", "sed", Arc::default());
+        let t = Instant::now();
+        let before = turn.scan(root);
+        cold.push(t.elapsed());
+        *round += 1;
+        edit(files, *round);
+        assert_eq!(turn.after_scan(root, &before, "bash").unwrap().len(), TOUCHED);
+        disk.push(dir_bytes(&data.path().join("checkpoints")));
+        let t = Instant::now();
+        assert_eq!(store.undo("bench3").unwrap().restored.len(), TOUCHED);
+        undo.push(t.elapsed());
+    }
+    disk.sort();
+    Some((
+        median(cold),
+        disk[disk.len() / 2] as f64 / 1024.0 / 1024.0,
+        median(undo),
+    ))
+}
+
 fn main() {
     let project = tempfile::tempdir().unwrap();
     let root = project.path().canonicalize().unwrap();
@@ -149,4 +197,10 @@ fn main() {
     println!("  bash        | scan before, first command {:>7.2} ms | next command {:>7.2} ms | scan after {:>7.2} ms | disk {:.2} MiB",
         median(scan_cold), median(scan_warm), median(after), mb(&disk_cmd));
     println!("  :Mia undo   | 100 files {:>7.2} ms", median(undo));
+    match command_in_git(&root, &files, &mut round) {
+        Some((cold, disk, undo)) => println!(
+            "  bash in git | scan before, first command {cold:>7.2} ms | disk {disk:.2} MiB | :Mia undo of 100 files {undo:>7.2} ms"
+        ),
+        None => println!("  bash in git | skipped: git is not installed"),
+    }
 }
