@@ -147,6 +147,23 @@ fn valid_session_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Why `path` cannot be restored safely: a directory on its way is now a
+/// link (or cannot be resolved). `None`: its nearest existing directory is
+/// where the path says it is.
+fn linked_parent(path: &Path) -> Option<String> {
+    let parent = path.parent()?;
+    let existing = parent.ancestors().find(|d| d.symlink_metadata().is_ok())?;
+    match fs::canonicalize(existing) {
+        Ok(real) if real == existing => None,
+        Ok(real) => Some(format!(
+            "{} is now a link to {}; restore it by hand if that is intended",
+            existing.display(),
+            real.display()
+        )),
+        Err(e) => Some(format!("{} cannot be resolved ({e})", existing.display())),
+    }
+}
+
 /// The checkpoints of every session under one data directory.
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
@@ -270,6 +287,15 @@ impl Checkpoints {
             skipped: Vec::new(),
         };
         for e in targets {
+            // Paths were kept with no link on the way; one there now (a command
+            // replaced a directory with a link) would send the write elsewhere.
+            if let Some(reason) = linked_parent(&e.path) {
+                out.skipped.push(SkippedFile {
+                    path: e.path.clone(),
+                    reason,
+                });
+                continue;
+            }
             if let Some(reason) = &e.skipped {
                 out.skipped.push(SkippedFile {
                     path: e.path.clone(),
@@ -700,6 +726,25 @@ mod tests {
             fs::read_to_string(root.join("dirty.txt")).unwrap(),
             "v2, not committed\n"
         );
+    }
+
+    #[test]
+    fn undo_does_not_follow_a_directory_a_command_replaced_with_a_link() {
+        let (_d, project, store) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        let root = project.path().canonicalize().unwrap();
+        fs::create_dir(root.join("d")).unwrap();
+        let t = turn(&store, "make d/x");
+        t.before_change(&root.join("d/x"), "write_file", Change::Created)
+            .unwrap();
+        fs::write(root.join("d/x"), "made").unwrap();
+        fs::write(outside.path().join("x"), "precious").unwrap();
+        fs::remove_dir_all(root.join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("d")).unwrap();
+        let r = store.undo("s1").unwrap();
+        assert!(r.restored.is_empty());
+        assert!(r.skipped[0].reason.contains("is now a link"), "{r:?}");
+        assert_eq!(fs::read_to_string(outside.path().join("x")).unwrap(), "precious");
     }
 
     #[test]
