@@ -147,6 +147,23 @@ fn valid_session_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// Why `path` cannot be restored safely: a directory on its way is now a
+/// link (or cannot be resolved). `None`: its nearest existing directory is
+/// where the path says it is.
+fn linked_parent(path: &Path) -> Option<String> {
+    let parent = path.parent()?;
+    let existing = parent.ancestors().find(|d| d.symlink_metadata().is_ok())?;
+    match fs::canonicalize(existing) {
+        Ok(real) if real == existing => None,
+        Ok(real) => Some(format!(
+            "{} is now a link to {}; restore it by hand if that is intended",
+            existing.display(),
+            real.display()
+        )),
+        Err(e) => Some(format!("{} cannot be resolved ({e})", existing.display())),
+    }
+}
+
 /// The checkpoints of every session under one data directory.
 #[derive(Debug, Clone)]
 pub struct Checkpoints {
@@ -270,6 +287,15 @@ impl Checkpoints {
             skipped: Vec::new(),
         };
         for e in targets {
+            // Paths were kept with no link on the way; one there now (a command
+            // replaced a directory with a link) would send the write elsewhere.
+            if let Some(reason) = linked_parent(&e.path) {
+                out.skipped.push(SkippedFile {
+                    path: e.path.clone(),
+                    reason,
+                });
+                continue;
+            }
             if let Some(reason) = &e.skipped {
                 out.skipped.push(SkippedFile {
                     path: e.path.clone(),
@@ -278,7 +304,7 @@ impl Checkpoints {
                 continue;
             }
             let wanted = match &e.before {
-                Some(hash) => match self.objects.get(hash) {
+                Some(hash) => match self.objects.get(hash, &e.path) {
                     Ok(bytes) => Some(bytes),
                     Err(err) => {
                         out.skipped.push(SkippedFile {
@@ -651,6 +677,77 @@ mod tests {
     }
 
     #[test]
+    fn in_a_git_project_unchanged_tracked_files_are_kept_as_their_blobs_and_restored_from_git() {
+        let (_d, project, store) = setup();
+        let root = project.path().canonicalize().unwrap();
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .arg("-C")
+                .arg(&root)
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "commit.gpgsign=false",
+                ])
+                .args(args)
+                .output()
+        };
+        if git(&["init", "-q"]).map(|o| !o.status.success()).unwrap_or(true) {
+            eprintln!("skipped: git is not installed");
+            return;
+        }
+        fs::write(root.join("tracked.txt"), "committed\n").unwrap();
+        fs::write(root.join("dirty.txt"), "v1\n").unwrap();
+        git(&["add", "."]).unwrap();
+        git(&["commit", "-qm", "x"]).unwrap();
+        fs::write(root.join("dirty.txt"), "v2, not committed\n").unwrap();
+        let t = turn(&store, "sed");
+        let before = t.scan(&root);
+        assert!(before.files[&root.join("tracked.txt")]
+            .object
+            .as_deref()
+            .unwrap()
+            .starts_with("git:"));
+        assert!(!before.files[&root.join("dirty.txt")]
+            .object
+            .as_deref()
+            .unwrap()
+            .starts_with("git:"));
+        assert_eq!(store.objects.all().len(), 1, "only the changed file is copied");
+        fs::write(root.join("tracked.txt"), "sed was here\n").unwrap();
+        fs::write(root.join("dirty.txt"), "sed was here too\n").unwrap();
+        t.after_scan(&root, &before, "bash").unwrap();
+        store.undo("s1").unwrap();
+        assert_eq!(fs::read_to_string(root.join("tracked.txt")).unwrap(), "committed\n");
+        assert_eq!(
+            fs::read_to_string(root.join("dirty.txt")).unwrap(),
+            "v2, not committed\n"
+        );
+    }
+
+    #[test]
+    fn undo_does_not_follow_a_directory_a_command_replaced_with_a_link() {
+        let (_d, project, store) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        let root = project.path().canonicalize().unwrap();
+        fs::create_dir(root.join("d")).unwrap();
+        let t = turn(&store, "make d/x");
+        t.before_change(&root.join("d/x"), "write_file", Change::Created)
+            .unwrap();
+        fs::write(root.join("d/x"), "made").unwrap();
+        fs::write(outside.path().join("x"), "precious").unwrap();
+        fs::remove_dir_all(root.join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("d")).unwrap();
+        let r = store.undo("s1").unwrap();
+        assert!(r.restored.is_empty());
+        assert!(r.skipped[0].reason.contains("is now a link"), "{r:?}");
+        assert_eq!(fs::read_to_string(outside.path().join("x")).unwrap(), "precious");
+    }
+
+    #[test]
     fn identical_contents_are_stored_once_and_a_damaged_snapshot_is_refused() {
         let (d, _p, store) = setup();
         let x = store.objects.put(b"same bytes").unwrap();
@@ -659,8 +756,10 @@ mod tests {
         assert_eq!(store.objects.all().len(), 1);
         let path = d.path().join("checkpoints/objects").join(&x[..2]).join(&x[2..]);
         fs::write(path, "tampered").unwrap();
-        assert!(store.objects.get(&x).is_err());
-        assert!(store.objects.get("../../etc/passwd").is_err());
+        let p = Path::new("/nonexistent/x");
+        assert!(store.objects.get(&x, p).is_err());
+        assert!(store.objects.get("../../etc/passwd", p).is_err());
+        assert!(store.objects.get("git:--output=/tmp/x", p).is_err());
     }
 
     #[test]
@@ -685,7 +784,8 @@ mod tests {
         let new = store.objects.put(b"abcdefghij").unwrap();
         let r = store.prune().unwrap();
         assert_eq!(r.objects_removed, 1);
-        assert!(store.objects.get(&old).is_err());
-        assert_eq!(store.objects.get(&new).unwrap(), b"abcdefghij");
+        let p = Path::new("/nonexistent/x");
+        assert!(store.objects.get(&old, p).is_err());
+        assert_eq!(store.objects.get(&new, p).unwrap(), b"abcdefghij");
     }
 }

@@ -62,10 +62,76 @@ fn walk(root: &Path, settings: &CheckpointSettings) -> (Vec<(PathBuf, Stamp)>, b
     (out, false)
 }
 
+/// The blobs git already holds for the project's tracked files whose work
+/// tree content is the index's (`git diff-files` says unchanged): path →
+/// blob id. Their snapshot is the blob (`git:<id>`), so the first command of
+/// a session does not copy the whole project. Empty without git, or when
+/// git may rewrite content between blob and file (`core.autocrlf`, a
+/// `.gitattributes`), where only a copy is faithful.
+fn git_blobs(root: &Path) -> HashMap<PathBuf, String> {
+    let git = |args: &[&str]| -> Option<Vec<u8>> {
+        // A project's own git config must not run anything (core.fsmonitor names a command).
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(["-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()?;
+        out.status.success().then_some(out.stdout)
+    };
+    let mut blobs = HashMap::new();
+    let Some(top) = git(&["rev-parse", "--show-toplevel"]) else {
+        return blobs;
+    };
+    let top = PathBuf::from(String::from_utf8_lossy(&top).trim_end_matches('\n'));
+    let autocrlf = git(&["config", "--get", "core.autocrlf"]).unwrap_or_default();
+    if !matches!(String::from_utf8_lossy(&autocrlf).trim(), "" | "false") {
+        return blobs;
+    }
+    let (Some(listed), Some(dirty)) = (
+        git(&["ls-files", "--stage", "-z", "--full-name", ":/"]),
+        git(&["diff-files", "--name-only", "-z", "--no-renames", ":/"]),
+    ) else {
+        return blobs;
+    };
+    let dirty: std::collections::HashSet<&[u8]> = dirty.split(|b| *b == 0).collect();
+    for entry in listed.split(|b| *b == 0) {
+        // "<mode> <blob> <stage>\t<path>"
+        let Some(tab) = entry.iter().position(|b| *b == b'\t') else {
+            continue;
+        };
+        let (head, path) = (&entry[..tab], &entry[tab + 1..]);
+        if path.ends_with(b".gitattributes") {
+            return HashMap::new();
+        }
+        let mut fields = head.split(|b| *b == b' ');
+        let (Some(mode), Some(blob), Some(stage)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        // Regular files only (not links, not submodules), merged entries only.
+        if !(mode == b"100644" || mode == b"100755") || stage != b"0" || dirty.contains(path) {
+            continue;
+        }
+        let Ok(blob) = std::str::from_utf8(blob) else { continue };
+        let Ok(path) = std::str::from_utf8(path) else { continue };
+        blobs.insert(top.join(path), blob.to_string());
+    }
+    blobs
+}
+
 /// Scans the project and keeps every file's content (read only when its
-/// stamp differs from the cache's).
+/// stamp differs from the cache's; a tracked file git holds unchanged is
+/// kept as its blob).
 pub fn before(root: &Path, store: &Checkpoints, cache: &mut ScanCache) -> Scan {
     let (files, truncated) = walk(root, &store.settings);
+    let blobs = if files.iter().any(|(p, s)| cache.get(p).is_none_or(|k| k.stamp != *s)) {
+        git_blobs(root)
+    } else {
+        HashMap::new()
+    };
     let mut scan = Scan {
         truncated,
         ..Default::default()
@@ -74,7 +140,9 @@ pub fn before(root: &Path, store: &Checkpoints, cache: &mut ScanCache) -> Scan {
         let known = match cache.get(&path) {
             Some(k) if k.stamp == stamp => k.clone(),
             _ => {
-                let (object, skipped) = if stamp.len > store.settings.max_file_bytes {
+                let (object, skipped) = if let Some(blob) = blobs.get(&path) {
+                    (Some(format!("git:{blob}")), None)
+                } else if stamp.len > store.settings.max_file_bytes {
                     (
                         None,
                         Some(format!(

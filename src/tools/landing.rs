@@ -333,3 +333,208 @@ async fn review(ctx: &ToolContext, tool: &str, p: &Proposal) -> Verdict {
 fn path_subject(path: &Path) -> super::ToolSubject {
     super::ToolSubject::Path(path.display().to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calls::LuaBridge;
+    use crate::checkpoint::{CheckpointSettings, Checkpoints};
+    use crate::events::{Event, EventQueue};
+    use crate::tools::{AgentInfo, ToolLimits};
+    use tokio_util::sync::CancellationToken;
+
+    struct Fixture {
+        _data: tempfile::TempDir,
+        project: tempfile::TempDir,
+        ctx: ToolContext,
+        store: Checkpoints,
+    }
+
+    fn fixture(review: bool) -> Fixture {
+        let data = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let store = Checkpoints::new(data.path(), CheckpointSettings::default());
+        let cp = TurnCheckpoint::new(store.clone(), "s1", "t1", "fix it", Arc::default());
+        let ctx = ToolContext {
+            stream: 77,
+            session_id: "s1".into(),
+            message_id: "m".into(),
+            call_id: "call-1".into(),
+            agent: AgentInfo {
+                name: "mia".into(),
+                mode: "ask".into(),
+            },
+            root: project.path().to_path_buf(),
+            abort: CancellationToken::new(),
+            limits: ToolLimits::default(),
+            outside_allowed: None,
+            subject: None,
+            hidden: None,
+            metadata: Arc::new(|_| {}),
+            conversation: Arc::new(Vec::new()),
+            lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
+            edits: Some(Arc::new(EditScope {
+                ledger: Arc::default(),
+                checkpoint: Some(Arc::new(cp)),
+                data_dir: None,
+                ask_timeout: Duration::from_secs(10),
+            })),
+            review,
+        };
+        Fixture {
+            _data: data,
+            project,
+            ctx,
+            store,
+        }
+    }
+
+    /// A stand-in for Neovim: answers the review with `answer` and hands back the request.
+    fn answer_review(ctx: &ToolContext, answer: Value) -> std::thread::JoinHandle<Value> {
+        let (queue, calls) = (ctx.lua.queue.clone(), ctx.lua.calls.clone());
+        std::thread::spawn(move || loop {
+            for e in queue.drain() {
+                if let Event::Call {
+                    call, kind, payload, ..
+                } = e
+                {
+                    assert_eq!(kind, "session/request_permission");
+                    calls.answer(call, Ok(answer));
+                    return payload;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        })
+    }
+
+    fn proposal(f: &Fixture, before: Option<&str>, after: &str) -> Proposal {
+        let path = f.project.path().join("a.txt");
+        if let Some(b) = before {
+            std::fs::write(&path, b).unwrap();
+        }
+        Proposal {
+            path,
+            name: "a.txt".into(),
+            before: before.map(|b| b.as_bytes().to_vec()),
+            after: after.as_bytes().to_vec(),
+        }
+    }
+
+    fn run(f: &Fixture, p: Proposal) -> ToolOutput {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(land(&f.ctx, "write_file", p, ToolOutput::ok("Overwrote `a.txt`.")))
+    }
+
+    #[test]
+    fn the_review_carries_the_diff_and_a_rejection_leaves_the_file_byte_identical_with_the_reason() {
+        let f = fixture(true);
+        let user = answer_review(
+            &f.ctx,
+            json!({ "outcome": { "outcome": "selected", "optionId": "reject_once" },
+                    "_meta": { "mia": { "reason": "keep the old greeting" } } }),
+        );
+        let out = run(&f, proposal(&f, Some("hello\r\nworld\n"), "hi\nworld\n"));
+        let request = user.join().unwrap();
+        let diff = &request["toolCall"]["content"][0];
+        assert_eq!(diff["type"], "diff");
+        assert_eq!(diff["oldText"], "hello\r\nworld\n");
+        assert_eq!(diff["newText"], "hi\nworld\n");
+        assert!(out.is_error);
+        assert_eq!(
+            out.content,
+            "The user rejected this edit to `a.txt`; the file is unchanged. Their reason: keep the old greeting"
+        );
+        assert_eq!(out.metadata["review"], "rejected");
+        assert_eq!(
+            std::fs::read(f.project.path().join("a.txt")).unwrap(),
+            b"hello\r\nworld\n"
+        );
+        assert!(
+            f.store.list("s1", f.project.path()).unwrap().is_empty(),
+            "nothing changed, nothing kept"
+        );
+    }
+
+    #[test]
+    fn a_changed_proposal_lands_as_the_user_left_it_and_the_model_is_told_so() {
+        let f = fixture(true);
+        let user = answer_review(
+            &f.ctx,
+            json!({ "outcome": { "outcome": "selected", "optionId": "allow_once" },
+                    "_meta": { "mia": { "content": "hi there\n" } } }),
+        );
+        let out = run(&f, proposal(&f, Some("hello\n"), "hi\n"));
+        user.join().unwrap();
+        assert!(!out.is_error, "{}", out.content);
+        assert_eq!(out.metadata["review"], "modified");
+        assert!(
+            out.content.ends_with("now contains exactly:\nhi there\n"),
+            "{}",
+            out.content
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.project.path().join("a.txt")).unwrap(),
+            "hi there\n"
+        );
+        // The turn's checkpoint has the file as it was.
+        f.store.undo("s1").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(f.project.path().join("a.txt")).unwrap(),
+            "hello\n"
+        );
+    }
+
+    #[test]
+    fn accepting_for_the_file_is_remembered_for_the_session() {
+        let f = fixture(true);
+        let user = answer_review(
+            &f.ctx,
+            json!({ "outcome": { "outcome": "selected", "optionId": "allow_file" } }),
+        );
+        let out = run(&f, proposal(&f, None, "new\n"));
+        user.join().unwrap();
+        assert_eq!(out.metadata["review"], "accepted");
+        let path = f.project.path().join("a.txt");
+        assert!(f.ctx.edits.as_ref().unwrap().ledger.allowed(&path));
+        assert!(!f
+            .ctx
+            .edits
+            .as_ref()
+            .unwrap()
+            .ledger
+            .allowed(&f.project.path().join("b.txt")));
+    }
+
+    #[test]
+    fn a_dismissed_review_is_a_rejection_without_a_reason() {
+        let f = fixture(true);
+        let user = answer_review(&f.ctx, json!({ "outcome": { "outcome": "cancelled" } }));
+        let out = run(&f, proposal(&f, Some("x\n"), "y\n"));
+        user.join().unwrap();
+        assert!(out.content.ends_with("Ask what they want instead."), "{}", out.content);
+        assert_eq!(std::fs::read_to_string(f.project.path().join("a.txt")).unwrap(), "x\n");
+    }
+
+    #[test]
+    fn a_file_changed_on_disk_since_the_model_read_it_is_refused_before_anything_is_asked() {
+        let f = fixture(true);
+        let p = proposal(&f, Some("v1\n"), "v2\n");
+        f.ctx.edits.as_ref().unwrap().ledger.saw(&p.path);
+        std::fs::write(&p.path, "v1 and the user's change\n").unwrap();
+        let out = run(&f, p);
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("changed on disk since you last read it"),
+            "{}",
+            out.content
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.project.path().join("a.txt")).unwrap(),
+            "v1 and the user's change\n"
+        );
+        assert!(f.ctx.lua.queue.drain().is_empty(), "no review was shown");
+    }
+}

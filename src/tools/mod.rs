@@ -184,6 +184,11 @@ pub fn atomic_write(path: &std::path::Path, content: &[u8]) -> std::io::Result<b
     builtin::write_atomically(path, content)
 }
 
+/// [`atomic_write`] without the wait for the disk (checkpoint snapshots).
+pub(crate) fn atomic_write_unsynced(path: &std::path::Path, content: &[u8]) -> std::io::Result<bool> {
+    builtin::write_atomically_unsynced(path, content)
+}
+
 /// A test on a path relative to the project root.
 pub type PathFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 

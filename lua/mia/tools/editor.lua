@@ -201,7 +201,14 @@ function M.read_text_file(call, data)
   end
   local lines = api.nvim_buf_get_lines(b, 0, -1, false)
   local text = table.concat(lines, "\n") .. ((vim.bo[b].eol or vim.bo[b].fixeol) and "\n" or "")
-  pcall(core.reply, call, true, { content = text })
+  -- How the text maps to the file, so the core can tell a file changed behind the buffer.
+  local state = {
+    modified = vim.bo[b].modified,
+    fileformat = vim.bo[b].fileformat,
+    bomb = vim.bo[b].bomb,
+    fileencoding = vim.bo[b].fileencoding,
+  }
+  pcall(core.reply, call, true, { content = text, _meta = { mia = state } })
 end
 
 --- The text of buffer `b` as `fs/read_text_file` gives it.

@@ -19,6 +19,47 @@ const EDITOR_WAIT: Duration = Duration::from_secs(5);
 /// `loaded_too`, any loaded buffer; otherwise only one with unsaved changes.
 /// `None`: no such buffer (read the disk).
 pub(super) async fn read_text(ctx: &ToolContext, path: &Path, loaded_too: bool) -> Option<String> {
+    read_buffer(ctx, path, loaded_too).await.map(|b| b.text)
+}
+
+/// A buffer's text and how it maps to the file on disk.
+pub(super) struct BufferText {
+    pub text: String,
+    /// The buffer has unsaved changes.
+    pub modified: bool,
+    /// 'fileformat', 'bomb' and 'fileencoding', to compare with the disk.
+    pub fileformat: String,
+    pub bomb: bool,
+    pub encoding: String,
+}
+
+impl BufferText {
+    /// True when the file on disk (`disk`) holds something else than the
+    /// buffer's text as Neovim would write it: it changed behind the buffer.
+    /// Only an unmodified UTF-8 buffer is compared (others cannot be told apart).
+    pub fn disk_changed_behind(&self, disk: &[u8]) -> bool {
+        if self.modified || !(self.encoding.is_empty() || self.encoding.eq_ignore_ascii_case("utf-8")) {
+            return false;
+        }
+        let mut bytes = disk;
+        if self.bomb {
+            bytes = bytes.strip_prefix(b"\xEF\xBB\xBF".as_slice()).unwrap_or(bytes);
+        }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return false;
+        };
+        let text = match self.fileformat.as_str() {
+            "dos" => std::borrow::Cow::Owned(text.replace("\r\n", "\n")),
+            "mac" => return false,
+            _ => std::borrow::Cow::Borrowed(text),
+        };
+        // 'fixeol' may add the final newline the file lacks.
+        text.trim_end_matches('\n') != self.text.trim_end_matches('\n')
+    }
+}
+
+/// [`read_text`] with the buffer's state.
+pub(super) async fn read_buffer(ctx: &ToolContext, path: &Path, loaded_too: bool) -> Option<BufferText> {
     if !ctx.lua.editor_fs {
         return None;
     }
@@ -33,7 +74,21 @@ pub(super) async fn read_text(ctx: &ToolContext, path: &Path, loaded_too: bool) 
         .await
     {
         Ok(Ok(Value::Object(m))) => match m.get("content") {
-            Some(Value::String(text)) => Some(text.clone()),
+            Some(Value::String(text)) => {
+                let meta = m.get("_meta").and_then(|v| v.get("mia"));
+                let field = |k: &str| meta.and_then(|v| v.get(k));
+                Some(BufferText {
+                    text: text.clone(),
+                    // Without the flag (an older answer), assume unsaved changes: nothing is compared.
+                    modified: field("modified").and_then(Value::as_bool).unwrap_or(true),
+                    fileformat: field("fileformat")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unix")
+                        .to_string(),
+                    bomb: field("bomb").and_then(Value::as_bool).unwrap_or(false),
+                    encoding: field("fileencoding").and_then(Value::as_str).unwrap_or("").to_string(),
+                })
+            }
             _ => None,
         },
         _ => None,
@@ -87,5 +142,34 @@ pub(crate) async fn write_through_editor(
         Ok(Ok(_)) => Ok(EditorWrite::NoBuffer),
         Ok(Err(message)) => Err(message),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BufferText;
+
+    fn buffer(text: &str, fileformat: &str, bomb: bool, modified: bool) -> BufferText {
+        BufferText {
+            text: text.into(),
+            modified,
+            fileformat: fileformat.into(),
+            bomb,
+            encoding: "utf-8".into(),
+        }
+    }
+
+    #[test]
+    fn a_file_changed_behind_an_unmodified_buffer_is_told_from_how_neovim_writes_it() {
+        let b = buffer("one\ntwo\n", "unix", false, false);
+        assert!(!b.disk_changed_behind(b"one\ntwo\n"));
+        assert!(!b.disk_changed_behind(b"one\ntwo"), "'fixeol' adds the newline");
+        assert!(b.disk_changed_behind(b"one\ntwo\nthree\n"));
+        let dos = buffer("one\ntwo\n", "dos", true, false);
+        assert!(!dos.disk_changed_behind(b"\xEF\xBB\xBFone\r\ntwo\r\n"));
+        assert!(dos.disk_changed_behind(b"\xEF\xBB\xBFone\r\nTWO\r\n"));
+        // Unsaved changes are the user's: the landing asks about those instead.
+        assert!(!buffer("mine\n", "unix", false, true).disk_changed_behind(b"theirs\n"));
+        assert!(!buffer("x\n", "unix", false, false).disk_changed_behind(&[0xff, 0xfe]));
     }
 }

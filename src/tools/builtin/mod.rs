@@ -26,7 +26,7 @@ use serde_json::Value;
 use super::paths::{canonicalize, display_relative, resolve_in_root, PathError};
 use super::{SharedTool, ToolContext, ToolOutput, ToolSubject};
 
-pub(crate) use atomic::write_atomically;
+pub(crate) use atomic::{write_atomically, write_atomically_unsynced};
 pub use bash::Bash;
 pub use edit_file::EditFile;
 pub(crate) use editor_fs::write_through_editor;
@@ -137,8 +137,23 @@ pub(crate) async fn current_content(
     name: &str,
     tool: &str,
 ) -> Result<Option<Vec<u8>>, ToolOutput> {
-    if let Some(text) = editor_fs::read_text(ctx, path, true).await {
-        return Ok(Some(text.into_bytes()));
+    if let Some(buffer) = editor_fs::read_buffer(ctx, path, true).await {
+        // Saving the buffer would undo a change made on disk behind it.
+        let (disk_path, b) = (path.to_path_buf(), buffer);
+        let (buffer, behind) = tokio::task::spawn_blocking(move || {
+            let behind = std::fs::read(&disk_path).is_ok_and(|disk| b.disk_changed_behind(&disk));
+            (b, behind)
+        })
+        .await
+        .map_err(|e| ToolOutput::error(format!("`{tool}` stopped unexpectedly ({e}); this is a bug in mia")))?;
+        if behind {
+            return Err(ToolOutput::error(format!(
+                "`{name}` changed on disk since it was loaded in the editor, so the buffer is out of date; the \
+                 user must reload it (:edit) before it can be changed. Tell them, then read it again."
+            ))
+            .with_summary(format!("⚠ {tool}: {name} changed on disk behind its buffer")));
+        }
+        return Ok(Some(buffer.text.into_bytes()));
     }
     let (path, name, tool) = (path.to_path_buf(), name.to_string(), tool.to_string());
     let stopped = tool.clone();
