@@ -1156,8 +1156,57 @@ end
 
 -- ---------------------------------------------------------------------------
 
+--- Closes every review still open when the chat's answer ended (stopped,
+--- failed): nobody waits for their answers any more.
+local function drop_stale()
+  local dropped = #queue
+  for _, r in ipairs(queue) do
+    r.answered = true
+  end
+  queue = {}
+  if showing then
+    local r = showing
+    showing = nil
+    r.answered = true
+    dropped = dropped + 1
+    close_float(r)
+    if r.proposal and api.nvim_buf_is_valid(r.proposal) then
+      pcall(api.nvim_buf_delete, r.proposal, { force = true })
+    end
+  end
+  for b, list in pairs(pending) do
+    for _, h in ipairs(list) do
+      h.state = "dropped"
+      pcall(api.nvim_buf_del_extmark, b, hunk_ns, h.mark)
+      if h.virt then
+        pcall(api.nvim_buf_del_extmark, b, hunk_ns, h.virt)
+      end
+    end
+    dropped = dropped + #list
+    clear_keymaps(b)
+  end
+  pending = {}
+  if vim.fn.getqflist({ title = 0 }).title == "mia: pending hunks" then
+    M.quickfix(false)
+  end
+  if dropped > 0 then
+    vim.notify("mia: the answer ended; its pending review was closed and nothing was written", vim.log.levels.WARN)
+  end
+end
+
+local watching = false
+
 --- Reviews the edit in permission request `data` (call `call`).
 function M.ask(call, data, diff)
+  if not watching then
+    watching = true
+    api.nvim_create_autocmd("User", {
+      group = api.nvim_create_augroup("mia_review", { clear = true }),
+      pattern = "MiaAnswerEnd",
+      callback = drop_stale,
+      desc = "mia: close reviews nobody waits for",
+    })
+  end
   local r = { call = call, data = data, diff = diff }
   if config().review == "hunks" then
     local ok, placed = pcall(place_hunks, r)

@@ -267,3 +267,32 @@ def test_hunks_mode_insertions_and_deletions_accepted_all_give_exactly_the_propo
     done(ed)
     assert not (project / "fresh.txt").exists()
     assert "rejected" in last_result(server)
+
+
+def test_stopping_the_answer_closes_its_review_and_writes_nothing(agent, server, project):
+    ed = agent()
+    call(ed, "write_file", {"path": "a.txt", "content": "never\n"})
+    review_lines(ed)
+    ed.nvim.command("Mia stop")
+    ed.wait("require('mia.chat').state() == 'cancelled'")
+    ed.wait("require('mia.review').showing_lines() == nil")
+    assert (project / "a.txt").read_text() == "foo\n"
+    # the next review shows as usual
+    call(ed, "write_file", {"path": "a.txt", "content": "next\n"})
+    assert review_lines(ed)[-1] == "+next"
+    keys(ed, "a")
+    done(ed)
+    assert (project / "a.txt").read_text() == "next\n"
+
+
+def test_undo_leaves_a_buffer_with_unsaved_changes_alone_and_says_so(agent, server, project):
+    ed = agent(mode="code", permissions={"rules": [{"tool": "bash", "action": "allow"}]})
+    call(ed, "bash", {"command": "sed -i s/foo/bar/ a.txt"})
+    done(ed)
+    ed.nvim.command(f"edit {project / 'a.txt'}")
+    keys(ed, "ccmine<Esc>")
+    ed.wait("vim.bo.modified")
+    ed.nvim.command("Mia undo")
+    ed.wait(f"vim.fn.readfile('{project / 'a.txt'}')[1] == 'foo'")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('unsaved changes', 1, true) ~= nil")
+    assert ed.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 0, -1, false)", str(project / "a.txt")) == ["mine"]
