@@ -882,16 +882,32 @@ local HUNK_KEYS = {
   { "reject_all", "reject_all", "reject every hunk in the buffer" },
 }
 
+--- The buffer-local mappings the hunk keys hid, by buffer (put back after).
+local hidden = {}
+
 set_keymaps = function(b)
+  if hidden[b] then
+    return -- already set
+  end
+  hidden[b] = {}
   local k = keys()
   for _, item in ipairs(HUNK_KEYS) do
-    if k[item[1]] then
-      vim.keymap.set("n", k[item[1]], M.actions[item[2]], { buffer = b, nowait = true, desc = "mia review: " .. item[3] })
+    local key = k[item[1]]
+    if key then
+      local ok, old = pcall(api.nvim_buf_call, b, function()
+        return vim.fn.maparg(key, "n", false, true)
+      end)
+      if ok and type(old) == "table" and old.buffer == 1 then
+        table.insert(hidden[b], old)
+      end
+      vim.keymap.set("n", key, M.actions[item[2]], { buffer = b, nowait = true, desc = "mia review: " .. item[3] })
     end
   end
 end
 
 clear_keymaps = function(b)
+  local saved = hidden[b]
+  hidden[b] = nil
   if not api.nvim_buf_is_valid(b) then
     return
   end
@@ -900,6 +916,11 @@ clear_keymaps = function(b)
     if k[item[1]] then
       pcall(vim.keymap.del, "n", k[item[1]], { buffer = b })
     end
+  end
+  for _, m in ipairs(saved or {}) do
+    pcall(api.nvim_buf_call, b, function()
+      vim.fn.mapset("n", false, m)
+    end)
   end
 end
 

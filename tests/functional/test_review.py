@@ -152,6 +152,8 @@ def test_leaving_the_proposal_without_writing_returns_to_the_review(agent, serve
 
 def test_hunks_mode_accepting_one_of_two_hunks_writes_only_that_hunk(agent, server, project):
     ed = agent(review="hunks")
+    ed.nvim.command(f"edit {project / 'ten.txt'}")
+    ed.nvim.command("nnoremap <buffer> ]h <Cmd>let g:mine = 1<CR>")  # the user's own, hidden while hunks are pending
     new = TEN.replace("line2\n", "TWO\n").replace("line9\n", "NINE\n")
     call(ed, "write_file", {"path": "ten.txt", "content": new})
     ed.wait("#require('mia.review').pending() == 2")
@@ -170,8 +172,9 @@ def test_hunks_mode_accepting_one_of_two_hunks_writes_only_that_hunk(agent, serv
     assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, 3, false)") == ["line1", "TWO", "line3"]
     assert ed.lua("return vim.bo.modified") is False
     assert "The user changed your proposal" in last_result(server)
-    # no pending hunk: the keys are gone
-    assert ed.lua("return vim.fn.maparg(']h', 'n')") == ""
+    # no pending hunk: mia's keys are gone, the user's mapping is back
+    assert ed.lua("return vim.fn.maparg('\\\\a', 'n')") == ""
+    assert ed.lua("return vim.fn.maparg(']h', 'n')") == "<Cmd>let g:mine = 1<CR>"
 
 
 def test_an_unsaved_buffer_is_never_overwritten_the_user_is_asked(agent, server, project):
