@@ -737,8 +737,10 @@ local function settle(req)
   end
 end
 
---- Resolves hunk `h` (accept applies its new lines to the buffer as one undo step).
-local function resolve(h, accept)
+--- Resolves hunk `h` (accept applies its new lines to the buffer as one
+--- undo step). `batch`: part of accept/reject all (one undo step for all,
+--- the quickfix list refreshed once, by the caller).
+local function resolve(h, accept, batch)
   if h.state then
     return
   end
@@ -747,7 +749,9 @@ local function resolve(h, accept)
     local b = h.buf
     local was = vim.bo[b].modifiable
     vim.bo[b].modifiable = true
-    vim.bo[b].undolevels = vim.bo[b].undolevels
+    if not batch then
+      vim.bo[b].undolevels = vim.bo[b].undolevels
+    end
     if h.req.old_text == "" and api.nvim_buf_line_count(b) == 1 and api.nvim_buf_get_lines(b, 0, 1, false)[1] == "" then
       api.nvim_buf_set_lines(b, 0, -1, false, h.b_lines)
     else
@@ -775,6 +779,28 @@ local function resolve(h, accept)
   req.left = req.left - 1
   if req.left == 0 then
     settle(req)
+  end
+  if not batch and vim.fn.getqflist({ title = 0 }).title == "mia: pending hunks" then
+    M.quickfix(false)
+  end
+end
+
+--- Resolves every pending hunk of the current buffer, bottom up (positions
+--- above stay valid), as one undo step.
+local function resolve_all(accept)
+  local b = api.nvim_get_current_buf()
+  local list = {}
+  for _, h in ipairs(pending[b] or {}) do
+    list[#list + 1] = { h = h, row = position(h) or 0 }
+  end
+  table.sort(list, function(x, y)
+    return x.row > y.row
+  end)
+  if accept and #list > 0 then
+    vim.bo[b].undolevels = vim.bo[b].undolevels
+  end
+  for _, item in ipairs(list) do
+    resolve(item.h, accept, true)
   end
   if vim.fn.getqflist({ title = 0 }).title == "mia: pending hunks" then
     M.quickfix(false)
@@ -853,14 +879,10 @@ M.actions = {
     end
   end,
   accept_all = function()
-    for _, h in ipairs(vim.list_extend({}, pending[api.nvim_get_current_buf()] or {})) do
-      resolve(h, true)
-    end
+    resolve_all(true)
   end,
   reject_all = function()
-    for _, h in ipairs(vim.list_extend({}, pending[api.nvim_get_current_buf()] or {})) do
-      resolve(h, false)
-    end
+    resolve_all(false)
   end,
   list = function()
     M.quickfix(true)
