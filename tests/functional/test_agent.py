@@ -124,30 +124,37 @@ def test_ask_is_answered_through_vim_ui_select(agent, server):
     assert tool_results(server)[-1][0]["content"] == "answer: no"
 
 
-@pytest.mark.parametrize("choice,expected", [(1, "written"), (3, "rejected")])
-def test_writes_ask_first_in_ask_mode(agent, server, project, choice, expected):
+@pytest.mark.parametrize("key,expected", [("a", "written"), ("r", "rejected")])
+def test_writes_ask_first_in_ask_mode(agent, server, project, key, expected):
     ed = agent()
-    ed.lua("""
-      local choice = ...
-      vim.ui.select = function(items, opts, cb) _G.asked = { prompt = opts.prompt, items = items }; cb(items[choice], choice) end
-    """, choice)
-    prompt(ed, 'tool write_file {"path": "new.txt", "content": "hello"}')
-    asked = ed.lua("return asked")
-    assert asked["prompt"] == "mia wants to change files with `write_file` on new.txt"
-    assert asked["items"] == ["Allow once", "Allow always for this project", "Reject"]
+    ed.nvim.command('Mia prompt tool write_file {"path": "new.txt", "content": "hello"}')
+    # the review: a diff float titled with the tool and the file
+    ed.wait("require('mia.review').showing_lines() ~= nil")
+    assert ed.lua("return require('mia.review').showing_lines()") == ["new.txt (new file)", "@@ -0,0 +1,1 @@", "+hello"]
+    title = ed.lua("return vim.api.nvim_win_get_config(0).title")
+    assert "".join(t[0] for t in title) == " mia: review write_file → new.txt (new file) "
+    assert not (project / "new.txt").exists()
+    ed.nvim.input(key)
+    if key == "r":
+        ed.nvim.input("<CR>")  # no reason
+    ed.wait("require('mia.chat').state() == 'done'")
     if expected == "written":
         assert (project / "new.txt").read_text() == "hello"
     else:
         assert not (project / "new.txt").exists()
-        assert tool_results(server)[-1][0]["content"] == "The user rejected this call. Ask what they want instead."
+        assert tool_results(server)[-1][0]["content"] == (
+            "The user rejected this edit to `new.txt`; the file is unchanged. Ask what they want instead.")
 
 
 def test_allow_always_is_remembered_for_the_project(agent, server, project):
     ed = agent()
-    ed.lua("_G.asks = 0; vim.ui.select = function(items, opts, cb) _G.asks = asks + 1; cb(items[2], 2) end")
-    prompt(ed, 'tool write_file {"path": "one.txt", "content": "1"}')
+    ed.nvim.command('Mia prompt tool write_file {"path": "one.txt", "content": "1"}')
+    ed.wait("require('mia.review').showing_lines() ~= nil")
+    ed.nvim.input("A")
+    ed.wait("require('mia.chat').state() == 'done'")
+    ed.lua("_G.asks = 0; local r = require('mia.review'); local ask = r.ask; r.ask = function(...) asks = asks + 1; return ask(...) end")
     prompt(ed, 'tool write_file {"path": "two.txt", "content": "2"}')
-    assert ed.lua("return asks") == 1
+    assert ed.lua("return asks") == 0
     assert (project / "two.txt").read_text() == "2"
     saved = json.loads((ed.home / "data" / "nvim" / "mia" / "permissions.json").read_text())
     assert saved["projects"][str(project.resolve())] == [{"tool": "write_file", "action": "allow"}]
@@ -317,11 +324,14 @@ def test_edits_land_in_the_buffer_the_user_has_open_and_are_saved(agent, server,
     # An unsaved change the model reads and edits around.
     ed.nvim.input("Goline typed by the user<Esc>")
     ed.wait("vim.bo.modified")
+    # Saving would write the user's unsaved line too: mia asks first.
+    ed.lua("_G.asked = {}; vim.ui.select = function(items, opts, cb) table.insert(asked, opts.prompt); cb(items[1], 1) end")
     prompt(ed, 'tool edit_file {"path": "a.txt", "old_string": "typed by the user", "new_string": "kept, and edited by mia"}')
     assert tool_results(server)[-1][0]["content"].startswith("Edited `a.txt`")
     buf = "vim.fn.bufnr(...)"
     lines = ed.lua(f"return vim.api.nvim_buf_get_lines({buf}, 0, -1, false)", str(project / "a.txt"))
     assert lines == ["foo", "line kept, and edited by mia"]
+    assert ed.lua("return asked") == ["`a.txt` has unsaved changes that mia's edit would replace"]
     assert ed.lua(f"return vim.bo[{buf}].modified", str(project / "a.txt")) is False
     assert (project / "a.txt").read_text() == "foo\nline kept, and edited by mia\n"
     # A whole-file write to an open buffer replaces its text too (one undo step).
@@ -352,6 +362,7 @@ def test_every_spelling_of_an_open_files_path_edits_its_buffer(agent, server, pr
     ed.nvim.command(f"edit {project / 'a.txt'}")
     ed.nvim.input("Aunsaved<Esc>")
     ed.wait("vim.bo.modified")
+    ed.lua("vim.ui.select = function(items, opts, cb) cb(items[1], 1) end")  # apply over the unsaved change
     prompt(ed, 'tool edit_file {"path": "./sub/../a.txt", "old_string": "foounsaved", "new_string": "bar"}')
     assert tool_results(server)[-1][0]["content"].startswith("Edited `a.txt`")
     assert ed.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 0, -1, false)", str(project / "a.txt")) == ["bar"]
