@@ -195,7 +195,8 @@ pub async fn run(
     let scope = Arc::new(EditScope {
         ledger: session.files.clone(),
         checkpoint: deps.settings.data_dir.as_ref().map(|dir| {
-            let store = crate::checkpoint::Checkpoints::new(dir, deps.settings.checkpoints);
+            let store = crate::checkpoint::Checkpoints::new(dir, deps.settings.checkpoints)
+                .with_secrets(deps.providers.secrets());
             prune_once(&store);
             Arc::new(TurnCheckpoint::new(
                 store,

@@ -170,6 +170,8 @@ pub struct Checkpoints {
     dir: PathBuf,
     pub objects: Objects,
     pub settings: CheckpointSettings,
+    /// Configured API keys: a file holding one is not kept (the store never holds a secret).
+    secrets: std::sync::Arc<[String]>,
 }
 
 impl Checkpoints {
@@ -179,7 +181,32 @@ impl Checkpoints {
             objects: Objects::new(dir.join("objects")),
             dir,
             settings,
+            secrets: std::sync::Arc::from(Vec::new()),
         }
+    }
+
+    /// The same store, refusing to keep any file that holds one of `secrets`.
+    pub fn with_secrets(mut self, secrets: Vec<String>) -> Checkpoints {
+        self.secrets = secrets.into();
+        self
+    }
+
+    /// The data directory the checkpoints live in: never scanned as part of a project.
+    pub fn data_dir(&self) -> &Path {
+        self.dir.parent().unwrap_or(&self.dir)
+    }
+
+    /// Stores a file's bytes, unless they hold a configured API key:
+    /// (object, why not kept).
+    pub fn keep(&self, bytes: &[u8]) -> io::Result<(Option<String>, Option<String>)> {
+        let holds = |secret: &str| !secret.is_empty() && bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
+        if self.secrets.iter().any(|s| holds(s)) {
+            return Ok((
+                None,
+                Some("it holds a configured API key, which checkpoints never keep".into()),
+            ));
+        }
+        Ok((Some(self.objects.put(bytes)?), None))
     }
 
     fn journal_path(&self, session_id: &str) -> Result<PathBuf, CheckpointError> {
@@ -398,7 +425,7 @@ impl Checkpoints {
             ));
         }
         let bytes = fs::read(path)?;
-        Ok((Some(self.objects.put(&bytes)?), None))
+        self.keep(&bytes)
     }
 
     /// Removes checkpoints older than `max_age_days`, then objects no
@@ -581,7 +608,7 @@ impl TurnCheckpoint {
     /// After the command: every file whose size or time changed, that
     /// appeared or that disappeared is recorded with its content from `before`.
     pub fn after_scan(&self, root: &Path, before: &Scan, by: &str) -> Result<Vec<PathBuf>, CheckpointError> {
-        let changed = scan::changes(root, before, &self.store.settings);
+        let changed = scan::changes(root, before, &self.store);
         let mut state = self.lock();
         let mut recorded = Vec::new();
         for (path, change) in changed {
@@ -674,6 +701,53 @@ mod tests {
         assert_eq!(fs::read_to_string(root.join("edit.txt")).unwrap(), "before");
         assert_eq!(fs::read_to_string(root.join("gone.txt")).unwrap(), "bye");
         assert!(!root.join("made.txt").exists());
+    }
+
+    #[test]
+    fn mias_own_data_dir_inside_the_project_is_not_scanned_and_a_file_holding_a_key_is_not_kept() {
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        let key = "sk-canary-0123456789abcdef";
+        // The data directory, spelled through a link, lies inside the project.
+        fs::create_dir(root.join("data")).unwrap();
+        std::os::unix::fs::symlink(root.join("data"), root.join("data-link")).unwrap();
+        let store =
+            Checkpoints::new(&root.join("data-link"), CheckpointSettings::default()).with_secrets(vec![key.into()]);
+        fs::write(root.join("init.lua"), format!("api_key = \"{key}\"\n")).unwrap();
+        fs::write(root.join("plain.txt"), "plain").unwrap();
+        let t = turn(&store, "run a command");
+        let before = t.scan(root);
+        assert!(
+            before.files.keys().all(|p| !p.starts_with(root.join("data"))),
+            "{:?}",
+            before.files.keys()
+        );
+        fs::write(root.join("init.lua"), "changed").unwrap();
+        fs::write(root.join("plain.txt"), "changed too").unwrap();
+        let mut changed = t.after_scan(root, &before, "bash").unwrap();
+        changed.sort();
+        assert_eq!(changed, vec![root.join("init.lua"), root.join("plain.txt")]);
+        // Nothing under the data directory holds the key.
+        let mut stack = vec![root.join("data")];
+        while let Some(dir) = stack.pop() {
+            for e in fs::read_dir(dir).unwrap().flatten() {
+                if e.path().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    let bytes = fs::read(e.path()).unwrap();
+                    assert!(!String::from_utf8_lossy(&bytes).contains(key), "{}", e.path().display());
+                }
+            }
+        }
+        let r = store.undo("s1").unwrap();
+        assert_eq!(fs::read_to_string(root.join("plain.txt")).unwrap(), "plain");
+        assert_eq!(fs::read_to_string(root.join("init.lua")).unwrap(), "changed");
+        assert!(
+            r.skipped
+                .iter()
+                .any(|s| s.reason.contains("holds a configured API key")),
+            "{r:?}"
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{Change, CheckpointSettings, Checkpoints};
+use super::{Change, Checkpoints};
 
 /// A file's size and time, the cheap test for "changed".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,13 +35,25 @@ pub struct Scan {
     pub truncated: bool,
 }
 
-fn walk(root: &Path, settings: &CheckpointSettings) -> (Vec<(PathBuf, Stamp)>, bool) {
+/// `data_dir` as the walk of `root` spells it, when it lies inside `root`.
+fn inside(root: &Path, data_dir: &Path) -> Option<PathBuf> {
+    let canon_root = std::fs::canonicalize(root).ok()?;
+    let canon_data = std::fs::canonicalize(data_dir).ok()?;
+    let rel = canon_data.strip_prefix(&canon_root).ok()?;
+    Some(root.join(rel))
+}
+
+/// The project's files, without `.git` and without mia's own data directory
+/// (its snapshots and store are not the project's).
+fn walk(root: &Path, store: &Checkpoints) -> (Vec<(PathBuf, Stamp)>, bool) {
+    let settings = &store.settings;
     let mut out = Vec::new();
+    let data = inside(root, store.data_dir());
     let walker = ignore::WalkBuilder::new(root)
         .hidden(false)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git")
+        .filter_entry(move |e| e.file_name() != ".git" && data.as_deref() != Some(e.path()))
         .build();
     for entry in walker.flatten() {
         if !entry.file_type().is_some_and(|t| t.is_file()) {
@@ -126,7 +138,7 @@ fn git_blobs(root: &Path) -> HashMap<PathBuf, String> {
 /// stamp differs from the cache's; a tracked file git holds unchanged is
 /// kept as its blob).
 pub fn before(root: &Path, store: &Checkpoints, cache: &mut ScanCache) -> Scan {
-    let (files, truncated) = walk(root, &store.settings);
+    let (files, truncated) = walk(root, store);
     let blobs = if files.iter().any(|(p, s)| cache.get(p).is_none_or(|k| k.stamp != *s)) {
         git_blobs(root)
     } else {
@@ -151,8 +163,8 @@ pub fn before(root: &Path, store: &Checkpoints, cache: &mut ScanCache) -> Scan {
                         )),
                     )
                 } else {
-                    match std::fs::read(&path).and_then(|b| store.objects.put(&b)) {
-                        Ok(name) => (Some(name), None),
+                    match std::fs::read(&path).and_then(|b| store.keep(&b)) {
+                        Ok(kept) => kept,
                         Err(e) => (None, Some(format!("it could not be read before the command ({e})"))),
                     }
                 };
@@ -167,8 +179,8 @@ pub fn before(root: &Path, store: &Checkpoints, cache: &mut ScanCache) -> Scan {
 }
 
 /// Files that differ from `before`: changed stamp, new, or gone.
-pub fn changes(root: &Path, before: &Scan, settings: &CheckpointSettings) -> Vec<(PathBuf, Change)> {
-    let (now, _) = walk(root, settings);
+pub fn changes(root: &Path, before: &Scan, store: &Checkpoints) -> Vec<(PathBuf, Change)> {
+    let (now, _) = walk(root, store);
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (path, stamp) in now {

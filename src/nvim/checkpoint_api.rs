@@ -18,7 +18,7 @@ fn store() -> Result<Checkpoints, LlmError> {
     let dir = settings
         .data_dir
         .ok_or_else(|| error(crate::checkpoint::CheckpointError::NoDataDir))?;
-    Ok(Checkpoints::new(&dir, settings.checkpoints))
+    Ok(Checkpoints::new(&dir, settings.checkpoints).with_secrets(runtime::providers().secrets()))
 }
 
 /// `checkpoints(session_id)` -> handle; its result lists the checkpoints,
