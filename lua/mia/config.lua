@@ -73,6 +73,7 @@
 --- @field max_age_days? integer Checkpoints older than this are pruned (default 30)
 --- @field max_mb? integer Snapshots beyond this total are pruned, oldest first (default 512)
 --- @field max_file_kb? integer Bigger files are not snapshotted; :Mia undo names them (default 4096)
+--- @field max_scan_files? integer Most files the scan around a `bash` command looks at (default 20000)
 
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
@@ -129,7 +130,7 @@ local function defaults()
     mode = M._names().default_mode,
     review = "diff",
     review_keys = vim.deepcopy(M.review_keys),
-    checkpoints = { max_age_days = 30, max_mb = 512, max_file_kb = 4096 },
+    checkpoints = { max_age_days = 30, max_mb = 512, max_file_kb = 4096, max_scan_files = 20000 },
   }
 end
 
@@ -337,8 +338,12 @@ local function validate(opts)
   end
   check_type("checkpoints", opts.checkpoints, "table", true)
   for key, v in pairs(opts.checkpoints or {}) do
-    if not ({ max_age_days = 1, max_mb = 1, max_file_kb = 1 })[key] then
-      fail("checkpoints." .. tostring(key), "is not a checkpoint option (max_age_days, max_mb, max_file_kb)", v)
+    if not ({ max_age_days = 1, max_mb = 1, max_file_kb = 1, max_scan_files = 1 })[key] then
+      fail(
+        "checkpoints." .. tostring(key),
+        "is not a checkpoint option (max_age_days, max_mb, max_file_kb, max_scan_files)",
+        v
+      )
     elseif type(v) ~= "number" or v <= 0 or v ~= math.floor(v) or v >= 2 ^ 31 then
       fail("checkpoints." .. key, "must be a positive whole number", v)
     end

@@ -86,10 +86,11 @@ function M.check()
   end
   local cp = cfg.checkpoints or {}
   health.info(string.format(
-    "checkpoints: kept %d days, at most %d MB, files up to %d KB (:Mia checkpoints, :Mia undo)",
+    "checkpoints: kept %d days, at most %d MB, files up to %d KB, scans up to %d files (:Mia checkpoints, :Mia undo)",
     cp.max_age_days or 30,
     cp.max_mb or 512,
-    cp.max_file_kb or 4096
+    cp.max_file_kb or 4096,
+    cp.max_scan_files or 20000
   ))
 
   health.start("mia: files")

@@ -101,6 +101,7 @@ function M.checkpoints(cp)
     max_age_days = cp.max_age_days or 30,
     max_bytes = (cp.max_mb or 512) * 1024 * 1024,
     max_file_bytes = (cp.max_file_kb or 4096) * 1024,
+    max_scan_files = cp.max_scan_files or 20000,
   }
 end
 

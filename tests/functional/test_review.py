@@ -226,9 +226,9 @@ def test_review_and_checkpoint_options_are_validated(editor_factory):
     assert err.startswith("mia.setup: `review_keys.acept` is not a review key (")
     err = ed.lua("return select(2, pcall(require('mia').setup, { checkpoints = { max_mb = -1 } }))")
     assert err == "mia.setup: `checkpoints.max_mb` must be a positive whole number (got -1)"
-    ed.lua("require('mia').setup({ checkpoints = { max_mb = 1, max_file_kb = 2 } })")
+    ed.lua("require('mia').setup({ checkpoints = { max_mb = 1, max_file_kb = 2, max_scan_files = 50 } })")
     assert ed.lua("return require('mia.settings').agent().checkpoints") == {
-        "max_age_days": 30, "max_bytes": 1048576, "max_file_bytes": 2048}
+        "max_age_days": 30, "max_bytes": 1048576, "max_file_bytes": 2048, "max_scan_files": 50}
     assert ed.lua("return vim.fn.getcompletion('Mia ch', 'cmdline')") == ["checkpoints"]
     assert ed.lua("return vim.fn.getcompletion('Mia un', 'cmdline')") == ["undo"]
 
@@ -251,7 +251,7 @@ def test_checkhealth_names_the_review_mode(editor_factory):
     ed.nvim.command("checkhealth mia")
     text = "\n".join(ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
     assert "review mode: hunks" in text
-    assert "checkpoints: kept 30 days, at most 512 MB, files up to 4096 KB" in text
+    assert "checkpoints: kept 30 days, at most 512 MB, files up to 4096 KB, scans up to 20000 files" in text
 
 
 def test_hunks_mode_insertions_and_deletions_accepted_all_give_exactly_the_proposal(agent, server, project):
