@@ -42,7 +42,13 @@ answer is the text ``tool said: <result>`` (several results joined with
 " | "; Gemini's result is the JSON of its "response" object).  Otherwise the
 scenario is the first word of the LAST user message's text (OpenAI text
 parts / Anthropic string or text blocks / Gemini text parts, concatenated);
-bad arguments fall back to echo.  Word tokens are ``"w%05d " % i``,
+bad arguments fall back to echo.  Agent harnesses wrap the user's words:
+Claude Code (claude-agent-acp) sends the prompt as the last of several text
+blocks, the others being markup such as <system-reminder>...</system-reminder>
+or <command-name>...</command-name>.  So, for choosing the scenario (and for
+echo), ``<system-reminder>`` elements are cut out of every text piece and a
+piece that is then only such <tag>...</tag> elements is skipped; if nothing
+is left, the plain concatenation is used.  Word tokens are ``"w%05d " % i``,
 reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   echo <anything>  (and any other text) the whole unstripped user text, split
                    after each word's trailing whitespace:
@@ -491,7 +497,7 @@ class OpenAI(Format):
             results.insert(0, message_text(m))
         opts = body.get("stream_options")
         return Req(model=body.get("model", ""), stream=body.get("stream") is True,
-                   text=message_text(users[-1]) if users else "",
+                   text=user_text(message_pieces(users[-1])) if users else "",
                    results=results or None,
                    prompt=sum(len(message_text(m).split()) for m in messages),
                    want_usage=isinstance(opts, dict) and opts.get("include_usage") is True)
@@ -600,13 +606,37 @@ class OpenAI(Format):
             {"id": m, "object": "model", "owned_by": "mia-scenarios"} for m in MODELS]}
 
 
-def message_text(msg):
-    """An OpenAI message's text: its string content or its text parts."""
+HARNESS_ELEMENT = re.compile(r"<([A-Za-z][\w-]*)>.*?</\1>", re.S)
+SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\s*", re.S)
+
+
+def user_text(pieces):
+    """The user's own words from a user message's text pieces, without the
+    markup agent harnesses add (see SCENARIOS); unchanged when there is none."""
+    kept, changed = [], False
+    for piece in pieces:
+        bare = SYSTEM_REMINDER.sub("", piece)
+        if bare != piece:
+            bare, changed = bare.strip(), True
+        if HARNESS_ELEMENT.sub("", bare).strip():
+            kept.append(bare)
+        else:
+            changed = True
+    return "".join(kept) if changed and kept else "".join(pieces)
+
+
+def message_pieces(msg):
+    """An OpenAI message's text pieces: its string content or its text parts."""
     content = msg.get("content") if isinstance(msg, dict) else None
     if isinstance(content, list):
-        return "".join(p["text"] for p in content if isinstance(p, dict)
-                       and p.get("type") == "text" and isinstance(p.get("text"), str))
-    return content if isinstance(content, str) else ""
+        return [p["text"] for p in content if isinstance(p, dict)
+                and p.get("type") == "text" and isinstance(p.get("text"), str)]
+    return [content] if isinstance(content, str) else []
+
+
+def message_text(msg):
+    """An OpenAI message's text: its string content or its text parts."""
+    return "".join(message_pieces(msg))
 
 
 class Anthropic(Format):
@@ -633,7 +663,7 @@ class Anthropic(Format):
         prompt = words(blocks_text(body.get("system")),
                        *(blocks_text(m.get("content"), tool_results=True) for m in messages))
         return Req(model=body.get("model", ""), stream=body.get("stream") is True,
-                   text=blocks_text(users[-1].get("content")) if users else "",
+                   text=user_text(block_pieces(users[-1].get("content"))) if users else "",
                    results=results, prompt=prompt)
 
     def error(self, status, message=None, model=None, retry=None):
@@ -747,6 +777,14 @@ class Anthropic(Format):
                 "first_id": data[0]["id"], "last_id": data[-1]["id"]}
 
 
+def block_pieces(content):
+    """Anthropic content's text pieces: a string, or its text blocks' texts."""
+    if isinstance(content, str):
+        return [content]
+    return [b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"
+            and isinstance(b.get("text"), str)] if isinstance(content, list) else []
+
+
 def blocks_text(content, tool_results=False):
     """Anthropic content's text: a string, or its text blocks (and, if
     asked, the text of its tool_result blocks) concatenated."""
@@ -791,7 +829,7 @@ class Gemini(Format):
         prompt = words(parts_text(body.get("systemInstruction")),
                        *(parts_text(c, tool_results=True) for c in contents))
         return Req(model=model, stream=stream, results=results, prompt=prompt,
-                   text=parts_text(users[-1]) if users else "")
+                   text=user_text(part_pieces(users[-1])) if users else "")
 
     def error(self, status, message=None, model=None, retry=None):
         state = self.STATUS.get(status, "UNAVAILABLE" if status >= 500 else "FAILED_PRECONDITION")
@@ -878,6 +916,12 @@ class Gemini(Format):
 def parts_of(content):
     parts = content.get("parts") if isinstance(content, dict) else None
     return [p for p in parts if isinstance(p, dict)] if isinstance(parts, list) else []
+
+
+def part_pieces(content):
+    """A Gemini content's text parts (not thoughts)."""
+    return [p["text"] for p in parts_of(content)
+            if isinstance(p.get("text"), str) and not p.get("thought")]
 
 
 def parts_text(content, tool_results=False):
