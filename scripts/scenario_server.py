@@ -48,7 +48,10 @@ blocks, the others being markup such as <system-reminder>...</system-reminder>
 or <command-name>...</command-name>.  So, for choosing the scenario (and for
 echo), ``<system-reminder>`` elements are cut out of every text piece and a
 piece that is then only such <tag>...</tag> elements is skipped; if nothing
-is left, the plain concatenation is used.  Word tokens are ``"w%05d " % i``,
+is left, the plain concatenation is used.  After a cancelled turn Claude
+Code sends the cut-off prompt, a "[Request interrupted by user]" piece and
+the new prompt in one message: pieces up to that marker are skipped too.
+Word tokens are ``"w%05d " % i``,
 reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   echo <anything>  (and any other text) the whole unstripped user text, split
                    after each word's trailing whitespace:
@@ -607,13 +610,17 @@ class OpenAI(Format):
 
 
 HARNESS_ELEMENT = re.compile(r"<([A-Za-z][\w-]*)>.*?</\1>", re.S)
+INTERRUPTED = re.compile(r"\[Request interrupted by user[^\]\n]*\]")
 SYSTEM_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\s*", re.S)
 
 
 def user_text(pieces):
     """The user's own words from a user message's text pieces, without the
     markup agent harnesses add (see SCENARIOS); unchanged when there is none."""
-    kept, changed = [], False
+    original, kept, changed = pieces, [], False
+    marks = [i for i, piece in enumerate(pieces) if INTERRUPTED.fullmatch(piece.strip())]
+    if marks and marks[-1] + 1 < len(pieces):  # what came before was the cut-off turn
+        pieces, changed = pieces[marks[-1] + 1:], True
     for piece in pieces:
         bare = SYSTEM_REMINDER.sub("", piece)
         if bare != piece:
@@ -622,7 +629,7 @@ def user_text(pieces):
             kept.append(bare)
         else:
             changed = True
-    return "".join(kept) if changed and kept else "".join(pieces)
+    return "".join(kept) if changed and kept else "".join(original)
 
 
 def message_pieces(msg):

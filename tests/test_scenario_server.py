@@ -640,6 +640,49 @@ def test_anthropic_scenario_text_from_last_user_message_blocks(server):
     assert "ünï".encode() in body and "🎉".encode() in body  # raw UTF-8
 
 
+def claude_code_blocks(*texts):
+    """A user message the way Claude Code sends it: markup blocks, then the prompt."""
+    markup = ["<system-reminder>\nThe following skills are available: long 9\n</system-reminder>",
+              "<local-command-caveat>Caveat: stall 1</local-command-caveat>\n",
+              "<command-name>/model</command-name>\n   <command-args>default</command-args>\n"]
+    return {"role": "user", "content": [{"type": "text", "text": t} for t in [*markup, *texts]]}
+
+
+def test_scenario_from_the_users_words_inside_harness_markup(server):
+    c = Conn(server.port)
+    messages_request(c, messages=[claude_code_blocks("echo hello there")])
+    _, _, body, _ = c.response()
+    assert text_of("anthropic", body) == "echo hello there"
+    # words count for usage as before: markup included
+    assert named_events(body)[0]["message"]["usage"]["input_tokens"] > 10
+    messages_request(c, messages=[claude_code_blocks("tool Write {\"file_path\":\"/x\"}")])
+    _, _, body, _ = c.response()
+    starts = [e for e in named_events(body) if e["type"] == "content_block_start"]
+    assert [s["content_block"]["name"] for s in starts] == ["Write"]
+    # a reminder inside the prompt's own block, in the other formats too
+    c.chat("<system-reminder>\nlong 9\n</system-reminder>\n\ncount")
+    _, _, body, _ = c.response()
+    assert "".join(contents(body)) == "3"
+    # after a cancelled turn: the cut-off prompt, the marker, the new prompt
+    messages_request(c, messages=[claude_code_blocks(
+        "stall 3\n", "[Request interrupted by user]\n", "echo after cancel")])
+    _, _, body, _ = c.response()
+    assert text_of("anthropic", body) == "echo after cancel"
+    gemini_request(c, contents=[{"role": "user", "parts": [
+        {"text": "<system-reminder>x</system-reminder>"}, {"text": "echo gem"}]}])
+    _, _, body, _ = c.response()
+    assert text_of("gemini", body) == "echo gem"
+    # nothing but markup, or no markup at all: the plain concatenation, as before
+    messages_request(c, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "<b>bold</b>"}, {"type": "text", "text": "<i>x</i>"}]}])
+    _, _, body, _ = c.response()
+    assert text_of("anthropic", body) == "<b>bold</b><i>x</i>"
+    c.chat(None, messages=[{"role": "user", "content": [
+        {"type": "text", "text": "Hello "}, {"type": "text", "text": "<b>big</b> world"}]}])
+    _, _, body, _ = c.response()
+    assert "".join(contents(body)) == "Hello <b>big</b> world"
+
+
 def test_anthropic_thinking_event_order(server):
     c = Conn(server.port)
     messages_request(c, "reason 3")

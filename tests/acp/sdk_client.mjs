@@ -12,7 +12,7 @@
 //   command      [program, ...args]                        (required)
 //   env          extra environment for the agent            ({})
 //   cwd          session cwd, also the agent's working dir  (process cwd)
-//   prompts      [{text, cancelAfterMs?, cancelOnFirstChunk?, cancelOnToolCall?}]
+//   prompts      [{text, delayMs?, cancelAfterMs?, cancelOnFirstChunk?, cancelOnToolCall?}]
 //                or `prompt: "text"` for a single turn
 //   permission   option kind to pick: "allow_once" (default) | "allow_always" |
 //                "reject_once" | "reject_always" | "cancel" (answer cancelled)
@@ -261,6 +261,7 @@ async function main() {
   for (let i = 0; i < prompts.length; i++) {
     const p = typeof prompts[i] === "string" ? { text: prompts[i] } : prompts[i];
     prompts[i] = p;
+    if (p.delayMs) await new Promise((r) => setTimeout(r, p.delayMs));
     turn = i;
     turns.push({ text: "", kinds: [], toolCalls: [], toolStatuses: [], permissions: [], fs: [],
                  usageUpdates: [], started: now() });

@@ -1,0 +1,97 @@
+"""The pinned ACP counterparts (tests/acp, installed by scripts/bootstrap) and
+how to run them offline: the SDK's example agent and claude-agent-acp against
+the scenario server, driven by tests/acp/sdk_client.mjs (the SDK's own
+client).  Shared by tests/functional/test_acp_counterparts.py and
+benches/issue12_sdk_baseline.py; mia's chat tests can take the commands and
+the environment from here too."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ACP = ROOT / "tests" / "acp"
+MODULES = ACP / "node_modules"
+SDK_CLIENT = ACP / "sdk_client.mjs"
+EXAMPLE_AGENT = MODULES / "acp-sdk-0.17" / "dist" / "examples" / "agent.js"
+CLAUDE_AGENT = MODULES / "@zed-industries" / "claude-agent-acp" / "dist" / "index.js"
+
+
+def node():
+    """The node binary, or None."""
+    return shutil.which("node")
+
+
+def missing():
+    """Why the counterparts cannot run here (a message naming the fix), or None."""
+    if not node():
+        return "node is not installed: the ACP counterpart tests need node (and npm for scripts/bootstrap)"
+    for path in (EXAMPLE_AGENT, CLAUDE_AGENT):
+        if not path.exists():
+            return f"{path.relative_to(ROOT)} is missing: run scripts/bootstrap (it installs tests/acp)"
+    return None
+
+
+def example_agent_command():
+    return [node(), str(EXAMPLE_AGENT)]
+
+
+def claude_agent_command():
+    return [node(), str(CLAUDE_AGENT)]
+
+
+def claude_env(port, home):
+    """What claude-agent-acp 0.23.1 needs to run offline against the scenario
+    server on `port`: any key, no nonessential traffic (no telemetry, update
+    or title requests), a throwaway HOME (it writes ~/.claude), and
+    IS_SANDBOX=1 because its bundled CLI refuses to run as root without it
+    (session/new then fails with "Query closed before response received")."""
+    Path(home).mkdir(parents=True, exist_ok=True)
+    return {
+        "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
+        "ANTHROPIC_API_KEY": "sk-test-anything",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "HOME": str(home),
+        "IS_SANDBOX": "1",
+    }
+
+
+class Run:
+    """One sdk_client.mjs run: its JSON lines, by event."""
+
+    def __init__(self, lines, returncode, stderr):
+        self.lines, self.returncode, self.stderr = lines, returncode, stderr
+        self.summary = next((x for x in reversed(lines) if x["event"] == "summary"), None)
+
+    def events(self, name):
+        return [x for x in self.lines if x["event"] == name]
+
+    @property
+    def turns(self):
+        return self.summary["turns"] if self.summary else []
+
+    @property
+    def timings(self):
+        return self.summary["timings"] if self.summary else {}
+
+    def explain(self):
+        """Everything needed to see why a run failed, for assertion messages."""
+        return json.dumps(self.lines, indent=1)[-6000:] + "\n--- stderr ---\n" + self.stderr[-4000:]
+
+
+def run_sdk_client(command, prompts, cwd, env=None, permission="allow_once", timeout_s=120,
+                   stderr_file=None, quiet=False):
+    """Drive `command` with the SDK's ClientSideConnection through
+    initialize -> session/new -> session/prompt for each of `prompts`."""
+    opts = {"command": [str(c) for c in command], "env": env or {}, "cwd": str(cwd),
+            "prompts": prompts, "permission": permission, "timeoutMs": int(timeout_s * 1000),
+            "quiet": quiet}
+    if stderr_file:
+        opts["stderrFile"] = str(stderr_file)
+    proc = subprocess.run([node(), str(SDK_CLIENT), json.dumps(opts)], capture_output=True,
+                          text=True, timeout=timeout_s + 15, cwd=str(cwd),
+                          env={k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC")})
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return Run(lines, proc.returncode, proc.stderr)
