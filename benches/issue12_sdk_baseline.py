@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Issue 12's baseline: agent start to first token with the SDK's own client.
+
+For each agent (the SDK 0.17.1 example agent, and claude-agent-acp 0.23.1
+against scripts/scenario_server.py), a driver spawns the agent, runs
+initialize -> session/new -> session/prompt and reports, in milliseconds from
+spawn: initialize answered, session/new answered, first agent_message_chunk,
+prompt done.  Each run is a fresh agent process (claude-agent-acp also gets a
+fresh HOME); the median of --runs runs is printed.
+
+The SDK driver is tests/acp/sdk_client.mjs (@agentclientprotocol/sdk
+ClientSideConnection).  To compare mia's client side by side, add a driver:
+a function (agent, prompt, workdir) -> {"initialize": ms, "session_new": ms,
+"first_chunk": ms, "prompt_done": ms} measured from the agent's spawn, and
+register it in DRIVERS; agents come from AGENTS (command + env per run).
+
+    .venv/bin/python benches/issue12_sdk_baseline.py [--runs 5] [--drivers sdk]
+        [--agents example,claude] [--json out.json]
+
+The example agent's first chunk is sent at once; its prompt takes ~5 s of
+simulated model time, so only first_chunk is comparable.  claude-agent-acp's
+prompt is the echo scenario (a few tokens, no tool).  Asserts nothing about
+time; needs node (and scripts/bootstrap's tests/acp).
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "functional"))
+
+from acp_agents import (claude_agent_command, claude_env, example_agent_command,  # noqa: E402
+                        missing, run_sdk_client)
+from conftest import ScenarioServer  # noqa: E402
+
+POINTS = ["initialize", "session_new", "first_chunk", "prompt_done"]
+
+
+class Agent:
+    """An agent to measure: its command and, per run, its environment."""
+
+    def __init__(self, name, command, env=lambda workdir: {}, prompt="echo hi there"):
+        self.name, self.command, self.env, self.prompt = name, command, env, prompt
+
+
+def sdk_driver(agent, prompt, workdir):
+    run = run_sdk_client(agent.command(), [prompt], workdir / "project", env=agent.env(workdir),
+                         stderr_file=workdir / "agent.stderr", quiet=True)
+    if run.returncode != 0 or not run.turns or run.turns[0].get("stopReason") != "end_turn":
+        raise RuntimeError(f"{agent.name}: run failed\n{run.explain()}")
+    return {p: run.timings.get(p) for p in POINTS}
+
+
+DRIVERS = {"sdk": sdk_driver}
+
+
+def agents(server):
+    return {
+        "example": Agent("example", example_agent_command),
+        "claude": Agent("claude", claude_agent_command,
+                        env=lambda workdir: claude_env(server.port, workdir / "home")),
+    }
+
+
+def measure(driver, agent, runs):
+    samples = []
+    for i in range(runs):
+        with tempfile.TemporaryDirectory(prefix="mia-acp-bench-") as tmp:
+            work = Path(tmp)
+            (work / "project").mkdir()
+            samples.append(driver(agent, agent.prompt, work))
+    return {p: statistics.median(s[p] for s in samples) for p in POINTS} | {"samples": samples}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--drivers", default=",".join(DRIVERS))
+    parser.add_argument("--agents", default="example,claude")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args()
+    if (why := missing()):
+        sys.exit(why)
+    server = ScenarioServer()
+    results = {}
+    try:
+        table = agents(server)
+        for dname in args.drivers.split(","):
+            for aname in args.agents.split(","):
+                res = measure(DRIVERS[dname], table[aname], args.runs)
+                results[f"{dname}/{aname}"] = res
+                spread = {p: [s[p] for s in res["samples"]] for p in POINTS}
+                print(f"{dname:>6} {aname:<8} median of {args.runs} [min-max] (ms from spawn): " +
+                      "  ".join(f"{p} {res[p]:.0f} [{min(spread[p]):.0f}-{max(spread[p]):.0f}]"
+                                for p in POINTS), flush=True)
+    finally:
+        server.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
