@@ -379,7 +379,14 @@ impl Server {
     }
 
     /// A slash command; its answer streams as the agent's message.
-    fn command(&self, session: &Arc<Session>, name: &str, input: &str, responder: Responder<acp::PromptResponse>, cx: &Cx) {
+    fn command(
+        &self,
+        session: &Arc<Session>,
+        name: &str,
+        input: &str,
+        responder: Responder<acp::PromptResponse>,
+        cx: &Cx,
+    ) {
         let id = session.id();
         let say = |text: String| Self::notify(cx, &id, updates::agent_text(&text));
         match name {
@@ -418,7 +425,10 @@ impl Server {
                     Self::notify(
                         &cx,
                         &id,
-                        updates::agent_text(&format!("This session has cost {}.", crate::shared::format_usd(Some(usd)))),
+                        updates::agent_text(&format!(
+                            "This session has cost {}.",
+                            crate::shared::format_usd(Some(usd))
+                        )),
                     );
                     Self::end_turn(responder, "end_turn");
                 };
@@ -564,15 +574,21 @@ impl Server {
         let cx2 = cx.clone();
         let task = async move {
             let answer: Result<Value, String> = match kind.as_str() {
-                "session/request_permission" => match serde_json::from_value::<acp::RequestPermissionRequest>(payload) {
-                    Ok(req) => match cx2.send_request(req).block_task().await {
-                        Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
-                        Err(e) => Err(format!("the client could not ask: {e}")),
-                    },
-                    Err(e) => Err(format!("mia-acp: bad permission request: {e}")),
-                },
+                "session/request_permission" => {
+                    match serde_json::from_value::<acp::RequestPermissionRequest>(payload) {
+                        Ok(req) => match cx2.send_request(req).block_task().await {
+                            Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
+                            Err(e) => Err(format!("the client could not ask: {e}")),
+                        },
+                        Err(e) => Err(format!("mia-acp: bad permission request: {e}")),
+                    }
+                }
                 "confirm" => {
-                    let reason = payload.get("reason").and_then(Value::as_str).unwrap_or("Continue?").to_string();
+                    let reason = payload
+                        .get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("Continue?")
+                        .to_string();
                     let req: Result<acp::RequestPermissionRequest, _> = serde_json::from_value(json!({
                         "sessionId": session_id,
                         "toolCall": { "toolCallId": format!("mia-confirm-{call}"), "title": reason, "kind": "other", "status": "pending" },
@@ -604,7 +620,8 @@ impl Server {
                 "fs/write_text_file" if can_write => {
                     let path = payload.get("path").and_then(Value::as_str).unwrap_or_default();
                     let content = payload.get("content").and_then(Value::as_str).unwrap_or_default();
-                    let req = acp::WriteTextFileRequest::new(session_id.clone(), PathBuf::from(path), content.to_string());
+                    let req =
+                        acp::WriteTextFileRequest::new(session_id.clone(), PathBuf::from(path), content.to_string());
                     match cx2.send_request(req).block_task().await {
                         Ok(_) => Ok(json!({ "written": true })),
                         Err(e) => Err(format!("the client could not write the file: {e}")),
@@ -657,7 +674,8 @@ pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), 
     let server = Server::new(config, queue.clone(), rt);
     let (tx, mut rx) = mpsc::unbounded_channel();
     pump(queue, tx);
-    let transport = agent_client_protocol::ByteStreams::new(tokio::io::stdout().compat_write(), tokio::io::stdin().compat());
+    let transport =
+        agent_client_protocol::ByteStreams::new(tokio::io::stdout().compat_write(), tokio::io::stdin().compat());
     let s1 = server.clone();
     let s2 = server.clone();
     let s3 = server.clone();
@@ -670,41 +688,44 @@ pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), 
         .v1()
         .name("mia-acp")
         .on_receive_request(
-            async move |req: acp::InitializeRequest, responder: Responder<acp::InitializeResponse>, _cx: Cx| {
-                match s1.initialize(req).await {
-                    Ok(r) => responder.respond(r),
-                    Err(e) => responder.respond_with_error(e),
-                }
+            async move |req: acp::InitializeRequest, responder: Responder<acp::InitializeResponse>, _cx: Cx| match s1
+                .initialize(req)
+                .await
+            {
+                Ok(r) => responder.respond(r),
+                Err(e) => responder.respond_with_error(e),
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: acp::NewSessionRequest, responder: Responder<acp::NewSessionResponse>, cx: Cx| {
-                match s2.new_session(req).await {
-                    Ok((r, id)) => {
-                        responder.respond(r)?;
-                        if let Some(s) = s2.sessions.get(&id) {
-                            Server::notify(&cx, &id, s2.commands(&s));
-                        }
-                        Ok(())
+            async move |req: acp::NewSessionRequest, responder: Responder<acp::NewSessionResponse>, cx: Cx| match s2
+                .new_session(req)
+                .await
+            {
+                Ok((r, id)) => {
+                    responder.respond(r)?;
+                    if let Some(s) = s2.sessions.get(&id) {
+                        Server::notify(&cx, &id, s2.commands(&s));
                     }
-                    Err(e) => responder.respond_with_error(e),
+                    Ok(())
                 }
+                Err(e) => responder.respond_with_error(e),
             },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
-            async move |req: acp::LoadSessionRequest, responder: Responder<acp::LoadSessionResponse>, cx: Cx| {
-                match s3.load_session(&req, &cx).await {
-                    Ok(r) => {
-                        responder.respond(r)?;
-                        if let Some(s) = s3.sessions.get(&req.session_id.0) {
-                            Server::notify(&cx, &req.session_id.0, s3.commands(&s));
-                        }
-                        Ok(())
+            async move |req: acp::LoadSessionRequest, responder: Responder<acp::LoadSessionResponse>, cx: Cx| match s3
+                .load_session(&req, &cx)
+                .await
+            {
+                Ok(r) => {
+                    responder.respond(r)?;
+                    if let Some(s) = s3.sessions.get(&req.session_id.0) {
+                        Server::notify(&cx, &req.session_id.0, s3.commands(&s));
                     }
-                    Err(e) => responder.respond_with_error(e),
+                    Ok(())
                 }
+                Err(e) => responder.respond_with_error(e),
             },
             agent_client_protocol::on_receive_request!(),
         )

@@ -56,14 +56,15 @@ fn main() -> ExitCode {
         }
     }
     let config = match config_file {
-        Some(f) => match AcpConfig::from_file(&f) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::FAILURE;
-            }
-        },
+        Some(f) => AcpConfig::from_file(&f),
         None => AcpConfig::defaults(),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
     };
     if let Some(file) = &config.log_file {
         mia_core::logging::init(file, &config.log_level);

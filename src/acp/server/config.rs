@@ -130,8 +130,8 @@ impl AcpConfig {
     }
 
     /// The defaults (no `--config`).
-    pub fn defaults() -> AcpConfig {
-        AcpConfig::from_value(json!({})).unwrap_or_else(|e| unreachable_defaults(e))
+    pub fn defaults() -> Result<AcpConfig, ConfigError> {
+        AcpConfig::from_value(json!({}))
     }
 
     /// Checks `value` (the JSON of `setup()`'s options) and builds the configuration.
@@ -164,7 +164,11 @@ impl AcpConfig {
         let mode = string_opt(&opts, "mode", "mode")?.unwrap_or_else(|| DEFAULT_MODE.to_string());
         if !modes.iter().any(|m| m.id == mode) {
             let ids: Vec<&str> = modes.iter().map(|m| m.id.as_str()).collect();
-            return Err(fail("mode", &format!("must be one of {}", ids.join(", ")), &json!(mode)));
+            return Err(fail(
+                "mode",
+                &format!("must be one of {}", ids.join(", ")),
+                &json!(mode),
+            ));
         }
         let permissions = object(&opts, "permissions")?.cloned().unwrap_or_default();
         let mut policies = policies;
@@ -177,14 +181,18 @@ impl AcpConfig {
                 let Value::Object(p) = p else {
                     return Err(fail(&path, "must be an object { read, write, execute }", p));
                 };
-                let entry = policies.entry(id.clone()).or_insert_with(|| json!(USER_MODE_PERMISSIONS));
+                let entry = policies
+                    .entry(id.clone())
+                    .or_insert_with(|| json!(USER_MODE_PERMISSIONS));
                 for effect in ["read", "write", "execute"] {
                     match p.get(effect) {
                         None => {}
                         Some(Value::String(a)) if ["allow", "ask", "deny"].contains(&a.as_str()) => {
                             entry[effect] = json!(a);
                         }
-                        Some(other) => return Err(fail(&format!("{path}.{effect}"), "must be allow, ask or deny", other)),
+                        Some(other) => {
+                            return Err(fail(&format!("{path}.{effect}"), "must be allow, ask or deny", other))
+                        }
                     }
                 }
             }
@@ -222,7 +230,7 @@ impl AcpConfig {
         }
         let tools = object(&opts, "tools")?.cloned().unwrap_or_default();
         for (key, v) in &tools {
-            if !v.as_u64().is_some_and(|n| n > 0) {
+            if !matches!(v.as_u64(), Some(n) if n > 0) {
                 return Err(fail(&format!("tools.{key}"), "must be a positive whole number", v));
             }
         }
@@ -236,7 +244,11 @@ impl AcpConfig {
                 ));
             }
             if !v.as_u64().is_some_and(|n| n > 0 && n < 1 << 31) {
-                return Err(fail(&format!("checkpoints.{key}"), "must be a positive whole number", v));
+                return Err(fail(
+                    &format!("checkpoints.{key}"),
+                    "must be a positive whole number",
+                    v,
+                ));
             }
         }
         let cp = |k: &str, d: u64| checkpoints.get(k).and_then(Value::as_u64).unwrap_or(d);
@@ -265,7 +277,13 @@ impl AcpConfig {
                 ("list_page_size", _) => {
                     return Err(fail("acp.list_page_size", "must be a whole number from 1 to 1000", v))
                 }
-                _ => return Err(fail(&format!("acp.{key}"), "is not an mia-acp option (list_page_size)", v)),
+                _ => {
+                    return Err(fail(
+                        &format!("acp.{key}"),
+                        "is not an mia-acp option (list_page_size)",
+                        v,
+                    ))
+                }
             }
         }
         for key in ["timeouts", "retry", "limits", "pricing"] {
@@ -314,12 +332,6 @@ impl AcpConfig {
             page_size,
         })
     }
-}
-
-#[cold]
-fn unreachable_defaults(e: ConfigError) -> AcpConfig {
-    // The empty configuration is valid by construction; say so loudly if not.
-    panic!("the default configuration is invalid: {e}")
 }
 
 /// `providers`: checked like `setup()` does, keys refused.
@@ -454,7 +466,9 @@ fn modes(user: &Map<String, Value>) -> Result<Modes, ConfigError> {
                 description: description.unwrap_or_default(),
             }),
         }
-        let entry = policies.entry(id.clone()).or_insert_with(|| json!(USER_MODE_PERMISSIONS));
+        let entry = policies
+            .entry(id.clone())
+            .or_insert_with(|| json!(USER_MODE_PERMISSIONS));
         if let Some(p) = m.get("permissions") {
             let Value::Object(p) = p else {
                 return Err(fail(&format!("{path}.permissions"), "must be an object", p));
@@ -490,7 +504,7 @@ mod tests {
 
     #[test]
     fn the_defaults_are_valid_and_offer_the_three_modes() {
-        let c = AcpConfig::defaults();
+        let c = AcpConfig::defaults().unwrap();
         let ids: Vec<_> = c.modes.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, vec!["ask", "architect", "code"]);
         assert_eq!(c.mode, "ask");
