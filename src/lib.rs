@@ -24,6 +24,7 @@
 //! `agent` still does (session modes, the store), which is the one cycle
 //! left (`agent` ↔ `runtime`).
 
+pub mod acp;
 pub mod agent;
 pub mod calls;
 pub mod checkpoint;

@@ -1,0 +1,107 @@
+"""mia-acp, mia's own agent over the Agent Client Protocol, driven by the
+official ACP SDK's client (0.17.x and 2.x, pinned in tests/acp) against the
+scenario server as its model provider; plus its command line and config errors."""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "target" / "release" / "mia-acp"
+SCRIPT = ROOT / "tests" / "acp" / "mia_acp_client.mjs"
+SDKS = {
+    "0.17": ROOT / "tests" / "acp" / "node_modules" / "acp-sdk-0.17",
+    "2": ROOT / "tests" / "acp" / "node_modules" / "acp-sdk-2",
+}
+
+
+def need_binary():
+    if not BIN.exists():
+        pytest.fail(f"{BIN} is missing: run cargo build --release first")
+
+
+def acp_config(tmp_path, server, **extra):
+    cfg = {
+        "model": "scn/echo",
+        "providers": {"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
+        "retry": {"initial_delay_ms": 10, "multiplier": 2, "jitter": False, "max_retries": 2},
+        "pricing": {"scn/echo": {"input": 1000, "output": 2000}},
+        "data_dir": str(tmp_path / "data"),
+        "log_file": str(tmp_path / "mia-acp.log"),
+        "acp": {"list_page_size": 2},
+    }
+    cfg.update(extra)
+    path = tmp_path / "mia-acp.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize("sdk", sorted(SDKS))
+def test_the_official_sdk_client_drives_mia_acp_through_every_session_method(tmp_path, server, sdk):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the ACP SDK client tests of mia-acp need it (install Node.js 18+)")
+    if not (SDKS[sdk] / "package.json").exists():
+        pytest.skip(f"the pinned ACP SDK {sdk} is not installed in tests/acp/node_modules: run scripts/bootstrap")
+    need_binary()
+    config = acp_config(tmp_path, server)
+    proj_a, proj_b = tmp_path / "projA", tmp_path / "projB"
+    proj_a.mkdir()
+    proj_b.mkdir()
+    env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"))
+    r = subprocess.run(
+        [node, str(SCRIPT), str(SDKS[sdk]), str(BIN), str(config), str(proj_a), str(proj_b)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert r.stdout.rstrip().endswith("ALL OK"), out
+    # the store is where the config put it, and nothing went to the default place
+    assert (tmp_path / "data" / "mia.sqlite3").exists()
+    assert not (tmp_path / "xdg").exists()
+    log = (tmp_path / "mia-acp.log").read_text()
+    assert "mia core loaded" in log
+
+
+def test_help_and_version_go_to_stdout_and_exit_0():
+    need_binary()
+    r = subprocess.run([str(BIN), "--version"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0 and r.stdout.startswith("mia-acp "), r
+    r = subprocess.run([str(BIN), "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0 and "--config FILE" in r.stdout, r
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"modle": "a/b"}, "`modle` is not an option"),
+        ({"model": "gpt"}, '`model` must be "provider/model"'),
+        ({"providers": {"x": {"kind": "olama"}}}, "`providers.x.kind` must be one of"),
+        ({"costs": {"daily_limit_usd": "ten"}}, "`costs.daily_limit_usd` must be a number"),
+        ({"permissions": {"rules": [{"tool": "bash", "action": "maybe"}]}}, "permissions"),
+        ({"providers": {"openai": {"api_key": "sk-test-do-not-print"}}}, "environment only"),
+    ],
+)
+def test_a_bad_config_is_one_clear_error_naming_the_option(tmp_path, options, message):
+    need_binary()
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(options))
+    r = subprocess.run([str(BIN), "--config", str(path)], capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    assert r.returncode != 0
+    assert r.stdout == "", "stdout is the protocol: errors go to stderr"
+    assert message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "sk-test-do-not-print" not in r.stderr
+
+
+def test_a_missing_config_file_names_the_file(tmp_path):
+    need_binary()
+    r = subprocess.run([str(BIN), "--config", str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "nope.json" in r.stderr, r
