@@ -11,6 +11,7 @@
 //! calls       → events
 //! tools       → calls, llm
 //! hooks       → calls, events, llm
+//! acp         → agent, calls, cost, events, session, store, tools (external ACP agents)
 //! agent       → calls, cost, events, hooks, llm, runtime, store, tools
 //! stream_task → agent, calls, cost, events, hooks, llm, store
 //! runtime     → agent, events, llm, store, tools
@@ -24,6 +25,7 @@
 //! `agent` still does (session modes, the store), which is the one cycle
 //! left (`agent` ↔ `runtime`).
 
+pub mod acp;
 pub mod agent;
 pub mod calls;
 pub mod checkpoint;
