@@ -42,7 +42,8 @@ answer is the text ``tool said: <result>`` (several results joined with
 " | "; Gemini's result is the JSON of its "response" object).  Otherwise the
 scenario is the first word of the LAST user message's text (OpenAI text
 parts / Anthropic string or text blocks / Gemini text parts, concatenated);
-bad arguments fall back to echo.  Word tokens are ``"w%05d " % i``,
+bad arguments fall back to echo.  (Anthropic: text blocks Claude Code adds
+before the user's text, <system-reminder> and the like, are left out.)  Word tokens are ``"w%05d " % i``,
 reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   echo <anything>  (and any other text) the whole unstripped user text, split
                    after each word's trailing whitespace:
@@ -633,7 +634,7 @@ class Anthropic(Format):
         prompt = words(blocks_text(body.get("system")),
                        *(blocks_text(m.get("content"), tool_results=True) for m in messages))
         return Req(model=body.get("model", ""), stream=body.get("stream") is True,
-                   text=blocks_text(users[-1].get("content")) if users else "",
+                   text=prompt_text(users[-1].get("content")) if users else "",
                    results=results, prompt=prompt)
 
     def error(self, status, message=None, model=None, retry=None):
@@ -763,6 +764,22 @@ def blocks_text(content, tool_results=False):
         elif tool_results and block.get("type") == "tool_result":
             out.append(" " + blocks_text(block.get("content")) + " ")
     return "".join(out)
+
+
+# Text blocks Claude Code (claude-agent-acp) adds before the user's own text.
+CONTEXT_BLOCKS = ("<system-reminder>", "<local-command-", "<command-name>")
+
+
+def prompt_text(content):
+    """The user's text of an Anthropic user message: `blocks_text`, leaving
+    out the context blocks Claude Code puts before it, so the scenario word
+    is the user's own first word."""
+    if isinstance(content, list):
+        own = [b for b in content if not (isinstance(b, dict) and b.get("type") == "text"
+                                          and str(b.get("text", "")).lstrip().startswith(CONTEXT_BLOCKS))]
+        if any(isinstance(b, dict) and b.get("type") == "text" for b in own):
+            return blocks_text(own)
+    return blocks_text(content)
 
 
 class Gemini(Format):

@@ -104,3 +104,80 @@ def test_an_agent_config_without_command_is_refused_by_setup(editor_factory):
     ed = editor_factory()
     err = ed.lua("local ok, e = pcall(require('mia').setup, { agents = { x = { env = {} } } }) return e")
     assert "agents.x.command" in err and "must be a list" in err
+
+
+def claude_agent(server, tmp_path):
+    """claude-agent-acp run offline: the scenario server as Anthropic's API, a throwaway HOME."""
+    home = tmp_path / "claude-home"
+    home.mkdir(exist_ok=True)
+    return {
+        "command": [NODE, str(CLAUDE)],
+        "env": {
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{server.port}",
+            "ANTHROPIC_API_KEY": "sk-test-anything",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "HOME": str(home),
+            "IS_SANDBOX": "1",
+        },
+        "cwd": str(tmp_path),
+    }
+
+
+def usage_rows(ed):
+    db = Path(ed.lua("return require('mia.config').get().data_dir")) / "mia.sqlite3"
+    with sqlite3.connect(db) as c:
+        return c.execute("select agent, provider, input_tokens, output_tokens, total_usd, cost_known from usage").fetchall()
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_claude_agent_acp_streams_from_the_scenario_server_and_its_usage_is_recorded(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"claude": claude_agent(server, tmp_path)})
+    ed.nvim.command("Mia agent claude")
+    type_prompt(ed, "echo hello from the scenario server")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 90000)
+    assert ed.state() == "done", ed.chat_text() + ed.messages()
+    text = ed.chat_text()
+    assert "## You\n\necho hello from the scenario server\n\n## claude" in text
+    assert "hello from the scenario server" in text.split("## claude", 1)[1]
+    rows = usage_rows(ed)
+    assert rows and rows[0][0] == "claude" and rows[0][1] == "claude", rows
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_claude_agent_acp_tool_call_asks_permission_and_runs_and_stop_cancels(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"claude": claude_agent(server, tmp_path)})
+    answer_permission_with(ed, "Allow")
+    ed.nvim.command("Mia agent claude")
+    type_prompt(ed, 'tool Bash {"command":"echo from-bash-$((40+2))","description":"print"}')
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 90000)
+    text = ed.chat_text()
+    assert ed.state() == "done", text + ed.messages()
+    # Its Bash call drew as a tool block, the question showed its options, and "Allow" ran it.
+    assert "⚙ **" in text
+    asked = ed.lua("return _G.asked")
+    assert asked["items"] == ["Always Allow", "Allow", "Reject"]
+    assert "echo from-bash-$((40+2))" in asked["prompt"]
+    assert "tool said: from-bash-42" in text
+    rows = usage_rows(ed)
+    assert len(rows) == 1 and rows[0][:2] == ("claude", "claude") and rows[0][2] > 0 and rows[0][5] == 1, rows
+    assert rows[0][4] > 0, rows
+    # The session's cost report (what /costs and :MiaCosts read) counts it.
+    report = ed.lua("return require('mia').costs({ scope = 'session' })")
+    assert abs(report["totals"]["cost_usd"] - rows[0][4]) < 1e-9, report
+
+    # :Mia stop cancels a streaming answer (session/cancel), and the next prompt works.
+    type_prompt(ed, "slow 400 20")
+    ed.wait("require('mia.chat').buffer() and require('mia').costs and "
+            "table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n'):find('w00003') ~= nil",
+            60000)
+    ed.nvim.command("Mia stop")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert ed.state() == "cancelled", ed.chat_text()
+    assert ed.chat_text().rstrip().endswith("*[cancelled]*")
+    assert "w00399" not in ed.chat_text()
+    # The agent lives on: the next prompt is answered. (What claude-agent-acp 0.23.1
+    # answers right after a cancel is its own: it first drains the interrupted
+    # query, "consuming background task result" on its stderr.)
+    type_prompt(ed, "echo still here")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
+    assert ed.state() == "done", ed.chat_text()
