@@ -181,3 +181,87 @@ def test_claude_agent_acp_tool_call_asks_permission_and_runs_and_stop_cancels(ed
     type_prompt(ed, "echo still here")
     ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
     assert ed.state() == "done", ed.chat_text()
+
+
+TOOL_AGENT = FIXTURES / "tool_agent.mjs"
+
+
+def tool_agent(tmp_path):
+    return {"command": [NODE, str(TOOL_AGENT)], "cwd": str(tmp_path)}
+
+
+def test_an_agent_terminal_is_a_neovim_terminal_buffer_and_the_agent_gets_its_cut_output(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, "terminal printf 'line-%s\\n' $(seq 1 30); exit 7")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    text = ed.chat_text()
+    assert ed.state() == "done", text + ed.messages()
+    # 30 lines of 8 bytes: the agent gets the last 64 bytes, cut at the start.
+    answer = text.split("## tools", 1)[1]
+    assert "exit=7 truncated=true output=" in answer
+    got = answer.split("output=", 1)[1]
+    assert got.rstrip().endswith("line-29\nline-30"), got
+    assert "line-1\n" not in got
+    # The user watched it in a terminal buffer that holds the whole output.
+    term = ed.lua("""
+      for _, b in ipairs(vim.api.nvim_list_bufs()) do
+        if vim.api.nvim_buf_get_name(b):find('mia://terminal/tools/', 1, true) then
+          return { vim.bo[b].buftype, table.concat(vim.api.nvim_buf_get_lines(b, 0, -1, false), '\\n'), #vim.fn.win_findbuf(b) }
+        end
+      end
+    """)
+    assert term[0] == "terminal"
+    assert "line-1\n" in term[1] and "line-30" in term[1]
+    assert term[2] == 1, "shown in a window under the chat"
+
+
+def test_fs_read_gives_the_unsaved_buffer_and_write_goes_through_review(editor_factory, tmp_path):
+    f = tmp_path / "notes.txt"
+    f.write_text("one\ntwo\nthree\nfour\n")
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command(f"edit {f}")
+    ed.nvim.command("call setline(2, 'TWO unsaved')")
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, f"read {f}")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "read=TWO unsaved\nthree\n" in ed.chat_text()
+    # A write outside the project is refused as mia's own tools are.
+    type_prompt(ed, "write /etc/mia-not-here.txt x")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "write failed:" in ed.chat_text() and "outside" in ed.chat_text()
+    # A write in the project shows mia's diff review; rejecting it is an error for the agent.
+    ed.lua("vim.ui.input = function(opts, cb) cb('not now') end")
+    new = tmp_path / "new.txt"
+    type_prompt(ed, f"write {new} hello there")
+    ed.wait("vim.tbl_count(vim.tbl_filter(function(w) return vim.api.nvim_win_get_config(w).relative ~= '' end, vim.api.nvim_list_wins())) > 0", 30000)
+    ed.nvim.input("r")  # the review float's reject key
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert not new.exists()
+    after = ed.chat_text().split(f"write {new}", 1)[1]
+    assert "write failed:" in after and "not now" in after, after
+
+
+def test_a_dying_agent_shows_its_stderr_and_the_next_prompt_restarts_it(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, "die")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert ed.state() == "error"
+    text = ed.chat_text()
+    assert "the agent `tools` exited (exit status: 3)" in text, text
+    assert "tool agent: fatal error 42" in text and "tool agent: about to fail" in text
+    assert "Send a prompt again to restart it" in text
+    type_prompt(ed, "hello again")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert ed.state() == "done"
+    assert "echo: hello again" in ed.chat_text()
+
+
+def test_the_agent_modes_appear_in_mia_mode_and_set_mode_reaches_it(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    ed.wait("require('mia').modes().currentModeId == 'careful'", 30000)
+    assert ed.lua("return vim.fn.getcompletion('Mia mode ', 'cmdline')") == ["careful", "bold"]
+    ed.nvim.command("Mia mode bold")
+    ed.wait("require('mia').modes().currentModeId == 'bold'", 30000)
