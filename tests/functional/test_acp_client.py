@@ -265,3 +265,18 @@ def test_the_agent_modes_appear_in_mia_mode_and_set_mode_reaches_it(editor_facto
     assert ed.lua("return vim.fn.getcompletion('Mia mode ', 'cmdline')") == ["careful", "bold"]
     ed.nvim.command("Mia mode bold")
     ed.wait("require('mia').modes().currentModeId == 'bold'", 30000)
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_checkhealth_starts_each_agent_and_reports_name_version_and_login(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {
+        "claude": claude_agent(server, tmp_path),
+        "example": {"command": [NODE, str(EXAMPLE)]},
+        "missing": {"command": ["/nonexistent/agent-binary"]},
+    })
+    ed.nvim.command("checkhealth mia")
+    report = "\n".join(ed.nvim.current.buffer[:])
+    section = report.split("external agents (ACP)", 1)[1]
+    assert "claude (`" in section and "Claude Agent (@zed-industries/claude-agent-acp) 0.23.1, protocol 1; login: none needed" in section, section
+    assert "example (`" in section and "protocol 1" in section
+    assert "missing (`/nonexistent/agent-binary`): mia: cannot start the agent `missing`" in section
