@@ -280,3 +280,20 @@ def test_checkhealth_starts_each_agent_and_reports_name_version_and_login(editor
     assert "claude (`" in section and "Claude Agent (@zed-industries/claude-agent-acp) 0.23.1, protocol 1; login: none needed" in section, section
     assert "example (`" in section and "protocol 1" in section
     assert "missing (`/nonexistent/agent-binary`): mia: cannot start the agent `missing`" in section
+
+
+def test_an_agent_with_one_login_method_is_authenticated_and_one_with_two_says_how(editor_factory, tmp_path):
+    one = dict(tool_agent(tmp_path), env={"TOOL_AGENT_AUTH": "token"})
+    two = dict(tool_agent(tmp_path), env={"TOOL_AGENT_AUTH": "oauth,apikey"})
+    ed = agent_editor(editor_factory, {"one": one, "two": two})
+    ed.nvim.command("Mia agent one")
+    type_prompt(ed, "hi")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "echo: hi (logged in with token)" in ed.chat_text()
+    ed.nvim.command("Mia agent two")
+    type_prompt(ed, "hi")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert ed.state() == "error"
+    text = ed.chat_text().split("## two", 1)[1]
+    assert "the agent `two` needs you to log in" in text
+    assert "`oauth` (Log in with oauth), `apikey` (Log in with apikey)" in text
