@@ -297,3 +297,23 @@ def test_an_agent_with_one_login_method_is_authenticated_and_one_with_two_says_h
     text = ed.chat_text().split("## two", 1)[1]
     assert "the agent `two` needs you to log in" in text
     assert "`oauth` (Log in with oauth), `apikey` (Log in with apikey)" in text
+
+
+def test_the_agent_slash_commands_complete_with_their_hint_and_go_to_the_agent(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    ed.wait("vim.tbl_contains(vim.tbl_map(function(c) return c.name end, require('mia.slash').available()), 'deploy')",
+            30000)
+    start, items = ed.lua("return { require('mia.slash').complete('/dep') }")
+    assert start == 0 and items[0]["word"] == "/deploy" and items[0]["menu"] == "Deploy the project"
+    _, hint = ed.lua("return { require('mia.slash').complete('/deploy ') }")
+    assert hint[0]["abbr"] == "environment"
+    names = ed.lua("return vim.tbl_map(function(c) return c.name end, require('mia.slash').available())")
+    assert "costs" in names and "compact" not in names and "model" not in names
+    type_prompt(ed, "/deploy prod")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "echo: /deploy prod" in ed.chat_text()
+    # Back on mia's own agent, its commands are gone.
+    ed.nvim.command("Mia agent mia")
+    names = ed.lua("return vim.tbl_map(function(c) return c.name end, require('mia.slash').available())")
+    assert "deploy" not in names and "model" in names
