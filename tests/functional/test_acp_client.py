@@ -317,3 +317,15 @@ def test_the_agent_slash_commands_complete_with_their_hint_and_go_to_the_agent(e
     ed.nvim.command("Mia agent mia")
     names = ed.lua("return vim.tbl_map(function(c) return c.name end, require('mia.slash').available())")
     assert "deploy" not in names and "model" in names
+
+
+def test_a_slow_starting_agent_never_blocks_the_editor_and_its_startup_shows_in_the_chat(editor_factory, tmp_path):
+    slow = {"command": ["sh", "-c", f"sleep 2; exec '{NODE}' '{TOOL_AGENT}'"], "cwd": str(tmp_path)}
+    ed = agent_editor(editor_factory, {"slow": slow})
+    ed.nvim.command("Mia agent slow")  # returns at once: the editor answers the next request
+    assert ed.lua("return 1 + 1") == 2
+    ed.wait("(require('mia.chat').status_text() or ''):find('starting the agent `slow`', 1, true) ~= nil", 5000)
+    type_prompt(ed, "hi")  # sent while it still starts: waits for it in the core
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "echo: hi" in ed.chat_text()
+    assert ed.lua("return require('mia.chat').status_text()") is None
