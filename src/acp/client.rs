@@ -355,10 +355,15 @@ impl AgentProc {
         let session_cwd = cwd.clone();
         tokio::spawn(async move {
             let conn = me.clone().connection(stdin, stdout, session_cwd, ready_tx, close_rx);
+            let unasked: bool;
             let status = tokio::select! {
                 r = conn => {
-                    if let Err(e) = r {
-                        tracing::info!(agent = %me.spec.name, "agent connection ended: {e}");
+                    match r {
+                        Ok(asked) => unasked = !asked,
+                        Err(e) => {
+                            unasked = true;
+                            tracing::info!(agent = %me.spec.name, "agent connection ended: {e}");
+                        }
                     }
                     let _ = child.start_kill();
                     match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
@@ -366,14 +371,27 @@ impl AgentProc {
                         _ => "stopped".to_string(),
                     }
                 }
-                s = child.wait() => match s {
-                    Ok(s) => s.to_string(),
-                    Err(e) => e.to_string(),
-                },
+                s = child.wait() => {
+                    unasked = true;
+                    match s {
+                        Ok(s) => s.to_string(),
+                        Err(e) => e.to_string(),
+                    }
+                }
             };
             tracing::info!(agent = %me.spec.name, "agent process ended: {status}");
             *exit.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
             died2.cancel();
+            // Dying between turns (a turn in flight says so in its own end):
+            // the user hears it now, and the next prompt starts it again.
+            if unasked && me.turn.load(Ordering::SeqCst) == 0 {
+                me.bridge.queue.push(Event::Mia {
+                    stream: me.stream,
+                    event: MiaEvent::Warning {
+                        text: format!("{} The next prompt starts it again.", me.exited_error()),
+                    },
+                });
+            }
         });
         let ready = tokio::select! {
             r = ready_rx => r.ok(),
@@ -435,6 +453,7 @@ impl AgentProc {
 
     /// Runs the ACP connection over the process's stdio until `close` fires
     /// or the agent goes away. Sends the handshake's outcome on `ready`.
+    /// `Ok(true)`: mia ended it; otherwise the agent went away.
     async fn connection(
         self: Arc<Self>,
         stdin: tokio::process::ChildStdin,
@@ -442,7 +461,7 @@ impl AgentProc {
         cwd: PathBuf,
         ready: oneshot::Sender<Result<Ready, AcpClientError>>,
         close: oneshot::Receiver<()>,
-    ) -> Result<(), sdk::Error> {
+    ) -> Result<bool, sdk::Error> {
         let transport = sdk::ByteStreams::new(stdin.compat_write(), stdout.compat());
         let name = self.spec.name.clone();
         let (p1, p2, p3, p4, p5, p6, p7, p8, p9) = (
@@ -523,7 +542,8 @@ impl AgentProc {
                 if ok {
                     let _ = close.await;
                 }
-                Ok(())
+                // Ended from our side: mia closed it, or the handshake failed (reported already).
+                Ok(true)
             })
             .await
     }

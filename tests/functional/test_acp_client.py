@@ -329,3 +329,24 @@ def test_a_slow_starting_agent_never_blocks_the_editor_and_its_startup_shows_in_
     ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
     assert "echo: hi" in ed.chat_text()
     assert ed.lua("return require('mia.chat').status_text()") is None
+
+
+def test_an_agent_dying_between_turns_is_announced_with_its_stderr(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    ed.wait("require('mia').modes().currentModeId == 'careful'", 30000)  # started
+    ed.lua("""
+      _G.notes = {}
+      vim.notify = function(msg) table.insert(_G.notes, msg) end
+    """)
+    # Kill exactly the agent this Neovim started: its child running tool_agent.mjs.
+    children = ed.lua("return vim.split(vim.trim(vim.fn.system({ 'pgrep', '-P', tostring(vim.fn.getpid()) })), '\\n')")
+    agent = [c for c in children if c and "tool_agent.mjs" in Path(f"/proc/{c}/cmdline").read_bytes().decode(errors="replace")]
+    assert len(agent) == 1, children
+    os.kill(int(agent[0]), 9)
+    ed.wait("#_G.notes > 0", 10000)
+    note = ed.lua("return _G.notes[1]")
+    assert "the agent `tools` exited (signal: 9 (SIGKILL))" in note and "next prompt starts it again" in note, note
+    type_prompt(ed, "back")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "echo: back" in ed.chat_text()
