@@ -7,6 +7,7 @@ vim.g.loaded_mia = true
 
 local names = {
   "prompt",
+  "agent",
   "stop",
   "open",
   "new",
@@ -41,6 +42,15 @@ end, {
       end, vim.tbl_map(function(m)
         return m.id
       end, require("mia").modes().availableModes))
+    elseif sub == "agent" and not before:match("^agent%s+%S+%s") then
+      local ok, agents = pcall(require, "mia.agents")
+      local list = { "mia" }
+      if ok then
+        vim.list_extend(list, agents.names())
+      end
+      return vim.tbl_filter(function(n)
+        return vim.startswith(n, arglead)
+      end, list)
     elseif sub == "review" and not before:match("^review%s+%S+%s") then
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)

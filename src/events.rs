@@ -84,6 +84,8 @@ pub enum MiaEvent {
     },
     /// Something the user should know now (a budget warning crossed, a corrupt file set aside).
     Warning { text: String },
+    /// A live status line for the chat ("starting the agent `claude`…"); empty text clears it.
+    Status { text: String },
 }
 
 impl Event {

@@ -11,6 +11,7 @@
 //! calls       → events
 //! tools       → calls, llm
 //! hooks       → calls, events, llm
+//! acp         → agent, calls, cost, events, session, store, tools (external ACP agents)
 //! agent       → calls, cost, events, hooks, llm, runtime, store, tools
 //! stream_task → agent, calls, cost, events, hooks, llm, store
 //! runtime     → agent, events, llm, store, tools

@@ -203,6 +203,11 @@ end
 --- The session's modes in ACP's SessionModeState shape.
 --- @return { currentModeId: string, availableModes: { id: string, name: string, description: string }[] }
 function M.modes()
+  local agents = package.loaded["mia.agents"]
+  if agents and agents.external() then
+    -- An external agent's own modes (its session/new answer and current_mode_update).
+    return agents.modes() or { currentModeId = "", availableModes = {} }
+  end
   local modes = require("mia.config").modes()
   local list = {}
   for _, id in ipairs(modes.order) do
@@ -217,6 +222,11 @@ end
 --- an answer streams. Fires `User MiaModeChanged`.
 --- @param id string
 function M.set_mode(id)
+  local agents = package.loaded["mia.agents"]
+  if agents and agents.external() then
+    agents.set_mode(id)
+    return
+  end
   local modes = require("mia.config").modes()
   if not modes.by_id[id] then
     error(string.format("mia: unknown mode `%s`. Modes: %s", tostring(id), table.concat(modes.order, ", ")), 0)

@@ -63,6 +63,8 @@ local function dispatch(events)
         call(require("mia.permission").question, "a question", ev.call, ev.data)
       elseif ev.call_kind == "hook" then
         call(require("mia.hooks").answer, "a transform hook", ev.call, ev.data)
+      elseif ev.call_kind:sub(1, 9) == "terminal/" then
+        call(require("mia.terminal").handle, "an agent's terminal", ev.call, ev.call_kind, ev.data)
       elseif ev.call_kind == "confirm" then
         call(require("mia.permission").confirm, "a question", ev.call, ev.data)
       end

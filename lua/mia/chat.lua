@@ -105,6 +105,12 @@ local function on_mia(ev)
     status.retry(M.buffer(), ev)
   elseif ev.type == "warning" then
     vim.notify(ev.text, vim.log.levels.WARN)
+  elseif ev.type == "status" then
+    if ev.text == "" then
+      status.clear()
+    else
+      status.show(M.buffer(), ev.text)
+    end
   end
 end
 
@@ -121,7 +127,17 @@ local function on_update(u)
     return
   end
   if u.sessionUpdate == "available_commands_update" then
-    require("mia.slash").set_agent_commands(u.availableCommands)
+    local agents = package.loaded["mia.agents"]
+    if agents and agents.external() then
+      require("mia.slash").set_external_commands(u.availableCommands)
+    else
+      require("mia.slash").set_agent_commands(u.availableCommands)
+    end
+    return
+  end
+  if u.sessionUpdate == "current_mode_update" then
+    api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = u.currentModeId } })
+    vim.cmd.redrawstatus({ bang = true })
     return
   end
   if u.sessionUpdate ~= "user_message_chunk" then
@@ -156,16 +172,25 @@ function M.prompt(text, opts)
   end
   session.title = session.title or vim.trim(text):sub(1, 80)
   local id = M.session_id()
-  require("mia.tools.project").load(vim.fn.getcwd())
-  M.open()
-  local native = require("mia.core").call(c.session_prompt, id, {
-    content = content,
-    model = model,
-    mode = M.mode(),
-    system = cfg.system,
-    title = session.title,
-    utc_offset_s = require("mia.costs").utc_offset(),
-  })
+  local agents = package.loaded["mia.agents"]
+  local native
+  if agents and agents.external() then
+    -- An external ACP agent answers; its updates draw the same way.
+    M.open()
+    model = agents.current()
+    native = agents.prompt(content, id)
+  else
+    require("mia.tools.project").load(vim.fn.getcwd())
+    M.open()
+    native = require("mia.core").call(c.session_prompt, id, {
+      content = content,
+      model = model,
+      mode = M.mode(),
+      system = cfg.system,
+      title = session.title,
+      utc_offset_s = require("mia.costs").utc_offset(),
+    })
+  end
   local entry = { model = model, retries = 0 }
   entry.handle = require("mia")._handle_of(native)
   current = entry
@@ -294,6 +319,24 @@ function M.stop()
     return
   end
   current.handle:cancel()
+end
+
+--- Draws an update of an external agent's session that came between turns.
+function M._agent_update(u)
+  on_update(u)
+end
+
+--- Shows one of mia's own events (status, warning) for an external agent.
+function M._mia_event(ev)
+  on_mia(ev)
+end
+
+--- The chat now talks to agent `name`: an answer in flight is stopped.
+function M._switched(name)
+  if current then
+    current.handle:cancel()
+  end
+  vim.notify(string.format("mia: the chat now talks to `%s`", name), vim.log.levels.INFO)
 end
 
 --- The last finished turn's end (for tests and scripts).

@@ -20,6 +20,12 @@ M.subcommands = {
       require("mia.chat").prompt(args, { context = context })
     end,
   },
+  agent = {
+    desc = "switch the chat to an external ACP agent: :Mia agent {name} (`mia` switches back)",
+    run = function(args)
+      require("mia.agents").switch(args)
+    end,
+  },
   stop = {
     desc = "cancel the answer in flight",
     run = function()

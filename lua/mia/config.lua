@@ -10,6 +10,11 @@
 --- @field models? string[] Models this provider serves (shown in errors and completion).
 --- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
 
+--- @class mia.AgentConfig An external agent speaking the Agent Client Protocol over stdio (`:Mia agent NAME`)
+--- @field command string[] The program and its arguments, e.g. { "claude-agent-acp" } or { "node", "/path/agent.js" }
+--- @field env? table<string,string> Extra environment variables for the process
+--- @field cwd? string Where the process runs and the agent's session works (default: Neovim's cwd)
+
 --- @class mia.Timeouts
 --- @field connect_ms? integer Establishing a connection (default 10000).
 --- @field request_ms? integer From request sent to response headers (default 120000).
@@ -78,6 +83,7 @@
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
+--- @field agents? table<string, mia.AgentConfig> External ACP agents the chat can switch to (`:Mia agent NAME`).
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
 --- @field limits? mia.Limits Sizes a server's answer may not pass.
@@ -346,6 +352,35 @@ local function validate(opts)
       )
     elseif type(v) ~= "number" or v <= 0 or v ~= math.floor(v) or v >= 2 ^ 31 then
       fail("checkpoints." .. key, "must be a positive whole number", v)
+    end
+  end
+  check_type("agents", opts.agents, "table", true)
+  for name, a in pairs(opts.agents or {}) do
+    local path = "agents." .. tostring(name)
+    if type(name) ~= "string" or not name:match("^[%w][%w_.-]*$") or #name > 64 then
+      fail(path, "must be named with letters, digits, _, . or - (at most 64)", name)
+    end
+    if name == "mia" then
+      fail(path, "is mia's own agent (`:Mia agent mia`); give the external agent another name", name)
+    end
+    check_type(path, a, "table")
+    if type(a.command) ~= "table" or #a.command == 0 then
+      fail(path .. ".command", 'must be a list: the program and its arguments, e.g. { "claude-agent-acp" }', a.command)
+    end
+    for i, arg in ipairs(a.command) do
+      check_type(string.format("%s.command[%d]", path, i), arg, "string")
+    end
+    check_type(path .. ".env", a.env, "table", true)
+    for k, v in pairs(a.env or {}) do
+      if type(k) ~= "string" or type(v) ~= "string" then
+        fail(path .. ".env", "must map variable names to strings", { [k] = v })
+      end
+    end
+    check_type(path .. ".cwd", a.cwd, "string", true)
+    for key in pairs(a) do
+      if key ~= "command" and key ~= "env" and key ~= "cwd" then
+        fail(path .. "." .. tostring(key), "is not an agent option (command, env, cwd)", a[key])
+      end
     end
   end
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then

@@ -78,6 +78,8 @@ function M.check()
     health.info("run `:Mia health online` to also ask each provider with a key whether it answers")
   end
 
+  M.check_agents(core ~= nil)
+
   health.start("mia: review and checkpoints")
   if cfg.review == "hunks" then
     health.info("review mode: hunks (proposed edits show as pending hunks in the file's buffer; :Mia review list)")
@@ -128,6 +130,69 @@ function M.providers(core)
     out[name] = { kind = p.kind, base_url = p.base_url, api_key_env = p.api_key_env, api_key_set = p.api_key ~= nil }
   end
   return out
+end
+
+--- How long each agent gets to start and answer `initialize` (they start together).
+M.AGENT_TIMEOUT_MS = 5000
+
+--- Starts every configured ACP agent, runs `initialize`, and reports its
+--- name, version and login methods. Health is a command the user ran, so it
+--- waits (bounded) for the answers; the agents start concurrently.
+function M.check_agents(loaded)
+  health.start("mia: external agents (ACP)")
+  local agents = require("mia.agents")
+  local names = agents.names()
+  if #names == 0 then
+    health.info('none configured (setup({ agents = { NAME = { command = { "program" } } } }), then :Mia agent NAME)')
+    return
+  end
+  health.info("the chat talks to: " .. agents.current())
+  if not loaded then
+    health.warn("skipped: the native library is not loaded")
+    return
+  end
+  local results, pending = {}, 0
+  for _, name in ipairs(names) do
+    pending = pending + 1
+    local ok, err = pcall(require("mia")._job, "agent_probe", function(e, r)
+      results[name] = { err = e, r = r }
+      pending = pending - 1
+    end, agents.spec(name), M.AGENT_TIMEOUT_MS)
+    if not ok then
+      results[name] = { err = { message = tostring(err) } }
+      pending = pending - 1
+    end
+  end
+  vim.wait(M.AGENT_TIMEOUT_MS + 1000, function()
+    return pending == 0
+  end, 20)
+  for _, name in ipairs(names) do
+    local res = results[name]
+    local cmd = table.concat(agents.spec(name).command, " ")
+    if res and res.r then
+      local info = type(res.r.agentInfo) == "table" and res.r.agentInfo or {}
+      local auth = res.r.authMethods or {}
+      local who = info.title or info.name or "an agent that does not name itself"
+      if info.title and info.name and info.name ~= info.title then
+        who = string.format("%s (%s)", info.title, info.name)
+      end
+      health.ok(string.format(
+        "%s (`%s`): %s %s, protocol %s; login: %s",
+        name,
+        cmd,
+        who,
+        info.version or "(no version)",
+        tostring(res.r.protocolVersion),
+        #auth > 0 and table.concat(auth, ", ") or "none needed"
+      ))
+    elseif res and res.err then
+      health.error(string.format("%s (`%s`): %s", name, cmd, res.err.message), {
+        "Check agents." .. name .. ".command: run it in a shell; it should wait for ACP messages on stdin",
+      })
+    else
+      health.warn(string.format("%s (`%s`): no answer to `initialize` within %d ms", name, cmd, M.AGENT_TIMEOUT_MS))
+    end
+  end
 end
 
 --- Asks every provider that has credentials to list its models (at most 10 s in all).

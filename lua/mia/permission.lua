@@ -10,6 +10,11 @@ local VERBS = { read = "read with", write = "change files with", execute = "run"
 --- params, mia's details (tool, subject, effect) in `_meta.mia`.
 function M.prompt_for(data)
   local mia = type(data._meta) == "table" and data._meta.mia or {}
+  if mia.agent then
+    local tc = type(data.toolCall) == "table" and data.toolCall or {}
+    local title = type(tc.title) == "string" and tc.title or "use a tool"
+    return string.format("%s wants to: %s", mia.agent, title)
+  end
   local tool = mia.tool or (data.toolCall or {}).title or "a tool"
   local subject = mia.subject ~= vim.NIL and mia.subject or nil
   local verb = VERBS[mia.effect] or "use"
@@ -28,6 +33,11 @@ end
 --- tool call carries a diff is an edit review (mia.review).
 function M.ask(call, data)
   local review = require("mia.review")
+  local agent = type(data._meta) == "table" and type(data._meta.mia) == "table" and data._meta.mia.agent
+  if agent then
+    M.ask_agent(call, data)
+    return
+  end
   local diff = review.diff_of(data)
   if diff then
     review.ask(call, data, diff)
@@ -50,6 +60,21 @@ function M.ask(call, data)
     local outcome = chosen and { outcome = "selected", optionId = chosen.optionId } or { outcome = "cancelled" }
     local loader = require("mia.core")
     pcall(loader.get().reply, call, true, { outcome = outcome })
+  end)
+end
+
+--- An external agent's question: its own options, in its order; the
+--- chosen option's exact `optionId` goes back, and a dismissed picker is
+--- ACP's `cancelled` outcome (the agent decides what that means).
+function M.ask_agent(call, data)
+  local options = type(data.options) == "table" and data.options or {}
+  local names = vim.tbl_map(function(o)
+    return tostring(o.name or o.optionId)
+  end, options)
+  vim.ui.select(names, { prompt = M.prompt_for(data), kind = "mia_permission" }, function(_, idx)
+    local chosen = idx and options[idx] or nil
+    local outcome = chosen and { outcome = "selected", optionId = chosen.optionId } or { outcome = "cancelled" }
+    pcall(require("mia.core").get().reply, call, true, { outcome = outcome })
   end)
 end
 

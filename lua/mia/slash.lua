@@ -153,13 +153,47 @@ add({
   end,
 })
 
+--- The commands of the external agent the chat talks to (its
+--- available_commands_update), in their order; nil for mia's own agent.
+local external = nil
+--- Names of mia's commands that stay available beside an external agent's.
+local KEEP_WITH_AGENT = { help = true, costs = true, mode = true, sessions = true, new = true, clear = true }
+
+--- Takes an external agent's commands (nil: back to mia's own agent).
+--- Typed in the chat, they are sent to the agent as the prompt text.
+function M.set_external_commands(list)
+  external = nil
+  if type(list) == "table" then
+    external = {}
+    for _, c in ipairs(list) do
+      if type(c) == "table" and type(c.name) == "string" then
+        external[#external + 1] = c
+      end
+    end
+  end
+  M.announce()
+end
+
+local function external_command(name)
+  for _, c in ipairs(external or {}) do
+    if c.name == name then
+      return c
+    end
+  end
+  return nil
+end
+
 --- The commands available now, in ACP's AvailableCommand shape.
 --- @return { name: string, description: string, input?: { hint: string } }[]
 function M.available()
   local out = {}
+  for _, c in ipairs(external or {}) do
+    local hint = type(c.input) == "table" and c.input.hint or nil
+    out[#out + 1] = { name = c.name, description = c.description or "", input = hint and { hint = hint } or nil }
+  end
   for _, name in ipairs(order) do
     local c = commands[name]
-    if not c.available or c.available() then
+    if (not external or (KEEP_WITH_AGENT[name] and not external_command(name))) and (not c.available or c.available()) then
       out[#out + 1] = { name = c.name, description = c.description, input = c.input_hint and { hint = c.input_hint } or nil }
     end
   end
@@ -236,7 +270,13 @@ function M.dispatch(text)
   if not name then
     return false
   end
+  if external and external_command(name) then
+    return false -- the agent's own command: the text goes to the agent
+  end
   local cmd = commands[name]
+  if external and cmd and not KEEP_WITH_AGENT[name] then
+    cmd = nil
+  end
   if not cmd or (cmd.available and not cmd.available()) then
     local close = M.close_matches(name)
     local hint = #close > 0 and (" Did you mean " .. table.concat(close, ", ") .. "?") or " Type /help for the list."
@@ -267,6 +307,14 @@ function M.complete(before)
     return before:find("/") - 1, items
   end
   local name, arg = before:match("^%s*/([%w_%-]+)%s+(.*)$")
+  local ext = name and external_command(name)
+  if ext then
+    local hint = type(ext.input) == "table" and ext.input.hint or nil
+    if hint then
+      return #before - #arg, { { word = arg, abbr = hint, menu = "input", empty = 1, dup = 1 } }
+    end
+    return -1, {}
+  end
   local cmd = name and commands[name]
   if not cmd then
     return -1, {}

@@ -1,1 +1,7 @@
+//! The Agent Client Protocol on the wire: external agents inside mia's chat
+//! (mia as the client, [`client`]) and mia's own agent served to other
+//! editors (`mia-acp`, [`server`]).
+
+pub mod client;
+mod client_requests;
 pub mod server;

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+mod acp_api;
 mod checkpoint_api;
 mod store_api;
 
@@ -630,6 +631,12 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("drain", lua.create_function(drain)?)?;
     m.set("shutdown", lua.create_function(shutdown)?)?;
     m.set("status", lua.create_function(status)?)?;
+    m.set("agent_connect", lua.create_function(acp_api::agent_connect)?)?;
+    m.set("agent_prompt", lua.create_function(acp_api::agent_prompt)?)?;
+    m.set("agent_info", lua.create_function(acp_api::agent_info)?)?;
+    m.set("agent_set_mode", lua.create_function(acp_api::agent_set_mode)?)?;
+    m.set("agent_probe", lua.create_function(acp_api::agent_probe)?)?;
+    m.set("agent_stop", lua.create_function(acp_api::agent_stop)?)?;
 
     /// `shared()` -> what Lua and the core must agree on (src/shared.rs):
     /// `{ providers, provider_kinds, modes, user_mode_permissions,

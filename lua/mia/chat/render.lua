@@ -88,8 +88,10 @@ function M.update(buf, u)
   local s = st(buf)
   local kind = u.sessionUpdate
   if kind == "user_message_chunk" then
-    local model = mia_meta(u).model or ""
-    local header = string.format("## You\n\n%s\n\n## mia · %s\n\n", text_of(u.content), model)
+    local meta = mia_meta(u)
+    local model = meta.model or ""
+    local who = meta.agent and meta.agent ~= model and (meta.agent .. " · " .. model) or meta.agent or ("mia · " .. model)
+    local header = string.format("## You\n\n%s\n\n## %s\n\n", text_of(u.content), who)
     writer.append(buf, (s.last == nil and is_empty(buf)) and header or ("\n\n" .. header))
     s.last = "header"
   elseif kind == "agent_message_chunk" then

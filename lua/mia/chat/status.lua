@@ -65,6 +65,17 @@ function M.retry(buf, d)
   end))
 end
 
+--- Shows `text` below the last line of `buf` (e.g. "starting the agent…").
+function M.show(buf, text)
+  M.clear()
+  if not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  status.buf = buf
+  local last = api.nvim_buf_line_count(buf) - 1
+  status.mark = api.nvim_buf_set_extmark(buf, ns, last, 0, { virt_lines = { { { text, "MiaStatus" } } } })
+end
+
 --- The status text shown under the answer in `buf`, or nil.
 function M.text(buf)
   if not (buf and api.nvim_buf_is_valid(buf)) then
