@@ -318,6 +318,7 @@ impl AgentProc {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = cmd.spawn().map_err(|e| AcpClientError::Spawn {
             name: name.clone(),
@@ -353,6 +354,7 @@ impl AgentProc {
         let exit = self.exit.clone();
         let died2 = died.clone();
         let session_cwd = cwd.clone();
+        let group = track_group(&child);
         tokio::spawn(async move {
             let conn = me.clone().connection(stdin, stdout, session_cwd, ready_tx, close_rx);
             let unasked: bool;
@@ -379,6 +381,7 @@ impl AgentProc {
                     }
                 }
             };
+            end_group(group);
             tracing::info!(agent = %me.spec.name, "agent process ended: {status}");
             *exit.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
             died2.cancel();
@@ -898,6 +901,46 @@ fn initialize_params() -> Value {
     })
 }
 
+/// Process groups of the agents this process started: each agent runs in a
+/// group of its own, so that its children (an agent's bundled CLI) end with
+/// it. `kill_all` ends them when Neovim quits.
+static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+
+fn track_group(child: &tokio::process::Child) -> Option<i32> {
+    let pid = i32::try_from(child.id()?).ok()?;
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+    Some(pid)
+}
+
+fn end_group(pgid: Option<i32>) {
+    let Some(pgid) = pgid else { return };
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).retain(|g| *g != pgid);
+    // SAFETY: killpg only sends a signal to the group this process created.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
+    }
+}
+
+/// Ends its agent's process group when dropped (every return of a probe).
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        end_group(self.0.take());
+    }
+}
+
+/// Ends every agent process group still running (Neovim is quitting).
+pub fn kill_all() {
+    let groups = std::mem::take(&mut *GROUPS.lock().unwrap_or_else(|p| p.into_inner()));
+    for pgid in groups {
+        // SAFETY: as in end_group.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
 /// `:checkhealth mia`: starts the agent, runs `initialize`, and reports what
 /// it said (`agentInfo`, `protocolVersion`, `authMethods`), within `timeout`.
 pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClientError> {
@@ -911,6 +954,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
+        .process_group(0)
         .kill_on_drop(true);
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
@@ -920,6 +964,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         program: program.clone(),
         reason: e.to_string(),
     })?;
+    let _group = GroupGuard(track_group(&child));
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(AcpClientError::Spawn {
             name,

@@ -124,6 +124,15 @@ class Editor:
             self.nvim.close()
         except Exception:
             pass
+        # Closing the channel makes Neovim quit (VimLeavePre ends the runtime and
+        # the agents it started); a Neovim still there after 2 s is killed.
+        for _ in range(200):
+            try:
+                if "\nState:\tZ" in Path(f"/proc/{self.pid}/status").read_text():
+                    break
+            except FileNotFoundError:
+                break
+            time.sleep(0.01)
         try:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
