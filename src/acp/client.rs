@@ -320,6 +320,7 @@ impl AgentProc {
             .stderr(std::process::Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
+        watch_group(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| AcpClientError::Spawn {
             name: name.clone(),
             program: program.clone(),
@@ -921,6 +922,14 @@ fn end_group(pgid: Option<i32>) {
     }
 }
 
+/// Makes the agent's group end with this process, even when Neovim is
+/// killed ([`crate::reaper`]); an agent that cannot be watched still starts.
+fn watch_group(cmd: &mut tokio::process::Command) {
+    if let Err(e) = crate::reaper::end_group_with_this_process(cmd) {
+        tracing::warn!("the agent will not be ended if Neovim is killed: {e}");
+    }
+}
+
 /// Ends its agent's process group when dropped (every return of a probe).
 struct GroupGuard(Option<i32>);
 
@@ -959,6 +968,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
+    watch_group(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| AcpClientError::Spawn {
         name: name.clone(),
         program: program.clone(),

@@ -130,7 +130,7 @@ class Editor:
             try:
                 if "\nState:\tZ" in Path(f"/proc/{self.pid}/status").read_text():
                     break
-            except FileNotFoundError:
+            except OSError:  # gone, or being reaped while we read
                 break
             time.sleep(0.01)
         try:

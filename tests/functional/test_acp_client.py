@@ -6,7 +6,9 @@ and a small terminal-using agent written on the pinned SDK."""
 import json
 import os
 import shutil
+import signal
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -350,3 +352,30 @@ def test_an_agent_dying_between_turns_is_announced_with_its_stderr(editor_factor
     type_prompt(ed, "back")
     ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
     assert "echo: back" in ed.chat_text()
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended: only its parent has not looked)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def test_an_agent_and_its_children_end_when_neovim_is_killed(editor_factory, tmp_path):
+    pids = tmp_path / "pids"
+    # The agent starts a child of its own (as claude-agent-acp starts its CLI) and says both pids.
+    cmd = f"sleep 1000 & echo $$ $! > '{pids}.tmp'; mv '{pids}.tmp' '{pids}'; exec '{NODE}' '{TOOL_AGENT}'"
+    ed = agent_editor(editor_factory, {"tools": {"command": ["sh", "-c", cmd], "cwd": str(tmp_path)}})
+    ed.nvim.command("Mia agent tools")
+    ed.wait("require('mia').modes() ~= nil and require('mia').modes().currentModeId == 'careful'", 30000)
+    agent, child = (int(p) for p in pids.read_text().split())
+    assert _running(agent) and _running(child)
+    # Neovim gets no chance to end them: SIGKILL, as an OOM killer or a crash would.
+    os.kill(ed.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15  # a guard against hanging, not a timing assertion
+    while (_running(agent) or _running(child)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _running(agent), "the agent outlived the Neovim that started it"
+    assert not _running(child), "the agent's child outlived the Neovim that started it"
