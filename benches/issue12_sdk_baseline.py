@@ -9,13 +9,15 @@ prompt done.  Each run is a fresh agent process (claude-agent-acp also gets a
 fresh HOME); the median of --runs runs is printed.
 
 The SDK driver is tests/acp/sdk_client.mjs (@agentclientprotocol/sdk
-ClientSideConnection).  To compare mia's client side by side, add a driver:
+ClientSideConnection); the mia driver is mia's chat in a real headless
+Neovim (from the prompt, which spawns the agent). Both run in the same run,
+one after the other, against the same scenario server. To add a driver:
 a function (agent, prompt, workdir) -> {"initialize": ms, "session_new": ms,
 "first_chunk": ms, "prompt_done": ms} measured from the agent's spawn, and
 register it in DRIVERS; agents come from AGENTS (command + env per run).
 
     .venv/bin/python benches/issue12_sdk_baseline.py [--runs 5] [--drivers sdk]
-        [--agents example,claude] [--json out.json]
+        [--agents example,claude] [--json out.json]   (--drivers sdk,mia is the default)
 
 The example agent's first chunk is sent at once; its prompt takes ~5 s of
 simulated model time, so only first_chunk is comparable.  claude-agent-acp's
@@ -55,7 +57,51 @@ def sdk_driver(agent, prompt, workdir):
     return {p: run.timings.get(p) for p in POINTS}
 
 
-DRIVERS = {"sdk": sdk_driver}
+MIA_TURN = """
+local header, prompt = ...
+local chat = require("mia.chat")
+vim.ui.select = function(items, _, cb) cb(items[1], 1) end
+local t0 = vim.uv.hrtime()
+chat.prompt(prompt)
+local first
+local ok = vim.wait(120000, function()
+  if not first then
+    local text = table.concat(vim.api.nvim_buf_get_lines(chat.buffer(), 0, -1, false), "\\n")
+    local at = text:find(header, 1, true)
+    if at and text:sub(at + #header):find("%S") then
+      first = (vim.uv.hrtime() - t0) / 1e6
+    end
+  end
+  return first ~= nil and chat.state() ~= "streaming"
+end, 1)
+return { ok = ok, first = first, done = (vim.uv.hrtime() - t0) / 1e6, state = chat.state() }
+"""
+
+
+def mia_driver(agent, prompt, workdir):
+    """mia's client in a real headless Neovim: the chat is switched to the
+    agent, the agent is stopped, then a prompt is sent as <CR> sends it; from
+    there (the spawn comes first) to the agent's first text in the chat
+    buffer, and to the end of the turn. mia's client does not expose when
+    initialize and session/new were answered: those stay empty."""
+    from conftest import Editor
+
+    name = agent.name
+    spec = {"command": agent.command(), "env": agent.env(workdir), "cwd": str(workdir / "project")}
+    ed = Editor(workdir / "nvim", setup={"model": "scn/echo", "agents": {name: spec}})
+    try:
+        ed.nvim.command(f"Mia agent {name}")
+        ed.lua("require('mia.agents').stop()")
+        ed.lua("vim.wait(1000, function() return false end)")  # the process is gone before the measured start
+        r = ed.lua(MIA_TURN, f"## {name}\n\n", prompt)
+        if not r["ok"] or r["state"] != "done":
+            raise RuntimeError(f"{name}: the turn did not end well ({r})\n{ed.chat_text()}\n{ed.messages()}")
+        return {"initialize": None, "session_new": None, "first_chunk": r["first"], "prompt_done": r["done"]}
+    finally:
+        ed.close()
+
+
+DRIVERS = {"sdk": sdk_driver, "mia": mia_driver}
 
 
 def agents(server):
@@ -73,7 +119,11 @@ def measure(driver, agent, runs):
             work = Path(tmp)
             (work / "project").mkdir()
             samples.append(driver(agent, agent.prompt, work))
-    return {p: statistics.median(s[p] for s in samples) for p in POINTS} | {"samples": samples}
+    def median(p):
+        values = [s[p] for s in samples if s[p] is not None]
+        return statistics.median(values) if values else None
+
+    return {p: median(p) for p in POINTS} | {"samples": samples}
 
 
 def main():
@@ -93,10 +143,10 @@ def main():
             for aname in args.agents.split(","):
                 res = measure(DRIVERS[dname], table[aname], args.runs)
                 results[f"{dname}/{aname}"] = res
-                spread = {p: [s[p] for s in res["samples"]] for p in POINTS}
+                spread = {p: [s[p] for s in res["samples"] if s[p] is not None] for p in POINTS}
                 print(f"{dname:>6} {aname:<8} median of {args.runs} [min-max] (ms from spawn): " +
                       "  ".join(f"{p} {res[p]:.0f} [{min(spread[p]):.0f}-{max(spread[p]):.0f}]"
-                                for p in POINTS), flush=True)
+                                for p in POINTS if res[p] is not None), flush=True)
     finally:
         server.stop()
     if args.json:
