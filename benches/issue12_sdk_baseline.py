@@ -58,11 +58,12 @@ def sdk_driver(agent, prompt, workdir):
 
 
 MIA_TURN = """
-local header, prompt = ...
+local header, prompt, name = ...
 local chat = require("mia.chat")
 vim.ui.select = function(items, _, cb) cb(items[1], 1) end
 local t0 = vim.uv.hrtime()
-chat.prompt(prompt)
+vim.cmd("Mia agent " .. name) -- starts the agent in the background
+chat.prompt(prompt) -- waits for it in the core
 local first
 local ok = vim.wait(120000, function()
   if not first then
@@ -79,10 +80,9 @@ return { ok = ok, first = first, done = (vim.uv.hrtime() - t0) / 1e6, state = ch
 
 
 def mia_driver(agent, prompt, workdir):
-    """mia's client in a real headless Neovim: the chat is switched to the
-    agent, the agent is stopped, then a prompt is sent as <CR> sends it; from
-    there (the spawn comes first) to the agent's first text in the chat
-    buffer, and to the end of the turn. mia's client does not expose when
+    """mia's client in a real headless Neovim: from `:Mia agent NAME` (which
+    spawns the agent) and a prompt sent at once, as <CR> sends it, to the
+    agent's first text in the chat buffer, and to the end of the turn. mia's client does not expose when
     initialize and session/new were answered: those stay empty."""
     from conftest import Editor
 
@@ -90,10 +90,8 @@ def mia_driver(agent, prompt, workdir):
     spec = {"command": agent.command(), "env": agent.env(workdir), "cwd": str(workdir / "project")}
     ed = Editor(workdir / "nvim", setup={"model": "scn/echo", "agents": {name: spec}})
     try:
-        ed.nvim.command(f"Mia agent {name}")
-        ed.lua("require('mia.agents').stop()")
-        ed.lua("vim.wait(1000, function() return false end)")  # the process is gone before the measured start
-        r = ed.lua(MIA_TURN, f"## {name}\n\n", prompt)
+        ed.lua("require('mia.chat').open()")
+        r = ed.lua(MIA_TURN, f"## {name}\n\n", prompt, name)
         if not r["ok"] or r["state"] != "done":
             raise RuntimeError(f"{name}: the turn did not end well ({r})\n{ed.chat_text()}\n{ed.messages()}")
         return {"initialize": None, "session_new": None, "first_chunk": r["first"], "prompt_done": r["done"]}
