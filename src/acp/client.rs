@@ -24,11 +24,11 @@ use agent_client_protocol::v1::schema as s;
 use agent_client_protocol::v1::ConnectionTo;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use tokio::io::AsyncBufReadExt;
 use tokio::sync::oneshot;
 use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+use super::line_cap::{LineCap, MAX_MESSAGE_BYTES};
 use crate::calls::LuaBridge;
 use crate::cost::{Cost, Usage};
 use crate::events::{Event, MiaEvent, StreamId};
@@ -336,18 +336,14 @@ impl AgentProc {
         };
         let tail = self.stderr.clone();
         let who = name.clone();
-        tokio::spawn(async move {
-            let mut lines = tokio::io::BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let line: String = line.chars().take(STDERR_LINE).collect();
-                tracing::info!(agent = %who, "agent stderr: {line}");
-                let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
-                if t.len() == STDERR_TAIL {
-                    t.pop_front();
-                }
-                t.push_back(line);
+        tokio::spawn(super::line_cap::read_cut_lines(stderr, STDERR_LINE, move |line| {
+            tracing::info!(agent = %who, "agent stderr: {line}");
+            let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+            if t.len() == STDERR_TAIL {
+                t.pop_front();
             }
-        });
+            t.push_back(line);
+        }));
         let died = CancellationToken::new();
         let (ready_tx, ready_rx) = oneshot::channel::<Result<Ready, AcpClientError>>();
         let (close_tx, close_rx) = oneshot::channel::<()>();
@@ -384,7 +380,8 @@ impl AgentProc {
             };
             end_group(group);
             tracing::info!(agent = %me.spec.name, "agent process ended: {status}");
-            *exit.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+            // A reason mia gave already (a message over the limit) says more than the signal mia sent.
+            exit.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(status);
             died2.cancel();
             // Dying between turns (a turn in flight says so in its own end):
             // the user hears it now, and the next prompt starts it again.
@@ -466,6 +463,7 @@ impl AgentProc {
         ready: oneshot::Sender<Result<Ready, AcpClientError>>,
         close: oneshot::Receiver<()>,
     ) -> Result<bool, sdk::Error> {
+        let stdout = LineCap::new(stdout, MAX_MESSAGE_BYTES, Some(self.exit.clone()));
         let transport = sdk::ByteStreams::new(stdin.compat_write(), stdout.compat());
         let name = self.spec.name.clone();
         let (p1, p2, p3, p4, p5, p6, p7, p8, p9) = (
@@ -982,6 +980,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
             reason: "its stdio could not be connected".into(),
         });
     };
+    let stdout = LineCap::new(stdout, MAX_MESSAGE_BYTES, None);
     let transport = sdk::ByteStreams::new(stdin.compat_write(), stdout.compat());
     let init: s::InitializeRequest =
         serde_json::from_value(initialize_params()).map_err(|e| AcpClientError::Protocol {

@@ -4,4 +4,5 @@
 
 pub mod client;
 mod client_requests;
+pub mod line_cap;
 pub mod server;

@@ -492,8 +492,11 @@ pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), 
     let server = Server::new(config, queue.clone(), rt);
     let (tx, mut rx) = mpsc::unbounded_channel();
     forward::pump(queue, tx);
-    let transport =
-        agent_client_protocol::ByteStreams::new(tokio::io::stdout().compat_write(), tokio::io::stdin().compat());
+    let transport = agent_client_protocol::ByteStreams::new(
+        tokio::io::stdout().compat_write(),
+        // A client that never ends a line is cut off rather than buffered without end.
+        super::line_cap::LineCap::new(tokio::io::stdin(), super::line_cap::MAX_MESSAGE_BYTES, None).compat(),
+    );
     let s1 = server.clone();
     let s2 = server.clone();
     let s3 = server.clone();
