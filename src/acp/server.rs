@@ -315,6 +315,35 @@ impl Server {
         Ok(())
     }
 
+    /// Starts a turn in `session` whose end answers `responder`: its cancel
+    /// token, the guard that keeps other turns out, and its event stream.
+    /// `None` (answered with the error) when a turn is already running.
+    fn begin_turn(
+        &self,
+        session: &Arc<Session>,
+        responder: Responder<acp::PromptResponse>,
+    ) -> Option<(CancellationToken, crate::session::Turn, StreamId)> {
+        let cancel = CancellationToken::new();
+        let turn = match session.begin(cancel.clone()) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = responder.respond_with_error(invalid_params(e.to_string().replacen("mia:", "mia-acp:", 1)));
+                return None;
+            }
+        };
+        let id = session.id();
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        lock(&self.streams).insert(stream, id.clone());
+        lock(&self.pending).insert(
+            stream,
+            Pending {
+                session_id: id,
+                responder,
+            },
+        );
+        Some((cancel, turn, stream))
+    }
+
     fn end_turn(responder: Responder<acp::PromptResponse>, stop: &str) {
         match from_json::<acp::PromptResponse>(json!({ "stopReason": stop })) {
             Ok(r) => {
@@ -336,7 +365,6 @@ impl Server {
                 return;
             }
         };
-        let id = session.id();
         let text = prompt_text(&req.prompt);
         if let Some(rest) = text.trim_start().strip_prefix('/') {
             let (name, input) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
@@ -348,23 +376,9 @@ impl Server {
             let _ = responder.respond_with_error(invalid_params("mia-acp: the prompt is empty"));
             return;
         }
-        let cancel = CancellationToken::new();
-        let turn = match session.begin(cancel.clone()) {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = responder.respond_with_error(invalid_params(e.to_string().replacen("mia:", "mia-acp:", 1)));
-                return;
-            }
+        let Some((cancel, turn, stream)) = self.begin_turn(&session, responder) else {
+            return;
         };
-        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        lock(&self.streams).insert(stream, id.clone());
-        lock(&self.pending).insert(
-            stream,
-            Pending {
-                session_id: id.clone(),
-                responder,
-            },
-        );
         let title = session.info().title.is_none().then(|| {
             let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
             first.chars().take(60).collect::<String>()
@@ -440,23 +454,9 @@ impl Server {
                     say("Nothing to compact: the session is empty.".into());
                     return Self::end_turn(responder, "end_turn");
                 }
-                let cancel = CancellationToken::new();
-                let turn = match session.begin(cancel.clone()) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        let _ = responder.respond_with_error(invalid_params(e.to_string()));
-                        return;
-                    }
+                let Some((cancel, turn, stream)) = self.begin_turn(session, responder) else {
+                    return;
                 };
-                let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
-                lock(&self.streams).insert(stream, id.clone());
-                lock(&self.pending).insert(
-                    stream,
-                    Pending {
-                        session_id: id.clone(),
-                        responder,
-                    },
-                );
                 let deps = self.deps.clone();
                 let session = session.clone();
                 self.rt.spawn(async move {
