@@ -4,4 +4,5 @@
 
 pub mod client;
 mod client_requests;
+mod permission_diff;
 pub mod server;
