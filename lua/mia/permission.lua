@@ -30,12 +30,18 @@ end
 --- Asks the user about call `call` with the request's options (in their
 --- order) and answers the core with ACP's outcome: the chosen option, or
 --- the first reject option when the picker is dismissed. A request whose
---- tool call carries a diff is an edit review (mia.review).
+--- tool call carries a diff is an edit review (mia.review), an external
+--- agent's too when its options map to the review's keys.
 function M.ask(call, data)
   local review = require("mia.review")
   local agent = type(data._meta) == "table" and type(data._meta.mia) == "table" and data._meta.mia.agent
   if agent then
-    M.ask_agent(call, data)
+    -- an edit with options the review's keys can answer is reviewed;
+    -- anything else is the agent's own options in the picker
+    local diff = review.diff_of(data)
+    if not (diff and review.ask_agent(call, data, diff, agent)) then
+      M.ask_agent(call, data)
+    end
     return
   end
   local diff = review.diff_of(data)

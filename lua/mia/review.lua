@@ -133,7 +133,8 @@ end
 --- @param name string shown path
 --- @param old_text string|nil nil: the file does not exist
 --- @param new_text string
-function M.unified(name, old_text, new_text)
+--- @param notes string[]|nil lines shown under the path (what to know about the proposal)
+function M.unified(name, old_text, new_text, notes)
   local old = old_text or ""
   local a, b = M.lines_of(old), M.lines_of(new_text)
   local hunks = M.hunks(old, new_text)
@@ -142,6 +143,10 @@ function M.unified(name, old_text, new_text)
   local header = old_text == nil and (name .. " (new file)") or name
   lines[1] = header
   line_hl[0] = "Title"
+  for _, note in ipairs(notes or {}) do
+    lines[#lines + 1] = note
+    line_hl[#lines - 1] = "WarningMsg"
+  end
   -- groups of hunks whose context touches
   local groups = {}
   for _, h in ipairs(hunks) do
@@ -242,10 +247,11 @@ end
 -- ---------------------------------------------------------------------------
 -- Answers
 
---- Answers review `call` with option `id` and mia's extras.
+--- Answers review `call` with option `id` and mia's extras; no `id` is
+--- ACP's `cancelled` outcome.
 local function reply(call, id, extra)
   local loader = require("mia.core")
-  local answer = { outcome = { outcome = "selected", optionId = id } }
+  local answer = { outcome = id and { outcome = "selected", optionId = id } or { outcome = "cancelled" } }
   if extra and next(extra) then
     answer._meta = { mia = extra }
   end
@@ -322,19 +328,12 @@ local function meta_of(data)
   return type(data._meta) == "table" and type(data._meta.mia) == "table" and data._meta.mia or {}
 end
 
-local function key_hint()
-  local k = keys()
+--- The footer: the key and label of every action that has a hint.
+local function key_hint(items)
   local parts = {}
-  for _, item in ipairs({
-    { "accept", "accept" },
-    { "accept_file", "accept file" },
-    { "accept_always", "always" },
-    { "reject", "reject" },
-    { "edit", "edit" },
-    { "dismiss", "dismiss" },
-  }) do
-    if k[item[1]] then
-      parts[#parts + 1] = k[item[1]] .. " " .. item[2]
+  for _, item in ipairs(items) do
+    if item.key and item.hint then
+      parts[#parts + 1] = item.key .. " " .. item.hint
     end
   end
   return " " .. table.concat(parts, " · ") .. " "
@@ -429,13 +428,159 @@ local function reject_with_reason(r)
   end)
 end
 
+--- What an agent's proposal needs said above its diff (from `_meta.mia`,
+--- filled by the core): outside the project, cut, a fragment, old text
+--- taken from the disk.
+function M.agent_notes(agent, meta)
+  local notes = {}
+  if meta.outside then
+    notes[#notes + 1] = string.format(
+      "⚠ outside the project (%s): %s writes it with its own tools if you accept",
+      tostring(meta.root or "?"),
+      agent
+    )
+  end
+  local cut = type(meta.cut) == "table" and meta.cut or nil
+  if cut then
+    local function size(n)
+      n = tonumber(n) or 0
+      return n >= 1024 * 1024 and string.format("%.1f MB", n / 1024 / 1024) or string.format("%d KB", math.ceil(n / 1024))
+    end
+    for _, side in ipairs({ { "new", "new text" }, { "old", "old text" } }) do
+      local p = side[1]
+      if cut[p .. "_bytes"] then
+        notes[#notes + 1] = string.format(
+          "⚠ too large to show in full: the %s has %d lines (%s); the diff covers its first %d. Accepting accepts all of it.",
+          side[2],
+          tonumber(cut[p .. "_lines"]) or 0,
+          size(cut[p .. "_bytes"]),
+          tonumber(cut[p .. "_shown_lines"]) or 0
+        )
+      end
+    end
+  end
+  if meta.fragment then
+    notes[#notes + 1] = "the agent sent the changed part of the file: line numbers count from that part"
+  end
+  if meta.old_from_disk then
+    notes[#notes + 1] = "the agent sent the whole new text: the diff is against the file on disk"
+  end
+  return notes
+end
+
+--- `text` cut to `width` display cells from the left ("…" marks the cut).
+local function fit(text, width)
+  if vim.fn.strdisplaywidth(text) <= width then
+    return text
+  end
+  local n = vim.fn.strchars(text)
+  local i = 0
+  while i < n and vim.fn.strdisplaywidth("…" .. vim.fn.strcharpart(text, i)) > width do
+    i = i + 1
+  end
+  return "…" .. vim.fn.strcharpart(text, i)
+end
+
+--- An option's name for the footer: one line, at most 24 characters.
+local function label(option)
+  local name = tostring(option.name or option.optionId):gsub("%c", " ")
+  return vim.fn.strcharpart(name, 0, 24)
+end
+
+--- What dismissing review `r` answers: the reject option (mia's own
+--- `reject_once`; an agent's reject option, or `cancelled` without one).
+local function dismiss_answer(r)
+  if r.agent then
+    return r.agent.choices.reject and r.agent.choices.reject.optionId or nil
+  end
+  return "reject_once"
+end
+
+--- The float's actions for mia's own edit: `{ key, hint, fn, desc }`.
+local function own_actions(r, k)
+  return {
+    { key = k.accept, hint = "accept", desc = "accept", fn = function()
+      finish(r, "allow_once")
+    end },
+    { key = k.accept_file, hint = "accept file", desc = "accept edits to this file for the session", fn = function()
+      finish(r, "allow_file")
+    end },
+    { key = k.accept_always, hint = "always", desc = "allow always for this project", fn = function()
+      finish(r, "allow_always")
+    end },
+    { key = k.reject, hint = "reject", desc = "reject (asks a reason)", fn = function()
+      reject_with_reason(r)
+    end },
+    { key = k.edit, hint = "edit", desc = "edit the proposal first", fn = function()
+      edit_first(r)
+    end },
+    { key = k.dismiss, hint = "dismiss", desc = "dismiss (reject)", fn = function()
+      finish(r, "reject_once")
+    end },
+  }
+end
+
+--- The float's actions for an external agent's edit: each key answers
+--- with the agent's option of its kind; a key whose kind the agent does
+--- not offer has no hint and says so.
+local function agent_actions(r, k)
+  local who, c = r.agent.name, r.agent.choices
+  local function say(text)
+    return function()
+      vim.notify("mia: " .. text, vim.log.levels.INFO)
+    end
+  end
+  local function choose(option, what)
+    if option then
+      return function()
+        finish(r, option.optionId)
+      end
+    end
+    return say(string.format("%s offers no %s option for this edit", who, what))
+  end
+  local dismiss = function()
+    finish(r, dismiss_answer(r))
+  end
+  local no_file_scope = "an agent's permission has no per-file scope"
+  if c.accept_always then
+    no_file_scope = string.format("%s: %s answers “%s”", no_file_scope, k.accept_always or "A", label(c.accept_always))
+  end
+  local no_edit = string.format(
+    "%s writes this file with its own tools, so its proposal cannot be edited here: reject it and tell %s what you want instead",
+    who,
+    who
+  )
+  return {
+    {
+      key = k.accept,
+      hint = c.accept and label(c.accept),
+      desc = "accept (the agent's allow_once)",
+      fn = choose(c.accept, "“allow once”"),
+    },
+    {
+      key = k.accept_always,
+      hint = c.accept_always and label(c.accept_always),
+      desc = "allow always (the agent's allow_always)",
+      fn = choose(c.accept_always, "“allow always”"),
+    },
+    { key = k.accept_file, desc = "not for agents", fn = say(no_file_scope) },
+    {
+      key = k.reject,
+      hint = c.reject and label(c.reject),
+      desc = "reject (the agent's reject option)",
+      fn = c.reject and dismiss or choose(nil, "reject"),
+    },
+    { key = k.edit, desc = "not for agents", fn = say(no_edit) },
+    { key = k.dismiss, hint = c.reject and "dismiss" or "cancel", desc = "dismiss", fn = dismiss },
+  }
+end
+
 --- Shows review `r` in a float (over the chat when it is open).
 open_float = function(r)
-  local view = r.view or M.unified(
-    type(meta_of(r.data).subject) == "string" and meta_of(r.data).subject or r.diff.path,
-    r.diff.oldText ~= vim.NIL and r.diff.oldText or nil,
-    r.diff.newText
-  )
+  local meta = meta_of(r.data)
+  local name = type(meta.subject) == "string" and meta.subject or r.diff.path
+  local old = r.diff.oldText ~= vim.NIL and r.diff.oldText or nil
+  local view = r.view or M.unified(name, old, r.diff.newText, r.agent and M.agent_notes(r.agent.name, meta) or nil)
   r.view = view
   local buf = api.nvim_create_buf(false, true)
   vim.bo[buf].bufhidden = "wipe"
@@ -468,12 +613,23 @@ open_float = function(r)
       col = math.floor((vim.o.columns - width) / 2),
     }
   end
-  local tool = meta_of(r.data).tool
+  local k = keys()
+  local actions
   cfg.style = "minimal"
   cfg.border = "rounded"
-  cfg.title = string.format(" mia: review %s%s ", type(tool) == "string" and tool .. " → " or "", view.lines[1])
+  if r.agent then
+    local where = meta.outside and " (outside the project)" or ""
+    local head = string.format("%s wants to edit ", r.agent.name)
+    local room = cfg.width - 2 - vim.fn.strdisplaywidth(head .. where)
+    cfg.title = " " .. head .. fit(name, math.max(8, room)) .. where .. " "
+    actions = agent_actions(r, k)
+  else
+    local tool = meta.tool
+    cfg.title = string.format(" mia: review %s%s ", type(tool) == "string" and tool .. " → " or "", view.lines[1])
+    actions = own_actions(r, k)
+  end
   cfg.title_pos = "center"
-  cfg.footer = key_hint()
+  cfg.footer = key_hint(actions)
   cfg.footer_pos = "center"
   vim.cmd("stopinsert") -- the keys are normal-mode keys, also when the prompt was being typed
   local win = api.nvim_open_win(buf, true, cfg)
@@ -483,32 +639,17 @@ open_float = function(r)
   if view.hunk_rows[1] then
     pcall(api.nvim_win_set_cursor, win, { view.hunk_rows[1] + 1, 0 })
   end
-  local k = keys()
   local function map(key, fn, desc)
     if key then
       vim.keymap.set("n", key, fn, { buffer = buf, nowait = true, desc = "mia review: " .. desc })
     end
   end
-  map(k.accept, function()
-    finish(r, "allow_once")
-  end, "accept")
-  map(k.accept_file, function()
-    finish(r, "allow_file")
-  end, "accept edits to this file for the session")
-  map(k.accept_always, function()
-    finish(r, "allow_always")
-  end, "allow always for this project")
-  map(k.reject, function()
-    reject_with_reason(r)
-  end, "reject (asks a reason)")
-  map(k.edit, function()
-    edit_first(r)
-  end, "edit the proposal first")
-  local function dismiss()
-    finish(r, "reject_once")
+  for _, a in ipairs(actions) do
+    map(a.key, a.fn, a.desc)
   end
-  map(k.dismiss, dismiss, "dismiss (reject)")
-  map("<Esc>", dismiss, "dismiss (reject)")
+  map("<Esc>", function()
+    finish(r, dismiss_answer(r))
+  end, "dismiss")
   local function jump(dir)
     local row = api.nvim_win_get_cursor(win)[1] - 1
     local rows = view.hunk_rows
@@ -540,7 +681,7 @@ open_float = function(r)
       if r.win == win and not r.answered then
         r.win = nil
         vim.schedule(function()
-          finish(r, "reject_once")
+          finish(r, dismiss_answer(r))
         end)
       end
     end,
@@ -559,7 +700,7 @@ show_next = function()
   local ok, err = pcall(open_float, r)
   if not ok then
     vim.notify("mia: the review could not be shown (" .. tostring(err) .. "); the edit is rejected", vim.log.levels.ERROR)
-    finish(r, "reject_once")
+    finish(r, dismiss_answer(r))
   end
 end
 
@@ -1239,8 +1380,7 @@ end
 
 local watching = false
 
---- Reviews the edit in permission request `data` (call `call`).
-function M.ask(call, data, diff)
+local function watch_answer_end()
   if not watching then
     watching = true
     api.nvim_create_autocmd("User", {
@@ -1250,6 +1390,11 @@ function M.ask(call, data, diff)
       desc = "mia: close reviews nobody waits for",
     })
   end
+end
+
+--- Reviews the edit in permission request `data` (call `call`).
+function M.ask(call, data, diff)
+  watch_answer_end()
   local r = { call = call, data = data, diff = diff }
   if config().review == "hunks" then
     local ok, placed = pcall(place_hunks, r)
@@ -1262,6 +1407,85 @@ function M.ask(call, data, diff)
   end
   queue[#queue + 1] = r
   show_next()
+end
+
+-- ---------------------------------------------------------------------------
+-- External agents: their permission request carries the diff, and the
+-- review's keys answer with the agent's own options, matched by ACP kind.
+
+--- The review key that answers with each ACP option kind.
+local KEY_OF_KIND = { allow_once = "accept", allow_always = "accept_always", reject_once = "reject" }
+
+--- The agent's options by the review key that answers with them: `{
+--- accept = <allow_once>, accept_always = <allow_always>, reject =
+--- <reject_once, or reject_always when it is the only reject> }`, each
+--- absent when the agent does not offer it. nil and the reason when an
+--- option would have no key (an unknown kind, two options of one kind,
+--- both reject kinds): the plain picker asks then.
+--- @return table|nil, string|nil
+function M.agent_choices(options)
+  if type(options) ~= "table" or #options == 0 then
+    return nil, "no options"
+  end
+  local by_kind = {}
+  for _, o in ipairs(options) do
+    if type(o) ~= "table" or type(o.optionId) ~= "string" or type(o.kind) ~= "string" then
+      return nil, "an option without an id or a kind"
+    end
+    if by_kind[o.kind] then
+      return nil, "two options of kind " .. o.kind
+    end
+    by_kind[o.kind] = o
+  end
+  local choices = {}
+  for kind, o in pairs(by_kind) do
+    local key = KEY_OF_KIND[kind]
+    if kind == "reject_always" and not by_kind.reject_once then
+      key = "reject"
+    end
+    if not key then
+      return nil, "no key for the kind " .. kind
+    end
+    choices[key] = o
+  end
+  return choices
+end
+
+--- Reviews external agent `agent`'s permission request `data` (call
+--- `call`) whose tool call carries `diff`, in the diff float (also with
+--- `review = "hunks"`: the agent writes the file itself and takes one
+--- answer for the whole edit). False, and nothing shown, when the agent's
+--- options do not map to the review's keys.
+function M.ask_agent(call, data, diff, agent)
+  local choices = M.agent_choices(data.options)
+  if not choices then
+    return false
+  end
+  watch_answer_end()
+  queue[#queue + 1] = { call = call, data = data, diff = diff, agent = { name = tostring(agent), choices = choices } }
+  show_next()
+  return true
+end
+
+--- The title and footer of the diff float on screen (for tests), or nil.
+function M.showing_frame()
+  if showing and showing.win and api.nvim_win_is_valid(showing.win) then
+    local cfg = api.nvim_win_get_config(showing.win)
+    local title = cfg.title
+    if type(title) == "table" then
+      title = table.concat(vim.tbl_map(function(chunk)
+        return chunk[1]
+      end, title))
+    end
+    local footer = cfg.footer
+    if type(footer) == "table" then
+      footer = table.concat(vim.tbl_map(function(chunk)
+        return chunk[1]
+      end, footer))
+    end
+    return { title = title, footer = footer }
+  end
+  return nil
 end
 
 return M

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
 use super::client::AgentProc;
+use super::permission_diff;
 use crate::calls::CallError;
 use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolLimits, ToolOutput};
 
@@ -90,13 +91,26 @@ impl AgentProc {
 
     /// `session/request_permission`: the user picks one of the agent's own
     /// options (its exact `optionId` goes back); a dismissed question, a
-    /// cancelled turn or an unknown answer is `cancelled`.
+    /// cancelled turn or an unknown answer is `cancelled`. A tool call that
+    /// carries a diff is shown in mia's review, prepared by
+    /// [`permission_diff::prepare`].
     pub(super) async fn permission(
         self: Arc<Self>,
         r: s::RequestPermissionRequest,
     ) -> Result<s::RequestPermissionResponse, sdk::Error> {
-        let mut payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
-        payload["_meta"] = json!({ "mia": { "agent": self.spec.name } });
+        let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        // A diff goes to mia's review: bounded, and named as the user knows the file.
+        let root = self.root();
+        let (mut payload, review) = tokio::task::spawn_blocking(move || {
+            let mut payload = payload;
+            let review = permission_diff::prepare(&mut payload, &root);
+            (payload, review)
+        })
+        .await
+        .map_err(|e| error(e.to_string()))?;
+        let mut mia = review.unwrap_or_default();
+        mia.insert("agent".into(), json!(self.spec.name));
+        payload["_meta"] = json!({ "mia": mia });
         let cancelled = s::RequestPermissionResponse::new(s::RequestPermissionOutcome::Cancelled);
         let answer = match self.lua("session/request_permission", payload, ASK_WAIT).await {
             Ok(v) => v,

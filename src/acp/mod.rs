@@ -5,4 +5,5 @@
 pub mod client;
 mod client_requests;
 pub mod line_cap;
+mod permission_diff;
 pub mod server;
