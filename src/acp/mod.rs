@@ -4,4 +4,6 @@
 
 pub mod client;
 mod client_requests;
+pub mod client_sessions;
 pub mod server;
+pub mod session_list;
