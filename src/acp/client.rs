@@ -1052,6 +1052,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         "protocolVersion": init.protocol_version,
         "authMethods": init.auth_methods.iter().map(auth_method_text).collect::<Vec<_>>(),
         "loadSession": init.agent_capabilities.load_session,
+        "listSessions": init.agent_capabilities.session_capabilities.list.is_some(),
     }))
 }
 

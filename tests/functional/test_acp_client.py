@@ -279,6 +279,7 @@ def test_checkhealth_starts_each_agent_and_reports_name_version_and_login(editor
     report = "\n".join(ed.nvim.current.buffer[:])
     section = report.split("external agents (ACP)", 1)[1]
     assert "claude (`" in section and "Claude Agent (@zed-industries/claude-agent-acp) 0.23.1, protocol 1; login: none needed" in section, section
+    assert "0.23.1, protocol 1; login: none needed; past sessions: list, load" in section, section
     assert "example (`" in section and "protocol 1" in section
     assert "missing (`/nonexistent/agent-binary`): mia: cannot start the agent `missing`" in section
 
