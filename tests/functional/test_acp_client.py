@@ -394,9 +394,12 @@ def test_mia_sessions_lists_an_agents_sessions_beside_mias_and_a_picked_one_is_r
         editor_factory, server, tmp_path):
     ed = editor_factory(setup=scenario_setup(server, agents={"tools": tool_agent(tmp_path)}))
     ed.nvim.command(f"cd {tmp_path}")
+    # The agent runs, but the chat talks to mia's own agent.
+    ed.nvim.command("Mia agent tools")
+    started(ed, "tools")
+    ed.nvim.command("Mia agent mia")
     ed.nvim.command("Mia prompt echo mine")
     ed.wait("require('mia.chat').state() == 'done'")
-    ed.nvim.command("Mia agent tools")
     record_picker(ed, "Fixture session 3")
     ed.nvim.command("Mia sessions")
     ed.wait("_G.shown ~= nil", 30000)
@@ -407,7 +410,7 @@ def test_mia_sessions_lists_an_agents_sessions_beside_mias_and_a_picked_one_is_r
     assert len(shown) == 6, shown
     for i, line in enumerate(shown[1:], start=1):
         assert re.fullmatch(rf"tools · Fixture session {i} · \d+m ago", line), shown
-    # The pick switched nothing yet visible until the replay is drawn.
+    # The pick switches the chat to the agent, which replays the session.
     ed.wait("require('mia.chat').state() == 'idle' and "
             "table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n'):find('second answer') ~= nil",
             30000)
@@ -554,3 +557,24 @@ def test_claude_agent_acp_sessions_are_listed_and_a_picked_one_is_replayed_and_c
     # The agent continued the loaded session: the model got the first run's turn too.
     asked = [r for r in server.requests() if "echo and once more" in json.dumps(r.get("body"))]
     assert asked and "echo hello from the first run" in json.dumps(asked[-1]["body"]["messages"]), asked[-1:]
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_claude_agent_acp_settings_show_in_mia_mode_and_change_through_set_config_option(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"claude": claude_agent(server, tmp_path)})
+    ed.nvim.command("Mia agent claude")
+    ed.wait("#require('mia').config_options() > 0", 90000)
+    ids = ed.lua("return vim.tbl_map(function(o) return o.id end, require('mia').config_options())")
+    assert "mode" in ids, ids
+    values = ed.lua("return vim.fn.getcompletion('Mia mode mode ', 'cmdline')")
+    assert "plan" in values and "default" in values, values
+    ed.nvim.command("Mia mode")
+    assert "mode = default  (Mode: default, acceptEdits, plan" in ed.messages(), ed.messages()
+    record_notes(ed)
+    ed.nvim.command("Mia mode mode plan")
+    ed.wait("#_G.notes > 0", 30000)
+    assert ed.lua("return _G.notes[1].msg") == "mia: claude's Mode is now plan", ed.lua("return _G.notes")
+    mode = ed.lua("return vim.tbl_filter(function(o) return o.id == 'mode' end, require('mia').config_options())[1]")
+    assert mode["currentValue"] == "plan"
+    # It also said so as a mode change (current_mode_update).
+    ed.wait("require('mia').modes().currentModeId == 'plan'", 30000)
