@@ -8,22 +8,28 @@ local function start(fn_name, cb, ...)
   require("mia")._job(fn_name, cb, ...)
 end
 
---- Runs a store job and waits for it (the synchronous Lua API).
-local function job(fn_name, ...)
+--- Runs a core job and waits at most `ms` for it (the synchronous Lua API);
+--- `who` names what did not answer.
+local function wait_job(ms, who, fn_name, ...)
   local result, failure
   start(fn_name, function(err, r)
     failure, result = err, r
   end, ...)
-  vim.wait(10000, function()
+  vim.wait(ms, function()
     return result ~= nil or failure ~= nil
   end, 2)
   if failure then
     error(failure.message, 0)
   end
   if result == nil then
-    error("mia: the store did not answer within 10 s", 0)
+    error(string.format("mia: %s did not answer within %d s", who, ms / 1000), 0)
   end
   return result
+end
+
+--- Runs a store job and waits for it (the synchronous Lua API).
+local function job(fn_name, ...)
+  return wait_job(10000, "the store", fn_name, ...)
 end
 
 --- How long each external agent may take to list its sessions.
@@ -78,7 +84,8 @@ function M.list(opts, cb)
       end, query)
       return
     end
-    local err, r = done(nil, job("sessions_everywhere", query))
+    -- Its start (up to a minute) comes before its 5 s to answer.
+    local err, r = done(nil, wait_job(65000, "the agent `" .. opts.agent .. "`", "sessions_everywhere", query))
     if err then
       error(err.message, 0)
     end
