@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -532,7 +533,12 @@ def test_claude_agent_acp_sessions_are_listed_and_a_picked_one_is_replayed_and_c
     type_prompt(first, "echo hello from the first run")
     first.wait("require('mia.chat').state() ~= 'streaming'", 90000)
     assert first.state() == "done", first.chat_text() + first.messages()
-    listed = first.lua("return require('mia').sessions.list({ agent = 'claude' })")["sessions"]
+    # Its CLI writes the transcript it lists from a moment after the turn ends: ask again until it is there.
+    for _ in range(100):
+        listed = first.lua("return require('mia').sessions.list({ agent = 'claude' })")["sessions"]
+        if listed:
+            break
+        time.sleep(0.1)
     assert [(s["agent"], s["title"], s["cwd"]) for s in listed] == [
         ("claude", "echo hello from the first run", str(tmp_path))], listed
     first.close()
