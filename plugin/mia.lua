@@ -36,12 +36,22 @@ end, {
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
       end, { "session", "daily", "weekly", "model", "provider" })
-    elseif sub == "mode" and not before:match("^mode%s+%S+%s") then
+    elseif sub == "mode" then
+      -- The whole words after `mode` (the one being typed is `arglead`).
+      local typed = before:match("^mode%s+(.*)$") or ""
+      local words = vim.split(typed:sub(1, #typed - #arglead), "%s+", { trimempty = true })
+      local agents = package.loaded["mia.agents"]
+      local list = {}
+      if agents and agents.external() then
+        list = agents.complete_mode(words)
+      elseif #words == 0 then
+        list = vim.tbl_map(function(m)
+          return m.id
+        end, require("mia").modes().availableModes)
+      end
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
-      end, vim.tbl_map(function(m)
-        return m.id
-      end, require("mia").modes().availableModes))
+      end, list)
     elseif sub == "agent" and not before:match("^agent%s+%S+%s") then
       local ok, agents = pcall(require, "mia.agents")
       local list = { "mia" }

@@ -56,7 +56,7 @@ function M.spec(name)
     name = name,
     command = a.command,
     env = vim.empty_dict and (next(env) and env or vim.empty_dict()) or env,
-    cwd = a.cwd and vim.fn.fnamemodify(a.cwd, ":p") or vim.fn.getcwd(),
+    cwd = vim.fs.normalize(a.cwd and vim.fn.fnamemodify(a.cwd, ":p") or vim.fn.getcwd()),
   }
 end
 
@@ -164,15 +164,220 @@ function M.set_mode(id)
       return
     end
   end
+  local settings = M.config_ids()
   error(
     string.format(
-      "mia: the agent `%s` has no mode `%s`%s",
+      "mia: the agent `%s` has no mode `%s`%s%s",
       current,
       tostring(id),
-      #known > 0 and (". Its modes: " .. table.concat(known, ", ")) or " (it lists no modes)"
+      #known > 0 and (". Its modes: " .. table.concat(known, ", ")) or " (it lists no modes)",
+      #settings > 0
+          and (". Its settings (:Mia mode {setting} {value}): " .. table.concat(settings, ", "))
+        or ""
     ),
     0
   )
+end
+
+--- The current agent's config options (ACP's SessionConfigOption list,
+--- from `session/new`, `session/load`, `config_option_update` and
+--- `session/set_config_option`), or an empty list.
+--- @return table[]
+function M.config_options(name)
+  local info = M.info(name)
+  local list = {}
+  for _, o in ipairs(info and type(info.configOptions) == "table" and info.configOptions or {}) do
+    if type(o) == "table" and type(o.id) == "string" and (o.type == "select" or o.type == "boolean") then
+      list[#list + 1] = o
+    end
+  end
+  return list
+end
+
+--- The ids of the current agent's config options, in its order.
+--- @return string[]
+function M.config_ids()
+  return vim.tbl_map(function(o)
+    return o.id
+  end, M.config_options())
+end
+
+--- A config option's values (a select's groups flattened; a boolean's
+--- `true` and `false`), each `{ value, name }`.
+--- @return { value: string, name: string }[]
+function M.config_values(option)
+  if option.type == "boolean" then
+    return { { value = "true", name = "on" }, { value = "false", name = "off" } }
+  end
+  local out = {}
+  local function add(o)
+    if type(o) == "table" and o.value ~= nil then
+      out[#out + 1] = { value = tostring(o.value), name = tostring(o.name or o.value) }
+    end
+  end
+  for _, o in ipairs(type(option.options) == "table" and option.options or {}) do
+    if type(o) == "table" and type(o.options) == "table" then
+      for _, g in ipairs(o.options) do
+        add(g)
+      end
+    else
+      add(o)
+    end
+  end
+  return out
+end
+
+local function config_option(id)
+  for _, o in ipairs(M.config_options()) do
+    if o.id == id then
+      return o
+    end
+  end
+  return nil
+end
+
+local function value_list(option)
+  return table.concat(
+    vim.tbl_map(function(v)
+      return v.value
+    end, M.config_values(option)),
+    ", "
+  )
+end
+
+--- Sets the current agent's config option `id` to `value`
+--- (`session/set_config_option`); unknown ids and values are refused
+--- with what exists.
+--- @param id string
+--- @param value string a select's value id, or "true"/"false" for a boolean
+function M.set_config(id, value)
+  local option = config_option(id)
+  if not option then
+    local ids = M.config_ids()
+    error(
+      string.format(
+        "mia: the agent `%s` has no setting `%s`%s",
+        current,
+        tostring(id),
+        #ids > 0 and (". Its settings: " .. table.concat(ids, ", ")) or " (it lists no settings)"
+      ),
+      0
+    )
+  end
+  local wire = nil
+  for _, v in ipairs(M.config_values(option)) do
+    if v.value == value then
+      wire = value
+    end
+  end
+  if wire == nil then
+    error(
+      string.format(
+        "mia: `%s` is not a value of %s's setting `%s`. Values: %s",
+        tostring(value),
+        current,
+        id,
+        value_list(option)
+      ),
+      0
+    )
+  end
+  if option.type == "boolean" then
+    wire = value == "true"
+  end
+  local name = current
+  local native = require("mia.core").call(core().agent_set_config, M.spec(name), id, wire)
+  require("mia.bridge").watch(native.id, {
+    on_done = function()
+      vim.notify(string.format("mia: %s's %s is now %s", name, option.name or id, value), vim.log.levels.INFO)
+      vim.api.nvim_exec_autocmds("User", { pattern = "MiaConfigOptionChanged", data = { agent = name, configId = id, value = wire } })
+      vim.cmd.redrawstatus({ bang = true })
+    end,
+    on_error = function(err)
+      vim.notify(err.message, vim.log.levels.ERROR)
+    end,
+  })
+end
+
+--- What `:Mia mode` shows for the current agent: its mode and settings with
+--- their current values and choices.
+--- @return string[]
+function M.describe()
+  local lines = {}
+  local modes = M.modes()
+  if modes then
+    local ids = vim.tbl_map(function(m)
+      return m.id
+    end, modes.availableModes)
+    lines[#lines + 1] = string.format("mode: %s  (%s)", tostring(modes.currentModeId or ""), table.concat(ids, ", "))
+  else
+    lines[#lines + 1] = string.format("mode: (%s lists no modes)", current)
+  end
+  for _, o in ipairs(M.config_options()) do
+    lines[#lines + 1] = string.format(
+      "%s = %s  (%s: %s)",
+      o.id,
+      tostring(o.currentValue),
+      tostring(o.name or o.id),
+      value_list(o)
+    )
+  end
+  return lines
+end
+
+--- Completion after `:Mia mode` for an external agent: with no word yet,
+--- its mode ids and setting ids; after a setting id, that setting's values.
+--- @param words string[] the whole words typed after `mode`
+--- @return string[]
+function M.complete_mode(words)
+  if #words == 0 then
+    local out = {}
+    for _, m in ipairs((M.modes() or {}).availableModes or {}) do
+      out[#out + 1] = m.id
+    end
+    vim.list_extend(out, M.config_ids())
+    return out
+  end
+  local option = #words == 1 and config_option(words[1])
+  if not option then
+    return {}
+  end
+  return vim.tbl_map(function(v)
+    return v.value
+  end, M.config_values(option))
+end
+
+--- Loads session `id` of agent `name` (`session/load`): the chat switches
+--- to the agent, clears, and draws the session as the agent replays it;
+--- the next prompt continues it. Returns at once.
+--- @param opts? { cwd?: string, title?: string, on_done?: fun(err?: table) }
+function M.load(name, id, opts)
+  opts = opts or {}
+  local spec = M.spec(name) -- fails with the list of configured agents
+  if current ~= name then
+    M.switch(name)
+  end
+  local chat = require("mia.chat")
+  chat._begin_agent_load(opts.title)
+  local c = core()
+  watch(name, require("mia.core").call(c.agent_connect, spec))
+  local native = require("mia.core").call(c.agent_load, spec, id, opts.cwd)
+  require("mia.bridge").watch(native.id, {
+    on_done = function()
+      chat._agent_loaded(nil)
+      vim.notify(string.format("mia: loaded %s's session %s", name, opts.title or id), vim.log.levels.INFO)
+      if opts.on_done then
+        opts.on_done(nil)
+      end
+    end,
+    on_error = function(err)
+      chat._agent_loaded(err)
+      vim.notify(err.message, vim.log.levels.ERROR)
+      if opts.on_done then
+        opts.on_done(err)
+      end
+    end,
+  })
 end
 
 --- Ends agent `name`'s process (the next prompt starts it again).

@@ -238,6 +238,28 @@ function M.set_mode(id)
   vim.cmd.redrawstatus({ bang = true })
 end
 
+--- The external agent's settings (ACP's SessionConfigOption list: `{ id,
+--- name, type, currentValue, options }`); empty for mia's own agent.
+--- @return table[]
+function M.config_options()
+  local agents = package.loaded["mia.agents"]
+  if agents and agents.external() then
+    return agents.config_options()
+  end
+  return {}
+end
+
+--- Sets the external agent's setting `id` to `value` (`session/set_config_option`).
+--- @param id string
+--- @param value string
+function M.set_config_option(id, value)
+  local agents = package.loaded["mia.agents"]
+  if not (agents and agents.external()) then
+    error("mia: only an external agent has settings; switch to one with :Mia agent {name}", 0)
+  end
+  agents.set_config(id, value)
+end
+
 --- Sessions: list, load, rename, delete (see |mia.sessions|).
 M.sessions = setmetatable({}, {
   __index = function(_, k)

@@ -12,7 +12,7 @@ local status = require("mia.chat.status")
 
 --- @type { handle: mia.StreamHandle, model: string, retries: integer, done: table?, error: table? }?
 local current = nil
---- "idle" | "streaming" | "done" | "cancelled" | "error"
+--- "idle" | "streaming" | "loading" | "done" | "cancelled" | "error"
 local last_state = "idle"
 --- the last finished turn's end (`stopReason`, `model`, `usage`, `cost`, …)
 local last_done = nil
@@ -135,6 +135,12 @@ local function on_update(u)
     end
     return
   end
+  if u.sessionUpdate == "config_option_update" then
+    -- The core keeps the options (`:Mia mode` lists them); others may hook.
+    api.nvim_exec_autocmds("User", { pattern = "MiaConfigOptionsChanged", data = { configOptions = u.configOptions } })
+    vim.cmd.redrawstatus({ bang = true })
+    return
+  end
   if u.sessionUpdate == "current_mode_update" then
     api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = u.currentModeId } })
     vim.cmd.redrawstatus({ bang = true })
@@ -162,6 +168,9 @@ function M.prompt(text, opts)
   end
   if current then
     error("mia: an answer is still streaming. Stop it with :Mia stop (or <C-c> in the chat) first.", 0)
+  end
+  if last_state == "loading" then
+    error("mia: the agent is still replaying the session you picked; send your prompt when it is drawn.", 0)
   end
   local c = core() -- fails early, with the loader's message, before anything changes
   local cfg = require("mia.config").get()
@@ -329,6 +338,24 @@ end
 --- Shows one of mia's own events (status, warning) for an external agent.
 function M._mia_event(ev)
   on_mia(ev)
+end
+
+--- An external agent's session is about to be replayed into the chat
+--- (`mia.agents.load`): the chat starts empty, titled `title`, and refuses
+--- prompts until the replay ends.
+function M._begin_agent_load(title)
+  M.clear()
+  session.title = title
+  last_state = "loading"
+  M.open()
+end
+
+--- The replay of an agent's session ended (`err` when it failed).
+function M._agent_loaded(err)
+  if last_state == "loading" then
+    last_state = err and "error" or "idle"
+  end
+  require("mia.writer").flush()
 end
 
 --- The chat now talks to agent `name`: an answer in flight is stopped.

@@ -45,7 +45,7 @@ M.subcommands = {
     end,
   },
   mode = {
-    desc = "show or switch the mode: :Mia mode {id}",
+    desc = "show or switch the mode: :Mia mode {id} (an external agent's settings: :Mia mode {setting} {value})",
     run = function(args)
       require("mia.slash").dispatch("/mode " .. args)
     end,
@@ -57,7 +57,7 @@ M.subcommands = {
     end,
   },
   sessions = {
-    desc = "pick a past session and resume it",
+    desc = "pick a past session (mia's or an external agent's) and resume it",
     run = function()
       require("mia.sessions").pick()
     end,

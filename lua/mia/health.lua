@@ -176,14 +176,22 @@ function M.check_agents(loaded)
       if info.title and info.name and info.name ~= info.title then
         who = string.format("%s (%s)", info.title, info.name)
       end
+      local sessions = {}
+      if res.r.listSessions == true then
+        sessions[#sessions + 1] = "list"
+      end
+      if res.r.loadSession == true then
+        sessions[#sessions + 1] = "load"
+      end
       health.ok(string.format(
-        "%s (`%s`): %s %s, protocol %s; login: %s",
+        "%s (`%s`): %s %s, protocol %s; login: %s; past sessions: %s",
         name,
         cmd,
         who,
         info.version or "(no version)",
         tostring(res.r.protocolVersion),
-        #auth > 0 and table.concat(auth, ", ") or "none needed"
+        #auth > 0 and table.concat(auth, ", ") or "none needed",
+        #sessions > 0 and table.concat(sessions, ", ") or "none (not in :Mia sessions)"
       ))
     elseif res and res.err then
       health.error(string.format("%s (`%s`): %s", name, cmd, res.err.message), {

@@ -8,35 +8,108 @@ local function start(fn_name, cb, ...)
   require("mia")._job(fn_name, cb, ...)
 end
 
---- Runs a store job and waits for it (the synchronous Lua API).
-local function job(fn_name, ...)
+--- Runs a core job and waits at most `ms` for it (the synchronous Lua API);
+--- `who` names what did not answer.
+local function wait_job(ms, who, fn_name, ...)
   local result, failure
   start(fn_name, function(err, r)
     failure, result = err, r
   end, ...)
-  vim.wait(10000, function()
+  vim.wait(ms, function()
     return result ~= nil or failure ~= nil
   end, 2)
   if failure then
     error(failure.message, 0)
   end
   if result == nil then
-    error("mia: the store did not answer within 10 s", 0)
+    error(string.format("mia: %s did not answer within %d s", who, ms / 1000), 0)
   end
   return result
 end
 
---- `{ sessions = { { sessionId, cwd, title, updatedAt, _meta = { messageCount, costUsd, ... } } }, nextCursor }`.
---- @param opts? { cwd?: string, cursor?: string, limit?: integer }
-function M.list(opts)
-  opts = opts or {}
-  vim.validate({ cwd = { opts.cwd, "string", true }, cursor = { opts.cursor, "string", true } })
-  return job("sessions_list", { cwd = opts.cwd, cursor = opts.cursor, limit = opts.limit })
+--- Runs a store job and waits for it (the synchronous Lua API).
+local function job(fn_name, ...)
+  return wait_job(10000, "the store", fn_name, ...)
 end
 
---- Reopens session `id` in the chat with its full history; the next prompt continues it.
-function M.load(id)
-  vim.validate({ id = { id, "string" } })
+--- How long each external agent may take to list its sessions.
+M.agent_timeout_ms = 5000
+
+--- The query for the core's `sessions_everywhere`: every configured agent
+--- (the core asks the running ones) and the chat's agent (started).
+local function everywhere(only_agent)
+  local agents = require("mia.agents")
+  local specs = {}
+  local names = only_agent and { only_agent } or agents.names()
+  for _, name in ipairs(names) do
+    specs[#specs + 1] = agents.spec(name) -- fails with the configured names
+  end
+  local current = only_agent or (agents.external() and agents.current() or nil)
+  return {
+    cwd = vim.fn.getcwd(),
+    agents = #specs > 0 and specs or nil,
+    current = current,
+    timeout_ms = M.agent_timeout_ms,
+    own = only_agent == nil,
+  }
+end
+
+--- mia's own sessions: `{ sessions = { { sessionId, cwd, title, updatedAt,
+--- _meta = { messageCount, costUsd, ... } } }, nextCursor }`. With
+--- `opts.agent`, that agent's sessions in its cwd (`session/list`, every
+--- page, started if needed): `{ sessions = { { agent, sessionId, cwd,
+--- title, updatedAt } } }`. With `cb`, returns at once and calls
+--- `cb(err, result)`; without, waits for the answer.
+--- @param opts? { cwd?: string, cursor?: string, limit?: integer, agent?: string }
+--- @param cb? fun(err: table?, result: table?)
+function M.list(opts, cb)
+  opts = opts or {}
+  vim.validate({
+    cwd = { opts.cwd, "string", true },
+    cursor = { opts.cursor, "string", true },
+    agent = { opts.agent, "string", true },
+    cb = { cb, "function", true },
+  })
+  if opts.agent then
+    local query = everywhere(opts.agent)
+    local function done(err, r)
+      if not err and r and #r.failed > 0 then
+        err = { message = string.format("mia: cannot list the sessions of `%s`: %s", opts.agent, r.failed[1].reason) }
+      end
+      return err, (not err) and { sessions = r.sessions } or nil
+    end
+    if cb then
+      start("sessions_everywhere", function(err, r)
+        cb(done(err, r))
+      end, query)
+      return
+    end
+    -- Its start (up to a minute) comes before its 5 s to answer.
+    local err, r = done(nil, wait_job(65000, "the agent `" .. opts.agent .. "`", "sessions_everywhere", query))
+    if err then
+      error(err.message, 0)
+    end
+    return r
+  end
+  local query = { cwd = opts.cwd, cursor = opts.cursor, limit = opts.limit }
+  if cb then
+    start("sessions_list", cb, query)
+    return
+  end
+  return job("sessions_list", query)
+end
+
+--- Reopens session `id` in the chat with its full history; the next prompt
+--- continues it. With `opts.agent`, loads that agent's session instead
+--- (`session/load`; the chat switches to the agent and draws the session as
+--- it replays it; returns at once).
+--- @param opts? { agent?: string, cwd?: string, title?: string }
+function M.load(id, opts)
+  vim.validate({ id = { id, "string" }, opts = { opts, "table", true } })
+  if opts and opts.agent then
+    require("mia.agents").load(opts.agent, id, { cwd = opts.cwd, title = opts.title })
+    return nil
+  end
   local data = job("session_open", id)
   require("mia.chat").load(data)
   return data
@@ -65,68 +138,83 @@ local function age(iso)
   return string.format("%dd ago", math.floor(secs / 86400))
 end
 
---- The picker's entries, fetched in the background: this directory's
---- sessions first, then the others, newest first within each; `cb(err, entries)`.
+--- The picker's entries, fetched in the background by the core: mia's
+--- sessions of this directory and those of the external agents (the
+--- running ones and the chat's), newest first, then mia's others;
+--- `cb(err, entries, failed)` where `failed` lists `{ agent, reason }` of
+--- agents that did not answer in time or failed.
 function M.entries(cb)
-  local cwd = vim.fn.getcwd()
-  start("sessions_list", function(err, here)
+  local ok, query = pcall(everywhere, nil)
+  if not ok then
+    return cb({ message = tostring(query) })
+  end
+  start("sessions_everywhere", function(err, r)
     if err then
       return cb(err)
     end
-    start("sessions_list", function(err2, everywhere)
-      if err2 then
-        return cb(err2)
-      end
-      local seen = {}
-      local all = {}
-      for _, s in ipairs(here.sessions) do
-        seen[s.sessionId] = true
-        all[#all + 1] = s
-      end
-      for _, s in ipairs(everywhere.sessions) do
-        if not seen[s.sessionId] then
-          all[#all + 1] = s
-        end
-      end
-      cb(nil, all)
-    end, { limit = 200 })
-  end, { cwd = cwd, limit = 200 })
+    cb(nil, r.sessions, r.failed)
+  end, query)
 end
 
 --- Picks a session with vim.ui.select (telescope/snacks/fzf-lua users get
 --- theirs) and resumes it. The list is fetched without blocking the editor.
 function M.pick()
-  M.entries(function(err, entries)
+  M.entries(function(err, entries, failed)
     if err then
       vim.notify("mia: cannot list sessions: " .. tostring(err.message), vim.log.levels.ERROR)
       return
+    end
+    if failed and #failed > 0 then
+      local parts = {}
+      for _, f in ipairs(failed) do
+        parts[#parts + 1] = string.format("`%s` (%s)", f.agent, f.reason)
+      end
+      vim.notify(
+        "mia: could not list the sessions of " .. table.concat(parts, ", ") .. "; the others are shown",
+        vim.log.levels.WARN
+      )
     end
     M.choose(entries)
   end)
 end
 
---- Shows `entries` in vim.ui.select and resumes the chosen one.
+--- One picker line: mia's own sessions with their messages and cost, an
+--- agent's named by the agent.
+function M.format(s)
+  local where = s.cwd ~= vim.fn.getcwd() and ("  " .. vim.fn.fnamemodify(s.cwd, ":~")) or ""
+  local title = type(s.title) == "string" and s.title or "(untitled)"
+  local when = type(s.updatedAt) == "string" and age(s.updatedAt) or ""
+  if s.agent then
+    return string.format("%s · %s%s%s", s.agent, title, when ~= "" and (" · " .. when) or "", where)
+  end
+  return string.format(
+    "%s · %s · %d messages · %s%s",
+    title,
+    when,
+    s._meta.messageCount,
+    require("mia.costs").usd(s._meta.costUsd),
+    where
+  )
+end
+
+--- Shows `entries` in vim.ui.select and resumes the chosen one (an agent's
+--- through `session/load`).
 function M.choose(entries)
   if #entries == 0 then
     vim.notify("mia: no sessions yet")
     return
   end
-  local costs = require("mia.costs")
   vim.ui.select(entries, {
     prompt = "mia sessions",
     kind = "mia_session",
-    format_item = function(s)
-      return string.format(
-        "%s · %s · %d messages · %s%s",
-        s.title or "(untitled)",
-        age(s.updatedAt),
-        s._meta.messageCount,
-        costs.usd(s._meta.costUsd),
-        s.cwd ~= vim.fn.getcwd() and ("  " .. vim.fn.fnamemodify(s.cwd, ":~")) or ""
-      )
-    end,
+    format_item = M.format,
   }, function(choice)
-    if choice then
+    if not choice then
+      return
+    end
+    if choice.agent then
+      M.load(choice.sessionId, { agent = choice.agent, cwd = choice.cwd, title = choice.title })
+    else
       M.load(choice.sessionId)
     end
   end)

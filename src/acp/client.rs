@@ -75,6 +75,10 @@ pub enum AcpClientError {
     StartTimeout { name: String, secs: u64, tail: String },
     #[error("mia: the agent `{name}` needs you to log in: {how}")]
     AuthNeeded { name: String, how: String },
+    #[error("mia: the agent `{name}` cannot load past sessions: its `initialize` does not offer `loadSession`. Start a new chat with it instead")]
+    CannotLoad { name: String },
+    #[error("mia: the agent `{name}` is still answering; stop it with :Mia stop before loading a session")]
+    Busy { name: String },
     #[error("mia: the agent `{name}` answered `{method}` with an error: {message}")]
     Protocol {
         name: String,
@@ -92,12 +96,17 @@ fn tail_text(lines: &VecDeque<String>) -> String {
     format!(". Its last stderr lines:\n{}", body.join("\n"))
 }
 
-/// A running agent: its connection and the session mia opened in it.
-struct Live {
-    cx: ConnectionTo<sdk::Agent>,
-    session_id: s::SessionId,
+/// A running agent: its connection and the session the chat talks to in it.
+pub(super) struct Live {
+    pub(super) cx: ConnectionTo<sdk::Agent>,
+    /// The session `session/new` opened, or the one `session/load` loaded since.
+    session_id: Mutex<s::SessionId>,
+    /// It offers `session/list` (`sessionCapabilities.list` in `initialize`).
+    pub(super) can_list: bool,
+    /// It offers `session/load` (`loadSession` in `initialize`).
+    pub(super) can_load: bool,
     /// Fires when the process or the connection ends.
-    died: CancellationToken,
+    pub(super) died: CancellationToken,
     /// Dropping it ends the connection (and kills the process).
     _close: oneshot::Sender<()>,
 }
@@ -115,9 +124,9 @@ pub struct AgentProc {
     /// Where updates that arrive outside a turn go (commands, modes, status).
     pub stream: StreamId,
     pub(super) bridge: LuaBridge,
-    live: tokio::sync::Mutex<Option<Arc<Live>>>,
+    pub(super) live: tokio::sync::Mutex<Option<Arc<Live>>>,
     /// The stream of the turn in flight (0: none).
-    turn: AtomicU64,
+    pub(super) turn: AtomicU64,
     /// Cancels the client-side requests of the turn in flight.
     pub(super) turn_cancel: Mutex<CancellationToken>,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -127,6 +136,21 @@ pub struct AgentProc {
     cost_seen: Mutex<Option<f64>>,
     /// What the agent said about itself, its modes and commands (for Lua).
     info: Mutex<Value>,
+    /// While a `session/load` replays the session: the user's text so far
+    /// (its chunks become one message, drawn with the agent's name).
+    pub(super) replay: Mutex<Option<super::client_sessions::Replay>>,
+}
+
+impl Live {
+    /// The session prompts go to.
+    pub(super) fn session(&self) -> s::SessionId {
+        self.session_id.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Prompts go to `id` from now on (a loaded session).
+    pub(super) fn set_session(&self, id: s::SessionId) {
+        *self.session_id.lock().unwrap_or_else(|p| p.into_inner()) = id;
+    }
 }
 
 impl std::fmt::Debug for AgentProc {
@@ -160,6 +184,7 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
         exit: Arc::new(Mutex::new(None)),
         cost_seen: Mutex::new(None),
         info: Mutex::new(Value::Null),
+        replay: Mutex::new(None),
     });
     map.insert(spec.name.clone(), a.clone());
     a
@@ -191,14 +216,14 @@ pub struct TurnDeps {
     pub budgets: crate::cost::budget::BudgetConfig,
 }
 
-fn mia_meta(value: Value) -> s::Meta {
+pub(super) fn mia_meta(value: Value) -> s::Meta {
     let mut m = s::Meta::new();
     m.insert("mia".into(), value);
     m
 }
 
 impl AgentProc {
-    fn push(&self, stream: StreamId, update: s::SessionUpdate) {
+    pub(super) fn push(&self, stream: StreamId, update: s::SessionUpdate) {
         self.bridge.queue.push(Event::Update {
             stream,
             update: Box::new(update),
@@ -225,7 +250,7 @@ impl AgentProc {
         self.info.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set_info(&self, key: &str, value: Value) {
+    pub(super) fn set_info(&self, key: &str, value: Value) {
         let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
         if !info.is_object() {
             *info = json!({});
@@ -261,14 +286,23 @@ impl AgentProc {
                     modes.insert("currentModeId".into(), json!(m.current_mode_id.to_string()));
                 }
             }
+            s::SessionUpdate::ConfigOptionUpdate(c) => {
+                self.set_info(
+                    "configOptions",
+                    serde_json::to_value(&c.config_options).unwrap_or(Value::Null),
+                );
+            }
             _ => {}
+        }
+        if self.replayed(&update) {
+            return;
         }
         self.push(self.current_stream(), update);
     }
 
     /// The live connection, started when there is none (or the last one died).
     /// Progress goes to `stream` as status lines.
-    async fn ensure(self: &Arc<Self>, stream: StreamId) -> Result<Arc<Live>, AcpClientError> {
+    pub(super) async fn ensure(self: &Arc<Self>, stream: StreamId) -> Result<Arc<Live>, AcpClientError> {
         let mut live = self.live.lock().await;
         if let Some(l) = live.as_ref() {
             if !l.died.is_cancelled() {
@@ -429,16 +463,24 @@ impl AgentProc {
             "configOptions",
             serde_json::to_value(&ready.session.config_options).unwrap_or(Value::Null),
         );
+        let can_list = ready.init.agent_capabilities.session_capabilities.list.is_some();
+        let can_load = ready.init.agent_capabilities.load_session;
+        self.set_info(
+            "capabilities",
+            json!({ "listSessions": can_list, "loadSession": can_load }),
+        );
         *self.cost_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
         Ok(Live {
             cx: ready.cx,
-            session_id: ready.session.session_id,
+            session_id: Mutex::new(ready.session.session_id),
+            can_list,
+            can_load,
             died,
             _close: close_tx,
         })
     }
 
-    fn exited_error(&self) -> AcpClientError {
+    pub(super) fn exited_error(&self) -> AcpClientError {
         let status = self
             .exit
             .lock()
@@ -639,7 +681,7 @@ impl AgentProc {
         self.turn.store(stream, Ordering::SeqCst);
         let cost_before = *self.cost_seen.lock().unwrap_or_else(|p| p.into_inner());
         let request = s::PromptRequest::new(
-            live.session_id.clone(),
+            live.session(),
             vec![s::ContentBlock::Text(s::TextContent::new(prompt.content.clone()))],
         );
         let answer = live.cx.send_request(request).block_task();
@@ -654,7 +696,7 @@ impl AgentProc {
                     cancelled = true;
                     // Pending questions end as `cancelled`, then the agent is told.
                     turn_cancel.cancel();
-                    let _ = live.cx.send_notification(s::CancelNotification::new(live.session_id.clone()));
+                    let _ = live.cx.send_notification(s::CancelNotification::new(live.session()));
                     grace.as_mut().reset(tokio::time::Instant::now() + CANCEL_GRACE);
                 }
                 _ = &mut grace, if cancelled => break None,
@@ -783,7 +825,7 @@ impl AgentProc {
     /// `session/set_mode` in the agent's session.
     pub async fn set_mode(self: Arc<Self>, mode: String) -> Result<(), AcpClientError> {
         let live = self.ensure(self.stream).await?;
-        let req = s::SetSessionModeRequest::new(live.session_id.clone(), mode.clone());
+        let req = s::SetSessionModeRequest::new(live.session(), mode.clone());
         live.cx
             .send_request(req)
             .block_task()
@@ -1019,6 +1061,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         "protocolVersion": init.protocol_version,
         "authMethods": init.auth_methods.iter().map(auth_method_text).collect::<Vec<_>>(),
         "loadSession": init.agent_capabilities.load_session,
+        "listSessions": init.agent_capabilities.session_capabilities.list.is_some(),
     }))
 }
 

@@ -4,6 +4,8 @@
 
 pub mod client;
 mod client_requests;
+pub mod client_sessions;
 pub mod line_cap;
 mod permission_diff;
 pub mod server;
+pub mod session_list;

@@ -1,15 +1,25 @@
 //! The Lua functions for external ACP agents (`src/acp/client.rs`): Lua
 //! values in, the agent's work spawned on the runtime, handles out.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use mlua::prelude::*;
+use serde::Deserialize;
+use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{guarded, lua_error, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
-use crate::acp::client::{self, AgentPrompt, AgentSpec, TurnDeps};
+use crate::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
+use crate::acp::client_sessions::{self, Ask};
+use crate::acp::session_list;
+use crate::llm::error::{ErrorClass, LlmError};
 use crate::runtime;
+
+fn job_error(e: AcpClientError) -> LlmError {
+    LlmError::new(ErrorClass::InvalidRequest, None, e.to_string())
+}
 
 fn spec_of(lua: &Lua, spec: LuaValue) -> LuaResult<AgentSpec> {
     lua.from_value(spec).map_err(|e| {
@@ -88,6 +98,106 @@ pub(super) fn agent_set_mode(lua: &Lua, (spec, mode): (LuaValue, String)) -> Lua
             .map_err(|e| {
                 crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
             })
+    })
+}
+
+/// What `sessions_everywhere` lists.
+#[derive(Deserialize)]
+struct SessionsQuery {
+    cwd: PathBuf,
+    /// Every configured agent; only running ones (and `current`) are asked.
+    #[serde(default)]
+    agents: Vec<AgentSpec>,
+    /// The chat's agent: started if it does not run.
+    #[serde(default)]
+    current: Option<String>,
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    /// Also mia's own stored sessions (`:Mia sessions`); false for one agent's list.
+    #[serde(default = "yes")]
+    own: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `sessions_everywhere({ cwd, agents, current?, timeout_ms?, own? })` ->
+/// handle whose result is `{ sessions, failed = { { agent, reason } } }`:
+/// mia's stored sessions merged with the external agents' (`session/list`,
+/// see `session_list::merge`), each agent bounded by `timeout_ms`.
+pub(super) fn sessions_everywhere(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
+    let q: SessionsQuery = lua
+        .from_value(query)
+        .map_err(|e| lua_error(format!("mia: invalid sessions query: {e}")))?;
+    let mut ask = Vec::new();
+    for spec in &q.agents {
+        if q.current.as_deref() == Some(spec.name.as_str()) {
+            ask.push(Ask {
+                agent: agent_of(spec)?,
+                start: true,
+            });
+        } else if let Some(a) = client::existing(&spec.name).filter(|a| a.spec == *spec) {
+            ask.push(Ask { agent: a, start: false });
+        }
+    }
+    let timeout = Duration::from_millis(q.timeout_ms.unwrap_or(5000).clamp(100, 60_000));
+    super::start_job("sessions_everywhere", move |_| async move {
+        let cwd_text = q.cwd.display().to_string();
+        let own = async {
+            if !q.own {
+                return Ok((Vec::new(), Vec::new()));
+            }
+            let Some(store) = runtime::store().await else {
+                return Ok((Vec::new(), Vec::new()));
+            };
+            let limit = session_list::MAX_ENTRIES;
+            let here = store.list_sessions(Some(&cwd_text), None, limit).await;
+            let all = store.list_sessions(None, None, limit).await;
+            let infos = |p: crate::store::SessionPage| p.sessions.iter().map(super::store_api::session_info).collect();
+            match (here, all) {
+                (Ok(h), Ok(a)) => Ok((infos(h), infos(a))),
+                (Err(e), _) | (_, Err(e)) => Err(super::store_api::store_error(e)),
+            }
+        };
+        let (own, listed) = tokio::join!(own, client_sessions::list_everywhere(ask, timeout));
+        let (here, elsewhere) = own?;
+        let failed: Vec<Value> = listed
+            .failed
+            .iter()
+            .map(|(agent, reason)| json!({ "agent": agent, "reason": reason }))
+            .collect();
+        Ok(json!({
+            "sessions": session_list::merge(here, listed.sessions, elsewhere),
+            "failed": failed,
+        }))
+    })
+}
+
+/// `agent_load(spec, session_id, cwd?)` -> handle whose result is
+/// `{ sessionId }` once the agent replayed it (its updates come on the
+/// agent's own stream, as `agent_connect` returned it).
+pub(super) fn agent_load(lua: &Lua, (spec, id, cwd): (LuaValue, String, Option<String>)) -> LuaResult<StreamHandle> {
+    let spec = spec_of(lua, spec)?;
+    let agent = agent_of(&spec)?;
+    super::start_job("agent_load", move |_| async move {
+        agent.load_session(id, cwd.map(PathBuf::from)).await.map_err(job_error)
+    })
+}
+
+/// `agent_set_config(spec, config_id, value)` -> handle whose result is the
+/// agent's config options after the change (`session/set_config_option`).
+pub(super) fn agent_set_config(
+    lua: &Lua,
+    (spec, config_id, value): (LuaValue, String, LuaValue),
+) -> LuaResult<StreamHandle> {
+    let spec = spec_of(lua, spec)?;
+    let value: Value = lua
+        .from_value(value)
+        .map_err(|e| lua_error(format!("mia: invalid config value: {e}")))?;
+    let agent = agent_of(&spec)?;
+    super::start_job("agent_set_config", move |_| async move {
+        agent.set_config_option(config_id, value).await.map_err(job_error)
     })
 }
 

@@ -636,6 +636,12 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("agent_prompt", lua.create_function(acp_api::agent_prompt)?)?;
     m.set("agent_info", lua.create_function(acp_api::agent_info)?)?;
     m.set("agent_set_mode", lua.create_function(acp_api::agent_set_mode)?)?;
+    m.set("agent_set_config", lua.create_function(acp_api::agent_set_config)?)?;
+    m.set("agent_load", lua.create_function(acp_api::agent_load)?)?;
+    m.set(
+        "sessions_everywhere",
+        lua.create_function(acp_api::sessions_everywhere)?,
+    )?;
     m.set("agent_probe", lua.create_function(acp_api::agent_probe)?)?;
     m.set("agent_stop", lua.create_function(acp_api::agent_stop)?)?;
 

@@ -19,7 +19,7 @@ fn no_store() -> LlmError {
     )
 }
 
-fn store_error(e: crate::store::StoreError) -> LlmError {
+pub(super) fn store_error(e: crate::store::StoreError) -> LlmError {
     LlmError::new(ErrorClass::InvalidRequest, None, format!("mia: {e}"))
 }
 
@@ -86,7 +86,7 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
-fn session_info(s: &crate::store::SessionSummary) -> Value {
+pub(super) fn session_info(s: &crate::store::SessionSummary) -> Value {
     json!({
         "sessionId": s.id,
         "cwd": s.cwd,

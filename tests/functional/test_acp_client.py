@@ -5,6 +5,7 @@ and a small terminal-using agent written on the pinned SDK."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIB, ROOT
+from conftest import LIB, ROOT, scenario_setup
 
 NODE = shutil.which("node")
 ACP = ROOT / "tests" / "acp" / "node_modules"
@@ -264,7 +265,7 @@ def test_the_agent_modes_appear_in_mia_mode_and_set_mode_reaches_it(editor_facto
     ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
     ed.nvim.command("Mia agent tools")
     ed.wait("require('mia').modes().currentModeId == 'careful'", 30000)
-    assert ed.lua("return vim.fn.getcompletion('Mia mode ', 'cmdline')") == ["careful", "bold"]
+    assert ed.lua("return vim.fn.getcompletion('Mia mode ', 'cmdline')") == ["careful", "bold", "model", "effort"]
     ed.nvim.command("Mia mode bold")
     ed.wait("require('mia').modes().currentModeId == 'bold'", 30000)
 
@@ -280,6 +281,7 @@ def test_checkhealth_starts_each_agent_and_reports_name_version_and_login(editor
     report = "\n".join(ed.nvim.current.buffer[:])
     section = report.split("external agents (ACP)", 1)[1]
     assert "claude (`" in section and "Claude Agent (@zed-industries/claude-agent-acp) 0.23.1, protocol 1; login: none needed" in section, section
+    assert "0.23.1, protocol 1; login: none needed; past sessions: list, load" in section, section
     assert "example (`" in section and "protocol 1" in section
     assert "missing (`/nonexistent/agent-binary`): mia: cannot start the agent `missing`" in section
 
@@ -419,3 +421,234 @@ def test_lines_that_break_the_protocol_do_not_end_the_turn(editor_factory, tmp_p
     type_prompt(ed, "garbage")
     ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
     assert "survived" in ed.chat_text(), ed.chat_text()
+
+
+def record_notes(ed):
+    ed.lua("""
+      _G.notes = {}
+      vim.notify = function(msg, level) table.insert(_G.notes, { msg = msg, level = level }) end
+    """)
+
+
+def record_picker(ed, want=None):
+    """vim.ui.select keeps what it showed (raw items and their lines) and picks
+    the first line containing `want` (none: the picker is dismissed)."""
+    ed.lua(
+        """
+        _G.shown, _G.items = nil, nil
+        local want = ...
+        vim.ui.select = function(items, opts, cb)
+          _G.items = items
+          local lines = {}
+          for i, it in ipairs(items) do lines[i] = opts.format_item(it) end
+          _G.shown = lines
+          for i, line in ipairs(lines) do
+            if want ~= vim.NIL and want ~= nil and line:find(want, 1, true) then
+              -- Picked from Neovim's own loop, as a user's pick is.
+              return vim.schedule(function() cb(items[i], i) end)
+            end
+          end
+          cb(nil, nil)
+        end
+        """,
+        want,
+    )
+
+
+def started(ed, name):
+    ed.wait(f"(require('mia.agents').info('{name}') or {{}}).modes ~= nil", 30000)
+
+
+def test_mia_sessions_lists_an_agents_sessions_beside_mias_and_a_picked_one_is_replayed_and_continued(
+        editor_factory, server, tmp_path):
+    ed = editor_factory(setup=scenario_setup(server, agents={"tools": tool_agent(tmp_path)}))
+    ed.nvim.command(f"cd {tmp_path}")
+    # The agent runs, but the chat talks to mia's own agent.
+    ed.nvim.command("Mia agent tools")
+    started(ed, "tools")
+    ed.nvim.command("Mia agent mia")
+    ed.nvim.command("Mia prompt echo mine")
+    ed.wait("require('mia.chat').state() == 'done'")
+    record_picker(ed, "Fixture session 3")
+    ed.nvim.command("Mia sessions")
+    ed.wait("_G.shown ~= nil", 30000)
+    shown = ed.lua("return _G.shown")
+    # mia's own session first (newest), then the agent's five of this cwd,
+    # fetched two per page; the one it keeps elsewhere is not asked for.
+    assert re.fullmatch(r"echo mine · \d+m ago · 2 messages · \$\S+", shown[0]), shown
+    assert len(shown) == 6, shown
+    for i, line in enumerate(shown[1:], start=1):
+        assert re.fullmatch(rf"tools · Fixture session {i} · \d+m ago", line), shown
+    # The pick switches the chat to the agent, which replays the session.
+    ed.wait("require('mia.chat').state() == 'idle' and "
+            "table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n'):find('second answer') ~= nil",
+            30000)
+    assert ed.lua("return require('mia.agents').current()") == "tools"
+    text = ed.chat_text()
+    assert "echo mine" not in text, "the chat shows only the loaded session"
+    # Its two user chunks are one message, drawn under the agent's name; the tool call is a block.
+    assert text.startswith("## You\n\nfirst question of fixture-3\n\n## tools\n\nfirst answer of fixture-3"), text
+    assert "⚙ **Read notes.txt**" in text
+    assert "## You\n\nsecond question\n\n## tools\n\nsecond answer" in text
+    # The next prompt continues the loaded session.
+    type_prompt(ed, "and now")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "echo: and now [in fixture-3]" in ed.chat_text(), ed.chat_text() + ed.messages()
+    # session/load's answer brought the session's settings.
+    assert [o["currentValue"] for o in ed.lua("return require('mia').config_options()")] == ["smart", "high"]
+
+
+def test_an_endless_agent_is_cut_at_ten_pages_and_slow_or_failing_agents_are_named_in_one_warning(
+        editor_factory, tmp_path):
+    def agent(listing):
+        return dict(tool_agent(tmp_path), env={"TOOL_AGENT_LIST": listing})
+    ed = agent_editor(editor_factory, {
+        "endless": agent("endless"), "slow": agent("slow"), "broken": agent("fail"), "idle": tool_agent(tmp_path),
+    })
+    ed.nvim.command(f"cd {tmp_path}")
+    for name in ("slow", "broken", "endless"):  # running; the chat talks to `endless`
+        ed.nvim.command(f"Mia agent {name}")
+        started(ed, name)
+    ed.lua("require('mia.sessions').agent_timeout_ms = 1000")
+    record_notes(ed)
+    record_picker(ed)
+    ed.nvim.command("Mia sessions")
+    assert ed.lua("return 1 + 1") == 2, "the editor answers while the agents are asked"
+    ed.wait("_G.shown ~= nil", 30000)
+    ids = [it["sessionId"] for it in ed.lua("return _G.items")]
+    assert ids == [f"endless-{i}" for i in range(20)], ids
+    assert ed.lua("return _G.shown[1]") == "endless · (untitled)"
+    warnings = [n for n in ed.lua("return _G.notes") if n["level"] == 3]
+    assert len(warnings) == 1, ed.lua("return _G.notes")
+    w = warnings[0]["msg"]
+    assert w.startswith("mia: could not list the sessions of "), w
+    assert "`slow` (no answer to session/list within 1 s)" in w, w
+    assert "`broken` (" in w and "the session index is corrupt" in w, w
+    assert "idle" not in w
+    # An agent that does not run is not started to be asked.
+    assert ed.lua("return require('mia.agents').info('idle')") is None
+
+
+def test_an_agent_without_load_session_says_so_and_one_without_list_is_not_asked(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {
+        "listonly": dict(tool_agent(tmp_path), env={"TOOL_AGENT_CAPS": "list"}),
+        "none": dict(tool_agent(tmp_path), env={"TOOL_AGENT_CAPS": "none", "TOOL_AGENT_LIST": "fail"}),
+    })
+    ed.nvim.command("Mia agent none")
+    started(ed, "none")
+    ed.nvim.command("Mia agent listonly")  # not started yet: :Mia sessions starts it
+    record_notes(ed)
+    record_picker(ed, "Fixture session 1")
+    ed.nvim.command("Mia sessions")
+    ed.wait("_G.shown ~= nil", 30000)
+    assert len(ed.lua("return _G.shown")) == 5 and all(s.startswith("listonly · ") for s in ed.lua("return _G.shown"))
+    ed.wait("#vim.tbl_filter(function(n) return n.level == vim.log.levels.ERROR end, _G.notes) > 0", 30000)
+    errors = [n["msg"] for n in ed.lua("return _G.notes") if n["level"] == 4]
+    assert errors == ["mia: the agent `listonly` cannot load past sessions: its `initialize` does not offer "
+                      "`loadSession`. Start a new chat with it instead"], ed.lua("return _G.notes")
+    assert not any(n["level"] == 3 for n in ed.lua("return _G.notes")), "`none` was never asked"
+    # The chat works on with a new session.
+    type_prompt(ed, "still fine")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "echo: still fine" in ed.chat_text() and "[in " not in ed.chat_text()
+
+
+def test_the_agent_settings_show_in_mia_mode_complete_and_change_with_clear_errors(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    started(ed, "tools")
+    assert ed.lua("return vim.fn.getcompletion('Mia mode ', 'cmdline')") == ["careful", "bold", "model", "effort"]
+    assert ed.lua("return vim.fn.getcompletion('Mia mode effort ', 'cmdline')") == ["low", "high"]
+    assert ed.lua("return vim.fn.getcompletion('Mia mode effort h', 'cmdline')") == ["high"]
+    assert ed.lua("return vim.fn.getcompletion('Mia mode bold ', 'cmdline')") == []
+    _, items = ed.lua("return { require('mia.slash').complete('/mode model ') }")
+    assert [i["word"] for i in items] == ["model fast", "model smart"]
+    ed.nvim.command("Mia mode")
+    msgs = ed.messages()
+    assert "mode: careful  (careful, bold)" in msgs and "model = fast  (Model: fast, smart)" in msgs
+    assert "effort = low  (Effort: low, high)" in msgs, msgs
+    # The agent changes a setting itself: config_option_update keeps the new value.
+    type_prompt(ed, "config")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "config changed" in ed.chat_text()
+    assert ed.lua("return require('mia').config_options()[1].currentValue") == "smart"
+    record_notes(ed)
+    ed.nvim.command("Mia mode model fast")
+    ed.wait("require('mia').config_options()[1].currentValue == 'fast'", 30000)
+    ed.wait("#_G.notes > 0")
+    assert ed.lua("return _G.notes[1].msg") == "mia: tools's Model is now fast"
+    type_prompt(ed, "whoami")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "model=fast effort=low" in ed.chat_text(), "the agent itself has the new value"
+    ed.lua("_G.notes = {}")
+    ed.nvim.command("Mia mode model turbo")
+    ed.nvim.command("Mia mode speed fast")
+    ed.nvim.command("Mia mode nosuch")
+    assert [n["msg"] for n in ed.lua("return _G.notes")] == [
+        "mia: `turbo` is not a value of tools's setting `model`. Values: fast, smart",
+        "mia: the agent `tools` has no setting `speed`. Its settings: model, effort",
+        "mia: the agent `tools` has no mode `nosuch`. Its modes: careful, bold. "
+        "Its settings (:Mia mode {setting} {value}): model, effort",
+    ]
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_claude_agent_acp_sessions_are_listed_and_a_picked_one_is_replayed_and_continued(
+        editor_factory, server, tmp_path):
+    claude = claude_agent(server, tmp_path)
+    first = agent_editor(editor_factory, {"claude": claude})
+    first.nvim.command("Mia agent claude")
+    type_prompt(first, "echo hello from the first run")
+    first.wait("require('mia.chat').state() ~= 'streaming'", 90000)
+    assert first.state() == "done", first.chat_text() + first.messages()
+    # Its CLI writes the transcript it lists from a moment after the turn ends: ask again until it is there.
+    for _ in range(100):
+        listed = first.lua("return require('mia').sessions.list({ agent = 'claude' })")["sessions"]
+        if listed:
+            break
+        time.sleep(0.1)
+    assert [(s["agent"], s["title"], s["cwd"]) for s in listed] == [
+        ("claude", "echo hello from the first run", str(tmp_path))], listed
+    first.close()
+
+    # A new Neovim: :Mia sessions starts the chat's agent, lists its session, and the pick loads it.
+    second = editor_factory(name="second", setup={"model": "scn/echo", "agents": {"claude": claude}})
+    second.nvim.command("Mia agent claude")
+    record_picker(second, "claude · echo hello from the first run")
+    second.nvim.command("Mia sessions")
+    second.wait("_G.shown ~= nil", 90000)
+    shown = second.lua("return _G.shown")
+    assert len(shown) == 1 and re.match(r"claude · echo hello from the first run · \d+m ago", shown[0]), shown
+    second.wait("require('mia.chat').state() == 'idle' and "
+                "table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n')"
+                ":find('## claude', 1, true) ~= nil", 60000)
+    text = second.chat_text()
+    assert "echo hello from the first run\n\n## claude\n\necho hello from the first run" in text, text
+    type_prompt(second, "echo and once more")
+    second.wait("require('mia.chat').state() ~= 'streaming'", 90000)
+    assert second.state() == "done", second.chat_text() + second.messages()
+    assert "and once more" in second.chat_text().split("echo and once more", 1)[1]
+    # The agent continued the loaded session: the model got the first run's turn too.
+    asked = [r for r in server.requests() if "echo and once more" in json.dumps(r.get("body"))]
+    assert asked and "echo hello from the first run" in json.dumps(asked[-1]["body"]["messages"]), asked[-1:]
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_claude_agent_acp_settings_show_in_mia_mode_and_change_through_set_config_option(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"claude": claude_agent(server, tmp_path)})
+    ed.nvim.command("Mia agent claude")
+    ed.wait("#require('mia').config_options() > 0", 90000)
+    ids = ed.lua("return vim.tbl_map(function(o) return o.id end, require('mia').config_options())")
+    assert "mode" in ids, ids
+    values = ed.lua("return vim.fn.getcompletion('Mia mode mode ', 'cmdline')")
+    assert "plan" in values and "default" in values, values
+    ed.nvim.command("Mia mode")
+    assert "mode = default  (Mode: default, acceptEdits, plan" in ed.messages(), ed.messages()
+    record_notes(ed)
+    ed.nvim.command("Mia mode mode plan")
+    ed.wait("#_G.notes > 0", 30000)
+    assert ed.lua("return _G.notes[1].msg") == "mia: claude's Mode is now plan", ed.lua("return _G.notes")
+    mode = ed.lua("return vim.tbl_filter(function(o) return o.id == 'mode' end, require('mia').config_options())[1]")
+    assert mode["currentValue"] == "plan"
+    # It also said so as a mode change (current_mode_update).
+    ed.wait("require('mia').modes().currentModeId == 'plan'", 30000)
