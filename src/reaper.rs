@@ -10,16 +10,23 @@
 //! How: this process holds the only write end of a pipe. The child, between
 //! fork and exec, forks a small watcher into its group that waits on the
 //! pipe's read end. The read returns end of file only once every write end
-//! is closed, which is when this process has gone; the watcher then kills
-//! its own group (the agent, its children, and itself). When mia ends the
-//! group itself, the watcher goes with it.
+//! is closed, which is when this process has gone. The agent's stdin has
+//! closed then too, and an agent ends by itself on that, after writing what
+//! it must (its session's transcript); so the watcher waits [`GRACE_MS`],
+//! sends its group SIGTERM, waits again, then kills it (the agent, its
+//! children, and itself) with SIGKILL. When mia ends the group itself, the
+//! watcher goes with it.
 //!
 //! Everything between fork and exec is async-signal-safe: fork, close,
-//! read, kill, waitpid, prctl and `_exit`; nothing allocates.
+//! read, kill, waitpid, sigaction, nanosleep, prctl and `_exit`; nothing
+//! allocates.
 
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::OnceLock;
+
+/// How long the watcher waits before SIGTERM, and again before SIGKILL.
+pub const GRACE_MS: u64 = 1000;
 
 /// The pipe's (read, write) ends, both close-on-exec: programs this
 /// process starts never hold them, only the watchers (which do not exec).
@@ -81,6 +88,10 @@ fn fork_watcher(read: RawFd, write: RawFd) {
 unsafe fn watch(read: RawFd, write: RawFd) -> ! {
     #[cfg(target_os = "linux")]
     libc::prctl(libc::PR_SET_NAME, c"mia-reaper".as_ptr() as libc::c_ulong, 0, 0, 0);
+    // The SIGTERM it sends its group is for the others.
+    let mut ignore: libc::sigaction = std::mem::zeroed();
+    ignore.sa_sigaction = libc::SIG_IGN;
+    libc::sigaction(libc::SIGTERM, &ignore, std::ptr::null_mut());
     libc::close(write);
     close_all_but(read);
     let mut byte = 0u8;
@@ -88,6 +99,9 @@ unsafe fn watch(read: RawFd, write: RawFd) -> ! {
         let n = libc::read(read, (&mut byte as *mut u8).cast(), 1);
         if n == 0 {
             // Every write end is closed: the process that started the agent is gone.
+            sleep_ms(GRACE_MS);
+            libc::kill(0, libc::SIGTERM);
+            sleep_ms(GRACE_MS);
             libc::kill(0, libc::SIGKILL);
             libc::_exit(0);
         }
@@ -123,6 +137,15 @@ unsafe fn close_all_but(keep: RawFd) {
             libc::close(fd);
         }
     }
+}
+
+/// Sleeps `ms` milliseconds, through interruptions.
+unsafe fn sleep_ms(ms: u64) {
+    let mut left = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    while libc::nanosleep(&left, &mut left) < 0 && errno() == libc::EINTR {}
 }
 
 fn errno() -> i32 {

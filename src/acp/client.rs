@@ -354,7 +354,7 @@ impl AgentProc {
             .stderr(std::process::Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        watch_group(&mut cmd);
+        let watched = watch_group(&mut cmd);
         let mut child = cmd.spawn().map_err(|e| AcpClientError::Spawn {
             name: name.clone(),
             program: program.clone(),
@@ -370,7 +370,7 @@ impl AgentProc {
         };
         let tail = self.stderr.clone();
         let who = name.clone();
-        tokio::spawn(super::line_cap::read_cut_lines(stderr, STDERR_LINE, move |line| {
+        let stderr_done = tokio::spawn(super::line_cap::read_cut_lines(stderr, STDERR_LINE, move |line| {
             tracing::info!(agent = %who, "agent stderr: {line}");
             let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
             if t.len() == STDERR_TAIL {
@@ -385,7 +385,7 @@ impl AgentProc {
         let exit = self.exit.clone();
         let died2 = died.clone();
         let session_cwd = cwd.clone();
-        let group = track_group(&child);
+        let group = track_group(&child, watched);
         tokio::spawn(async move {
             let conn = me.clone().connection(stdin, stdout, session_cwd, ready_tx, close_rx);
             let unasked: bool;
@@ -413,6 +413,8 @@ impl AgentProc {
                 }
             };
             end_group(group);
+            // Its last stderr lines belong in the message: let them arrive (bounded).
+            let _ = tokio::time::timeout(Duration::from_secs(2), stderr_done).await;
             tracing::info!(agent = %me.spec.name, "agent process ended: {status}");
             // A reason mia gave already (a message over the limit) says more than the signal mia sent.
             exit.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(status);
@@ -944,18 +946,22 @@ fn initialize_params() -> Value {
 
 /// Process groups of the agents this process started: each agent runs in a
 /// group of its own, so that its children (an agent's bundled CLI) end with
-/// it. `kill_all` ends them when Neovim quits.
-static GROUPS: std::sync::Mutex<Vec<i32>> = std::sync::Mutex::new(Vec::new());
+/// it. When Neovim quits, a watched group (see [`watch_group`]) ends after
+/// a grace; `kill_all` ends the others at once. `(pgid, watched)`.
+static GROUPS: std::sync::Mutex<Vec<(i32, bool)>> = std::sync::Mutex::new(Vec::new());
 
-fn track_group(child: &tokio::process::Child) -> Option<i32> {
+fn track_group(child: &tokio::process::Child, watched: bool) -> Option<i32> {
     let pid = i32::try_from(child.id()?).ok()?;
-    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).push(pid);
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).push((pid, watched));
     Some(pid)
 }
 
 fn end_group(pgid: Option<i32>) {
     let Some(pgid) = pgid else { return };
-    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).retain(|g| *g != pgid);
+    GROUPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(g, _)| *g != pgid);
     // SAFETY: killpg only sends a signal to the group this process created.
     unsafe {
         libc::killpg(pgid, libc::SIGKILL);
@@ -964,9 +970,14 @@ fn end_group(pgid: Option<i32>) {
 
 /// Makes the agent's group end with this process, even when Neovim is
 /// killed ([`crate::reaper`]); an agent that cannot be watched still starts.
-fn watch_group(cmd: &mut tokio::process::Command) {
-    if let Err(e) = crate::reaper::end_group_with_this_process(cmd) {
-        tracing::warn!("the agent will not be ended if Neovim is killed: {e}");
+/// Whether it is watched.
+fn watch_group(cmd: &mut tokio::process::Command) -> bool {
+    match crate::reaper::end_group_with_this_process(cmd) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("the agent will not be ended if Neovim is killed: {e}");
+            false
+        }
     }
 }
 
@@ -979,10 +990,13 @@ impl Drop for GroupGuard {
     }
 }
 
-/// Ends every agent process group still running (Neovim is quitting).
+/// Neovim is quitting: ends every unwatched agent process group at once.
+/// A watched one first sees its stdin close when Neovim exits, which lets
+/// the agent finish what it writes (its session's transcript) and exit by
+/// itself; its watcher ends whatever is left after a grace.
 pub fn kill_all() {
     let groups = std::mem::take(&mut *GROUPS.lock().unwrap_or_else(|p| p.into_inner()));
-    for pgid in groups {
+    for (pgid, _) in groups.into_iter().filter(|(_, watched)| !watched) {
         // SAFETY: as in end_group.
         unsafe {
             libc::killpg(pgid, libc::SIGKILL);
@@ -1008,13 +1022,13 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
     if let Some(cwd) = &spec.cwd {
         cmd.current_dir(cwd);
     }
-    watch_group(&mut cmd);
+    let watched = watch_group(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| AcpClientError::Spawn {
         name: name.clone(),
         program: program.clone(),
         reason: e.to_string(),
     })?;
-    let _group = GroupGuard(track_group(&child));
+    let _group = GroupGuard(track_group(&child, watched));
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(AcpClientError::Spawn {
             name,

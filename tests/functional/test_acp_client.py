@@ -619,9 +619,10 @@ def test_claude_agent_acp_sessions_are_listed_and_a_picked_one_is_replayed_and_c
     second.wait("_G.shown ~= nil", 90000)
     shown = second.lua("return _G.shown")
     assert len(shown) == 1 and re.match(r"claude · echo hello from the first run · \d+m ago", shown[0]), shown
+    # The replay draws as it arrives: wait for its last part, the agent's answer.
     second.wait("require('mia.chat').state() == 'idle' and "
                 "table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n')"
-                ":find('## claude', 1, true) ~= nil", 60000)
+                ":find('## claude\\n\\necho hello from the first run', 1, true) ~= nil", 60000)
     text = second.chat_text()
     assert "echo hello from the first run\n\n## claude\n\necho hello from the first run" in text, text
     type_prompt(second, "echo and once more")
