@@ -1467,23 +1467,21 @@ function M.ask_agent(call, data, diff, agent)
   return true
 end
 
+--- A float's title or footer as text ([text, hl] chunks joined).
+local function frame_text(v)
+  if type(v) ~= "table" then
+    return v
+  end
+  return table.concat(vim.tbl_map(function(chunk)
+    return chunk[1]
+  end, v))
+end
+
 --- The title and footer of the diff float on screen (for tests), or nil.
 function M.showing_frame()
   if showing and showing.win and api.nvim_win_is_valid(showing.win) then
     local cfg = api.nvim_win_get_config(showing.win)
-    local title = cfg.title
-    if type(title) == "table" then
-      title = table.concat(vim.tbl_map(function(chunk)
-        return chunk[1]
-      end, title))
-    end
-    local footer = cfg.footer
-    if type(footer) == "table" then
-      footer = table.concat(vim.tbl_map(function(chunk)
-        return chunk[1]
-      end, footer))
-    end
-    return { title = title, footer = footer }
+    return { title = frame_text(cfg.title), footer = frame_text(cfg.footer) }
   end
   return nil
 end

@@ -386,17 +386,17 @@ def test_an_agent_and_its_children_end_when_neovim_is_killed(editor_factory, tmp
 HOSTILE_AGENT = FIXTURES / "hostile_agent.mjs"
 
 
-def hostile_editor(editor_factory, tmp_path):
+def hostile_turn(editor_factory, tmp_path, prompt):
+    """A Neovim whose chat talks to the hostile agent, after one prompt: (editor, chat text)."""
     ed = agent_editor(editor_factory, {"bad": {"command": [NODE, str(HOSTILE_AGENT)], "cwd": str(tmp_path)}})
     ed.nvim.command("Mia agent bad")
-    return ed
+    type_prompt(ed, prompt)
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
+    return ed, ed.chat_text()
 
 
 def test_an_agent_that_never_ends_its_message_is_stopped_with_a_clear_error(editor_factory, tmp_path):
-    ed = hostile_editor(editor_factory, tmp_path)
-    type_prompt(ed, "flood")
-    ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
-    text = ed.chat_text()
+    ed, text = hostile_turn(editor_factory, tmp_path, "flood")
     assert "the agent `bad` exited (stopped by mia: it sent a message longer than 64 MB" in text, text[-2000:]
     # The editor is fine, and the next prompt starts the agent again.
     rss_kb = int(next(line.split()[1] for line in Path(f"/proc/{ed.pid}/status").read_text().splitlines()
@@ -408,19 +408,14 @@ def test_an_agent_that_never_ends_its_message_is_stopped_with_a_clear_error(edit
 
 
 def test_an_endless_stderr_line_is_cut_in_the_message(editor_factory, tmp_path):
-    ed = hostile_editor(editor_factory, tmp_path)
-    type_prompt(ed, "stderr")
-    ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
-    text = ed.chat_text()
+    _, text = hostile_turn(editor_factory, tmp_path, "stderr")
     assert "the agent `bad` exited (exit status: 5)" in text, text[-2000:]
     assert "e" * 500 + "…" in text and "e" * 501 not in text
 
 
 def test_lines_that_break_the_protocol_do_not_end_the_turn(editor_factory, tmp_path):
-    ed = hostile_editor(editor_factory, tmp_path)
-    type_prompt(ed, "garbage")
-    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
-    assert "survived" in ed.chat_text(), ed.chat_text()
+    _, text = hostile_turn(editor_factory, tmp_path, "garbage")
+    assert "survived" in text, text
 
 
 def record_notes(ed):
