@@ -18,9 +18,8 @@ use std::time::{Duration, Instant};
 
 use mia_core::calls::LuaBridge;
 use mia_core::events::EventQueue;
-use mia_core::tools::{builtin, AgentInfo, SharedTool, ToolContext, ToolLimits};
+use mia_core::tools::{builtin, AgentInfo, SharedTool, ToolContext};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 const FILES: usize = 10_000;
 const RUNS: usize = 5;
@@ -157,27 +156,12 @@ fn ms(d: Duration) -> String {
 /// One call of the tool; the matching-line count comes from its summary
 /// ("🔎 1234 matches in 56 files").
 fn run_tool(runtime: &tokio::runtime::Runtime, grep: &SharedTool, root: &Path, case: &Case) -> (u64, Duration) {
-    let ctx = ToolContext {
-        stream: 0,
-        session_id: "bench".into(),
-        message_id: "bench".into(),
-        call_id: "bench".into(),
-        agent: AgentInfo {
-            name: "bench".into(),
-            mode: "build".into(),
-        },
-        root: root.to_path_buf(),
-        abort: CancellationToken::new(),
-        limits: ToolLimits::default(),
-        outside_allowed: None,
-        subject: None,
-        hidden: None,
-        metadata: Arc::new(|_| {}),
-        conversation: Arc::new(Vec::new()),
-        lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
-        edits: None,
-        review: false,
+    let agent = AgentInfo {
+        name: "bench".into(),
+        mode: "build".into(),
     };
+    let lua = LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default());
+    let ctx = ToolContext::new(0, root.to_path_buf(), agent, lua);
     let args = json!({"pattern": case.pattern, "case_insensitive": case.case_insensitive});
     let started = Instant::now();
     let out = runtime.block_on(grep.call(args, ctx));

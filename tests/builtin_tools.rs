@@ -8,10 +8,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use mia_core::calls::LuaBridge;
 use mia_core::events::EventQueue;
-use mia_core::tools::{builtin, AgentInfo, SharedTool, ToolContext, ToolLimits, ToolOutput};
+use mia_core::tools::{builtin, AgentInfo, SharedTool, ToolContext, ToolOutput};
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use tokio_util::sync::CancellationToken;
 
 /// A temporary project: `root` is inside `dir`, so tests can place files
 /// outside the project next to it.
@@ -44,26 +43,16 @@ impl Project {
     }
 
     fn ctx(&self) -> ToolContext {
+        let agent = AgentInfo {
+            name: "build".into(),
+            mode: "build".into(),
+        };
+        let lua = LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default());
         ToolContext {
-            stream: 0,
             session_id: "s".into(),
             message_id: "m".into(),
             call_id: "c".into(),
-            agent: AgentInfo {
-                name: "build".into(),
-                mode: "build".into(),
-            },
-            root: self.root.clone(),
-            abort: CancellationToken::new(),
-            limits: ToolLimits::default(),
-            outside_allowed: None,
-            subject: None,
-            hidden: None,
-            metadata: Arc::new(|_| {}),
-            conversation: Arc::new(Vec::new()),
-            lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
-            edits: None,
-            review: false,
+            ..ToolContext::new(0, self.root.clone(), agent, lua)
         }
     }
 

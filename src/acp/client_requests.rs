@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::client::AgentProc;
 use super::permission_diff;
 use crate::calls::CallError;
-use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolLimits, ToolOutput};
+use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolOutput};
 
 /// How long a question may wait for the user.
 const ASK_WAIT: Duration = Duration::from_secs(3600);
@@ -169,26 +169,17 @@ impl AgentProc {
             .await
             .map_err(|e| error(e.to_string()))?;
         let name = paths::display_relative(&root, &path);
+        let agent = AgentInfo {
+            name: self.spec.name.clone(),
+            mode: String::new(),
+        };
+        let lua = self.bridge.clone().with_editor_fs();
         let ctx = ToolContext {
-            stream: self.current_stream(),
             session_id: r.session_id.to_string(),
-            message_id: String::new(),
             call_id: format!("{}-write", self.spec.name),
-            agent: AgentInfo {
-                name: self.spec.name.clone(),
-                mode: String::new(),
-            },
-            root,
             abort: self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            limits: ToolLimits::default(),
-            outside_allowed: None,
-            subject: None,
-            hidden: None,
-            metadata: Arc::new(|_| {}),
-            conversation: Arc::new(Vec::new()),
-            lua: self.bridge.clone().with_editor_fs(),
-            edits: None,
             review: true,
+            ..ToolContext::new(self.current_stream(), root, agent, lua)
         };
         let proposal = landing::Proposal {
             path,

@@ -64,26 +64,15 @@ pub async fn run_direct(env: DirectEnv, run: DirectRun) -> Result<DirectOutput, 
             elapsed_us: None,
         });
     }
+    let agent = AgentInfo {
+        name: "mia".into(),
+        mode: "script".into(),
+    };
     let ctx = ToolContext {
-        stream: env.stream,
-        session_id: String::new(),
-        message_id: String::new(),
         call_id: format!("run-{}", env.stream),
-        agent: AgentInfo {
-            name: "mia".into(),
-            mode: "script".into(),
-        },
-        root: run.root,
         abort: env.abort,
         limits: env.limits,
-        outside_allowed: None,
-        subject: None,
-        hidden: None,
-        metadata: Arc::new(|_| {}),
-        conversation: Arc::new(Vec::new()),
-        lua: env.lua,
-        edits: None,
-        review: false,
+        ..ToolContext::new(env.stream, run.root, agent, env.lua)
     };
     let started = Instant::now();
     let mut out = tool.call(run.args.clone(), ctx.clone()).await;

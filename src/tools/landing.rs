@@ -340,8 +340,7 @@ mod tests {
     use crate::calls::LuaBridge;
     use crate::checkpoint::{CheckpointSettings, Checkpoints};
     use crate::events::{Event, EventQueue};
-    use crate::tools::{AgentInfo, ToolLimits};
-    use tokio_util::sync::CancellationToken;
+    use crate::tools::AgentInfo;
 
     struct Fixture {
         _data: tempfile::TempDir,
@@ -355,24 +354,15 @@ mod tests {
         let project = tempfile::tempdir().unwrap();
         let store = Checkpoints::new(data.path(), CheckpointSettings::default());
         let cp = TurnCheckpoint::new(store.clone(), "s1", "t1", "fix it", Arc::default());
+        let agent = AgentInfo {
+            name: "mia".into(),
+            mode: "ask".into(),
+        };
+        let lua = LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default());
         let ctx = ToolContext {
-            stream: 77,
             session_id: "s1".into(),
             message_id: "m".into(),
             call_id: "call-1".into(),
-            agent: AgentInfo {
-                name: "mia".into(),
-                mode: "ask".into(),
-            },
-            root: project.path().to_path_buf(),
-            abort: CancellationToken::new(),
-            limits: ToolLimits::default(),
-            outside_allowed: None,
-            subject: None,
-            hidden: None,
-            metadata: Arc::new(|_| {}),
-            conversation: Arc::new(Vec::new()),
-            lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),
             edits: Some(Arc::new(EditScope {
                 ledger: Arc::default(),
                 checkpoint: Some(Arc::new(cp)),
@@ -380,6 +370,7 @@ mod tests {
                 ask_timeout: Duration::from_secs(10),
             })),
             review,
+            ..ToolContext::new(77, project.path().to_path_buf(), agent, lua)
         };
         Fixture {
             _data: data,

@@ -178,6 +178,32 @@ pub struct ToolContext {
     pub review: bool,
 }
 
+impl ToolContext {
+    /// A context for a call outside any chat turn (a script, a test, a
+    /// bench, an external agent's request): no session or message, the
+    /// default limits, no review; set what differs with `..`.
+    pub fn new(stream: u64, root: PathBuf, agent: AgentInfo, lua: LuaBridge) -> Self {
+        ToolContext {
+            stream,
+            session_id: String::new(),
+            message_id: String::new(),
+            call_id: String::new(),
+            agent,
+            root,
+            abort: CancellationToken::new(),
+            limits: ToolLimits::default(),
+            outside_allowed: None,
+            subject: None,
+            hidden: None,
+            metadata: Arc::new(|_| {}),
+            conversation: Arc::new(Vec::new()),
+            lua,
+            edits: None,
+            review: false,
+        }
+    }
+}
+
 /// Replaces `path` with `content` atomically (a temporary file renamed over
 /// it), creating parent directories; true when the file existed.
 pub fn atomic_write(path: &std::path::Path, content: &[u8]) -> std::io::Result<bool> {
@@ -315,26 +341,15 @@ mod tests {
     use crate::events::Event;
 
     fn ctx(stream: u64, lua: LuaBridge) -> ToolContext {
+        let agent = AgentInfo {
+            name: "mia".into(),
+            mode: "ask".into(),
+        };
         ToolContext {
-            stream,
             session_id: "s".into(),
             message_id: "m".into(),
             call_id: "c".into(),
-            agent: AgentInfo {
-                name: "mia".into(),
-                mode: "ask".into(),
-            },
-            root: std::env::temp_dir(),
-            abort: CancellationToken::new(),
-            limits: ToolLimits::default(),
-            outside_allowed: None,
-            subject: None,
-            hidden: None,
-            metadata: Arc::new(|_| {}),
-            conversation: Arc::new(Vec::new()),
-            lua,
-            edits: None,
-            review: false,
+            ..ToolContext::new(stream, std::env::temp_dir(), agent, lua)
         }
     }
 
