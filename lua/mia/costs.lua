@@ -272,19 +272,9 @@ function M.open(scope)
   end
   local buf = api.nvim_create_buf(false, true)
   vim.bo[buf].bufhidden = "wipe"
-  local width = math.min(110, math.floor(vim.o.columns * 0.85))
-  local height = math.min(44, math.floor((vim.o.lines - vim.o.cmdheight) * 0.8))
-  local win = api.nvim_open_win(buf, true, {
-    relative = "editor",
-    width = width,
-    height = height,
-    row = math.floor((vim.o.lines - height) / 2) - 1,
-    col = math.floor((vim.o.columns - width) / 2),
-    style = "minimal",
-    border = "rounded",
-    title = " mia costs ",
-    title_pos = "center",
-  })
+  local cfg = require("mia.float").centered({ max_width = 110, height = 44 })
+  cfg.style, cfg.border, cfg.title, cfg.title_pos = "minimal", "rounded", " mia costs ", "center"
+  local win = api.nvim_open_win(buf, true, cfg)
   vim.wo[win].wrap = false
   win_state = { buf = buf, win = win, scope = scope }
   local function close()

@@ -603,15 +603,7 @@ open_float = function(r)
     local height = math.max(5, math.min(height_wanted, h - 4))
     cfg = { relative = "win", win = chat, row = 1, col = 0, width = width, height = height }
   else
-    local width = math.min(120, math.max(40, math.floor(vim.o.columns * 0.85)))
-    local height = math.max(5, math.min(height_wanted, math.floor((vim.o.lines - vim.o.cmdheight) * 0.8)))
-    cfg = {
-      relative = "editor",
-      width = width,
-      height = height,
-      row = math.floor((vim.o.lines - height) / 2) - 1,
-      col = math.floor((vim.o.columns - width) / 2),
-    }
+    cfg = require("mia.float").centered({ max_width = 120, min_width = 40, height = height_wanted, min_height = 5 })
   end
   local k = keys()
   local actions
@@ -1235,21 +1227,10 @@ local function show_lines(lines, title)
   api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
   vim.bo[buf].filetype = "mia-checkpoints"
-  local width = math.min(110, math.floor(vim.o.columns * 0.85))
-  local height = math.max(3, math.min(#lines, math.floor((vim.o.lines - vim.o.cmdheight) * 0.8)))
-  local win = api.nvim_open_win(buf, true, {
-    relative = "editor",
-    width = width,
-    height = height,
-    row = math.floor((vim.o.lines - height) / 2) - 1,
-    col = math.floor((vim.o.columns - width) / 2),
-    style = "minimal",
-    border = "rounded",
-    title = title,
-    title_pos = "center",
-    footer = " q close ",
-    footer_pos = "center",
-  })
+  local cfg = require("mia.float").centered({ max_width = 110, height = #lines, min_height = 3 })
+  cfg.style, cfg.border = "minimal", "rounded"
+  cfg.title, cfg.title_pos, cfg.footer, cfg.footer_pos = title, "center", " q close ", "center"
+  local win = api.nvim_open_win(buf, true, cfg)
   vim.wo[win].wrap = false
   local function close()
     if api.nvim_win_is_valid(win) then
