@@ -105,6 +105,38 @@ function M.check()
     st and string.format("%.1f MB", st.size / 1e6) or "created on the first prompt"
   ))
   health.info("log file: " .. cfg.log_file)
+
+  M.check_mia_acp()
+end
+
+--- mia-acp, mia's agent for other editors: built next to the library?
+function M.check_mia_acp()
+  health.start("mia: mia-acp (mia's agent for other editors)")
+  local loader = require("mia.core")
+  local path = loader.root() .. "/target/release/mia-acp"
+  if vim.fn.executable(path) ~= 1 then
+    health.info("not built (" .. path .. "): `cargo build --release` builds it with the library; see :h mia-acp")
+    return
+  end
+  local ok, out = pcall(function()
+    return vim.system({ path, "--version" }, { text = true }):wait(2000)
+  end)
+  local said = ok and out and out.code == 0 and vim.trim(out.stdout or "") or ""
+  local version = said:match("^mia%-acp (%S+)$")
+  local want = require("mia.version").version
+  if not version then
+    health.warn(
+      string.format("%s does not answer --version (%s)", path, ok and said ~= "" and said or "no answer within 2 s"),
+      { "Rebuild it: `cargo build --release` in " .. loader.root() }
+    )
+  elseif version ~= want then
+    health.warn(
+      string.format("%s is version %s, the plugin is %s", path, version, want),
+      { "Rebuild it: `cargo build --release` in " .. loader.root() }
+    )
+  else
+    health.ok(string.format("%s, version %s: an ACP client starts it as `%s` (:h mia-acp)", path, version, path))
+  end
 end
 
 --- Every provider as the core will use it: the configured ones merged field

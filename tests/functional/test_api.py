@@ -195,6 +195,8 @@ def test_checkhealth_reports_library_providers_and_never_the_key(editor_factory,
     report = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
     assert "Neovim 0." in report
     assert "library loaded: version 0.1.0, protocol 1 (matches)" in report
+    acp = ROOT / "target" / "release" / "mia-acp"
+    assert f"{acp}, version 0.1.0: an ACP client starts it as `{acp}`" in report
     assert "openai (openai) https://api.openai.com/v1: $OPENAI_API_KEY is set" in report
     assert "anthropic (anthropic) https://api.anthropic.com: $ANTHROPIC_API_KEY is NOT set" in report
     assert "scn (openai_compatible) " + server.base_url + ": no API key needed" in report
