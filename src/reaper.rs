@@ -22,7 +22,7 @@
 //! allocates.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{IntoRawFd, RawFd};
 use std::sync::OnceLock;
 
 /// How long the watcher waits before SIGTERM, and again before SIGKILL.
@@ -33,13 +33,10 @@ pub const GRACE_MS: u64 = 1000;
 fn pipe_fds() -> io::Result<(RawFd, RawFd)> {
     static PIPE: OnceLock<Result<(RawFd, RawFd), i32>> = OnceLock::new();
     let fds = PIPE.get_or_init(|| {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 writes two descriptors into the array it is given.
-        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) };
-        if rc == 0 {
-            Ok((fds[0], fds[1]))
-        } else {
-            Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        // std's pipe is close-on-exec on every platform (pipe2 where there is one).
+        match io::pipe() {
+            Ok((read, write)) => Ok((read.into_raw_fd(), write.into_raw_fd())),
+            Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
         }
     });
     fds.map_err(io::Error::from_raw_os_error)
