@@ -54,6 +54,27 @@ impl AgentProc {
         paths::resolve_in_root(&self.root(), &path.to_string_lossy()).map_err(|e| invalid(e.to_string()))
     }
 
+    /// [`Self::confined`], then the user's deny rules for mia's own `tool`
+    /// (`read_file` or `write_file`; rules limited to a mode do not apply to
+    /// an external agent): a denied path is refused, whatever its spelling.
+    fn allowed(&self, path: &Path, tool: &str) -> Result<PathBuf, sdk::Error> {
+        let physical = self.confined(path)?;
+        let root = self.root();
+        let root = std::fs::canonicalize(&root).unwrap_or(root);
+        let rel = physical
+            .strip_prefix(&root)
+            .unwrap_or(&physical)
+            .to_string_lossy()
+            .to_string();
+        let hidden = crate::runtime::agent_settings().permissions.hidden_paths("", tool);
+        if hidden(&rel) {
+            return Err(invalid(format!(
+                "mia: `{rel}` is denied by a permission rule for {tool}; agents in mia's chat cannot reach it either"
+            )));
+        }
+        Ok(physical)
+    }
+
     async fn lua(&self, kind: &str, payload: Value, wait: Duration) -> Result<Value, CallError> {
         let cancel = self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone();
         match self
@@ -133,7 +154,7 @@ impl AgentProc {
         self: Arc<Self>,
         r: s::ReadTextFileRequest,
     ) -> Result<s::ReadTextFileResponse, sdk::Error> {
-        let path = self.confined(&r.path)?;
+        let path = self.allowed(&r.path, "read_file")?;
         let payload = json!({
             "sessionId": r.session_id.to_string(),
             "path": path.display().to_string(),
@@ -162,7 +183,7 @@ impl AgentProc {
         self: Arc<Self>,
         r: s::WriteTextFileRequest,
     ) -> Result<s::WriteTextFileResponse, sdk::Error> {
-        let path = self.confined(&r.path)?;
+        let path = self.allowed(&r.path, "write_file")?;
         let root = self.root();
         let p = path.clone();
         let before = tokio::task::spawn_blocking(move || std::fs::read(&p).ok())

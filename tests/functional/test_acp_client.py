@@ -245,6 +245,31 @@ def test_fs_read_gives_the_unsaved_buffer_and_write_goes_through_review(editor_f
     assert "write failed:" in after and "not now" in after, after
 
 
+def test_the_users_deny_rules_hold_for_an_agents_file_reads_and_writes_in_every_spelling(editor_factory, tmp_path):
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "key.txt").write_text("a\nTOP-SECRET\n")
+    (tmp_path / "open.txt").write_text("a\nfine to read\n")
+    (tmp_path / "link").symlink_to(tmp_path / "secrets")
+    rules = [{"tool": "*", "pattern": "secrets/**", "action": "deny"}]
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)}, permissions={"rules": rules})
+    ed.nvim.command("Mia agent tools")
+    for spelling in [tmp_path / "secrets" / "key.txt", "secrets/key.txt", "./secrets//key.txt",
+                     "open/../secrets/key.txt", tmp_path / "link" / "key.txt"]:
+        type_prompt(ed, f"read {spelling}")
+        ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+        after = ed.chat_text().rsplit(f"read {spelling}", 1)[1]
+        assert "read failed:" in after and "denied by a permission rule for read_file" in after, (spelling, after)
+    assert "TOP-SECRET" not in ed.chat_text()
+    type_prompt(ed, "write secrets/new.txt x")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "denied by a permission rule for write_file" in ed.chat_text().rsplit("write secrets/new.txt", 1)[1]
+    assert not (tmp_path / "secrets" / "new.txt").exists()
+    # What no rule covers is read as before.
+    type_prompt(ed, "read open.txt")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "read=fine to read" in ed.chat_text()
+
+
 def test_a_dying_agent_shows_its_stderr_and_the_next_prompt_restarts_it(editor_factory, tmp_path):
     ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
     ed.nvim.command("Mia agent tools")
