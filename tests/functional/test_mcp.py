@@ -131,3 +131,19 @@ def test_completion_offers_the_configured_servers(agent):
     ed = agent({"everything": EVERYTHING_SPEC, "other": {"command": ["x"]}})
     assert ed.nvim.call("getcompletion", "Mia mcp ", "cmdline") == ["everything", "other"]
     assert "mcp" in ed.nvim.call("getcompletion", "Mia ", "cmdline")
+
+
+def test_a_server_that_exits_mid_call_is_named_and_restarted_on_next_use(agent, server):
+    import sys
+    script = str(ROOT / "tests" / "mcp" / "crashing_server.py")
+    ed = agent({"fragile": {"command": [sys.executable, script], "timeout_ms": 10000}},
+               permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
+    prompt(ed, "tool fragile__pid {}")
+    first = tool_results(server)[-1][-1]["content"]
+    assert first.startswith("pid "), first
+    prompt(ed, "tool fragile__crash {}")
+    crashed = tool_results(server)[-1][-1]["content"]
+    assert "MCP server `fragile`" in crashed and "fragile: dying now" in crashed, crashed
+    prompt(ed, "tool fragile__pid {}")
+    second = tool_results(server)[-1][-1]["content"]
+    assert second.startswith("pid ") and second != first, (first, second)
