@@ -147,3 +147,29 @@ def test_a_server_that_exits_mid_call_is_named_and_restarted_on_next_use(agent, 
     prompt(ed, "tool fragile__pid {}")
     second = tool_results(server)[-1][-1]["content"]
     assert second.startswith("pid ") and second != first, (first, second)
+
+
+@needs_server
+def test_an_mcp_tool_over_streamable_http(agent, server):
+    import os
+    import socket
+    import subprocess
+    import time
+    from conftest import free_port
+    port = free_port()
+    proc = subprocess.Popen([str(EVERYTHING), "streamableHttp"], env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        ed = agent({"web": {"url": f"http://127.0.0.1:{port}/mcp", "timeout_ms": 20000}})
+        prompt(ed, 'tool web__echo {"message": "over http"}')
+        assert tool_results(server)[-1][-1]["content"] == "Echo: over http"
+        assert mcp_lines(ed)[0].startswith("web: ready, ")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
