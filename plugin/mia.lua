@@ -21,6 +21,7 @@ local names = {
   "checkpoints",
   "undo",
   "review",
+  "mcp",
 }
 
 vim.api.nvim_create_user_command("Mia", function(opts)
@@ -52,6 +53,10 @@ end, {
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
       end, list)
+    elseif sub == "mcp" and not before:match("^mcp%s+%S+%s") then
+      return vim.tbl_filter(function(n)
+        return vim.startswith(n, arglead)
+      end, require("mia.mcp").names())
     elseif sub == "agent" and not before:match("^agent%s+%S+%s") then
       local ok, agents = pcall(require, "mia.agents")
       local list = { "mia" }

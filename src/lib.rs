@@ -34,6 +34,7 @@ pub mod events;
 pub mod hooks;
 pub mod llm;
 pub mod logging;
+pub mod mcp;
 pub mod reaper;
 pub mod runtime;
 pub mod session;

@@ -120,7 +120,7 @@ fn the_registry_lets_sources_replace_each_other_in_the_exposed_order() {
     let order = Shared::get().tool_precedence;
     assert_eq!(
         serde_json::to_value(&order).unwrap(),
-        json!(["builtin", "plugin", "user", "project"])
+        json!(["builtin", "mcp", "plugin", "user", "project"])
     );
     for (i, weak) in order.iter().enumerate() {
         for strong in &order[i + 1..] {

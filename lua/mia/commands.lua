@@ -56,6 +56,12 @@ M.subcommands = {
       require("mia.tools.view").show()
     end,
   },
+  mcp = {
+    desc = "MCP servers and their state: :Mia mcp [server] (a server's tools too)",
+    run = function(args)
+      require("mia.mcp").show(args)
+    end,
+  },
   sessions = {
     desc = "pick a past session (mia's or an external agent's) and resume it",
     run = function()

@@ -80,6 +80,14 @@
 --- @field max_file_kb? integer Bigger files are not snapshotted; :Mia undo names them (default 4096)
 --- @field max_scan_files? integer Most files the scan around a `bash` command looks at (default 20000)
 
+--- @class mia.McpServerConfig
+--- @field command? string[] The program and its arguments (a server over stdio)
+--- @field env? table<string, string> Extra environment variables of the process
+--- @field cwd? string Where the process starts
+--- @field url? string A streamable-HTTP server's address (instead of `command`)
+--- @field headers? table<string, string> HTTP headers sent to a `url` server
+--- @field timeout_ms? integer How long the start, the tool list and each call may take (default 30000)
+
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
@@ -100,6 +108,7 @@
 --- @field review? "diff"|"hunks" How proposed edits are reviewed: a diff float, or pending hunks in the file's buffer (default "diff").
 --- @field review_keys? mia.ReviewKeys Keys of the review.
 --- @field checkpoints? mia.CheckpointsConfig What :Mia undo keeps.
+--- @field mcp? { servers?: table<string, mia.McpServerConfig> } Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
 --- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
@@ -380,6 +389,52 @@ local function validate(opts)
     for key in pairs(a) do
       if key ~= "command" and key ~= "env" and key ~= "cwd" then
         fail(path .. "." .. tostring(key), "is not an agent option (command, env, cwd)", a[key])
+      end
+    end
+  end
+  check_type("mcp", opts.mcp, "table", true)
+  for key in pairs(opts.mcp or {}) do
+    if key ~= "servers" then
+      fail("mcp." .. tostring(key), "is not an mcp option (servers)", opts.mcp[key])
+    end
+  end
+  check_type("mcp.servers", (opts.mcp or {}).servers, "table", true)
+  for name, s in pairs((opts.mcp or {}).servers or {}) do
+    local path = "mcp.servers." .. tostring(name)
+    if type(name) ~= "string" or not name:match("^[%w][%w_-]*$") or name:find("__", 1, true) or #name > 64 then
+      fail(path, "must be named with letters, digits, - or single _ (at most 64): tools are named NAME__tool", name)
+    end
+    check_type(path, s, "table")
+    if (s.command == nil) == (s.url == nil) then
+      fail(path, 'needs either `command` (a list, e.g. { "npx", "-y", "server" }) or `url` (streamable HTTP)', s)
+    end
+    if s.command ~= nil then
+      if type(s.command) ~= "table" or #s.command == 0 then
+        fail(path .. ".command", 'must be a list: the program and its arguments, e.g. { "mcp-server-git" }', s.command)
+      end
+      for i, arg in ipairs(s.command) do
+        check_type(string.format("%s.command[%d]", path, i), arg, "string")
+      end
+    end
+    if s.url ~= nil and (type(s.url) ~= "string" or not s.url:match("^https?://")) then
+      fail(path .. ".url", "must be an http:// or https:// address", s.url)
+    end
+    for _, map in ipairs({ "env", "headers" }) do
+      check_type(path .. "." .. map, s[map], "table", true)
+      for k, v in pairs(s[map] or {}) do
+        if type(k) ~= "string" or type(v) ~= "string" then
+          fail(path .. "." .. map, "must map names to strings", { [k] = v })
+        end
+      end
+    end
+    check_type(path .. ".cwd", s.cwd, "string", true)
+    if s.timeout_ms ~= nil and (type(s.timeout_ms) ~= "number" or s.timeout_ms <= 0 or s.timeout_ms ~= math.floor(s.timeout_ms)) then
+      fail(path .. ".timeout_ms", "must be a positive whole number of milliseconds", s.timeout_ms)
+    end
+    local known = { command = 1, env = 1, cwd = 1, url = 1, headers = 1, timeout_ms = 1 }
+    for key in pairs(s) do
+      if not known[key] then
+        fail(path .. "." .. tostring(key), "is not an mcp server option (command, env, cwd, url, headers, timeout_ms)", s[key])
       end
     end
   end

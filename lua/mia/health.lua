@@ -79,6 +79,7 @@ function M.check()
   end
 
   M.check_agents(core ~= nil)
+  M.check_mcp()
 
   health.start("mia: review and checkpoints")
   if cfg.review == "hunks" then
@@ -170,6 +171,24 @@ M.AGENT_TIMEOUT_MS = 5000
 --- Starts every configured ACP agent, runs `initialize`, and reports its
 --- name, version and login methods. Health is a command the user ran, so it
 --- waits (bounded) for the answers; the agents start concurrently.
+--- Each MCP server's state (never starts one).
+function M.check_mcp()
+  health.start("mia: MCP servers")
+  local mcp = require("mia.mcp")
+  if #mcp.names() == 0 then
+    health.info('none configured (setup({ mcp = { servers = { NAME = { command = { "program" } } } } }))')
+    return
+  end
+  for _, s in ipairs(mcp.status()) do
+    local line = mcp.lines(s.name)[1]
+    if s.state == "failed" then
+      health.error(line)
+    else
+      health.ok(line)
+    end
+  end
+end
+
 function M.check_agents(loaded)
   health.start("mia: external agents (ACP)")
   local agents = require("mia.agents")

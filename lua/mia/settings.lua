@@ -91,7 +91,29 @@ function M.agent()
     max_read_bytes = (c.tools or {}).max_read_bytes,
     output_cap_bytes = (c.tools or {}).output_cap_bytes,
     checkpoints = M.checkpoints(c.checkpoints),
+    mcp = M.mcp_servers(),
   }
+end
+
+--- The MCP servers of `setup({ mcp })` as the core takes them: a list sorted by name (nil when none).
+function M.mcp_servers()
+  local servers = ((get().mcp or {}).servers) or {}
+  local out = {}
+  for name, s in pairs(servers) do
+    out[#out + 1] = {
+      name = name,
+      command = s.command,
+      env = (s.env and next(s.env)) and s.env or nil,
+      cwd = s.cwd and vim.fs.normalize(s.cwd) or nil,
+      url = s.url,
+      headers = (s.headers and next(s.headers)) and s.headers or nil,
+      timeout_ms = s.timeout_ms,
+    }
+  end
+  table.sort(out, function(a, b)
+    return a.name < b.name
+  end)
+  return next(out) and out or nil
 end
 
 --- `setup({ checkpoints })` in the core's units (bytes).

@@ -51,6 +51,8 @@ pub struct AgentSettings {
     pub mode_tools: std::collections::BTreeMap<String, Vec<String>>,
     /// Snapshot limits (`setup({ checkpoints = ... })`).
     pub checkpoints: crate::checkpoint::CheckpointSettings,
+    /// MCP servers (`setup({ mcp = { servers = ... } })`), started on a turn's first need of tools.
+    pub mcp: Vec<crate::mcp::McpServerSpec>,
 }
 
 impl Default for AgentSettings {
@@ -68,6 +70,7 @@ impl Default for AgentSettings {
             costs: Default::default(),
             mode_tools: Default::default(),
             checkpoints: Default::default(),
+            mcp: Vec::new(),
         }
     }
 }
@@ -229,6 +232,11 @@ pub async fn run(
         }
         agent.mode = info.mode.clone();
         let model = info.model.clone();
+        if !deps.settings.mcp.is_empty() {
+            for text in crate::mcp::ensure_started(&deps.registry, &deps.settings.mcp).await {
+                mia_event(&deps.queue, stream, MiaEvent::Warning { text });
+            }
+        }
         let mut tools = deps.registry.available(&agent.mode, &deps.settings.permissions);
         if let Some(only) = deps.settings.mode_tools.get(&agent.mode) {
             tools.retain(|t| only.iter().any(|name| name == t.name()));

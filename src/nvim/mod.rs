@@ -480,6 +480,29 @@ fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
     guarded("tools", || to_lua(lua, &runtime::registry().list()))
 }
 
+/// `mcp_status(servers)` -> each of `servers` (as `configure_agent` takes
+/// them) `{ name, state, tools?, reason? }` (`state`: not_started, starting,
+/// ready, failed). Never waits.
+fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
+    guarded("mcp_status", || {
+        let specs: Vec<crate::mcp::McpServerSpec> = match servers {
+            LuaValue::Nil => Vec::new(),
+            v => lua
+                .from_value(v)
+                .map_err(|e| LuaError::RuntimeError(format!("mia: bad mcp servers: {e}")))?,
+        };
+        let list: Vec<serde_json::Value> = crate::mcp::status(&specs)
+            .into_iter()
+            .map(|(name, state)| {
+                let mut v = serde_json::to_value(state).unwrap_or_default();
+                v["name"] = serde_json::Value::from(name);
+                v
+            })
+            .collect();
+        to_lua(lua, &list)
+    })
+}
+
 /// `configure_agent(settings)`: permissions, limits, data directory.
 fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
     guarded("configure_agent", || {
@@ -626,6 +649,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
     m.set("tools", lua.create_function(tools)?)?;
     m.set("configure_agent", lua.create_function(configure_agent)?)?;
+    m.set("mcp_status", lua.create_function(mcp_status)?)?;
     m.set("list_models", lua.create_function(list_models)?)?;
     m.set("health_check", lua.create_function(health_check)?)?;
     m.set("ack", lua.create_function(ack)?)?;

@@ -1,5 +1,5 @@
 //! The tool registry: every tool by name, with where it came from. Sources
-//! register in the order built-in, plugin, user, project; a tool registered
+//! register in the order built-in, mcp, plugin, user, project; a tool registered
 //! under an existing name replaces it unless it comes from an earlier source.
 
 use std::collections::BTreeMap;
@@ -16,6 +16,8 @@ use super::{SharedTool, ToolEffect};
 #[serde(rename_all = "snake_case")]
 pub enum ToolSource {
     Builtin,
+    /// A Model Context Protocol server's tool (`server__tool`, see `crate::mcp`).
+    Mcp,
     Plugin,
     User,
     Project,
@@ -25,8 +27,9 @@ impl ToolSource {
     /// Every source from weakest to strongest: `register` keeps a tool
     /// against one from an earlier source in this list and lets a later one
     /// replace it. Lua reads it through `mia_core.shared()`.
-    pub const PRECEDENCE: [ToolSource; 4] = [
+    pub const PRECEDENCE: [ToolSource; 5] = [
         ToolSource::Builtin,
+        ToolSource::Mcp,
         ToolSource::Plugin,
         ToolSource::User,
         ToolSource::Project,

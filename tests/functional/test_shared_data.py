@@ -115,7 +115,7 @@ def test_a_user_tool_keeps_its_name_against_a_builtin_and_loses_it_to_a_project_
     assert result == "project ran"
     listed = {t["name"]: t["source"] for t in ed.lua("return require('mia.tools').list()")}
     assert listed["list_buffers"] == "project"
-    with pytest.raises(NvimError, match=r'unknown source "vendor" \(sources: builtin, plugin, user, project\)'):
+    with pytest.raises(NvimError, match=r'unknown source "vendor" \(sources: builtin, mcp, plugin, user, project\)'):
         ed.lua("require('mia.tools').register({ name = 'x', description = 'x', execute = function() end }, 'vendor')")
 
 

@@ -3,7 +3,7 @@
 
 local M = {}
 
-local TITLES = { builtin = "Built-in", plugin = "Plugin", user = "User", project = "Project" }
+local TITLES = { builtin = "Built-in", mcp = "MCP", plugin = "Plugin", user = "User", project = "Project" }
 
 local function params_summary(schema)
   if type(schema) ~= "table" or type(schema.properties) ~= "table" then

@@ -1,0 +1,148 @@
+//! The one file that speaks to the `rmcp` crate (the official MCP SDK):
+//! connecting to a server (a child process over stdio, or streamable HTTP),
+//! `tools/list` and `tools/call`. Everything it hands back is mia's own
+//! plain types or JSON, so an upgrade of the SDK touches this file only.
+
+use std::collections::VecDeque;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+use super::{McpServerSpec, McpToolDef};
+
+/// Lines of a server's stderr kept for error messages.
+const STDERR_LINES: usize = 20;
+/// Longest stderr line kept (bytes).
+const STDERR_LINE_BYTES: usize = 500;
+
+/// A connected MCP server.
+pub struct McpClient {
+    name: String,
+    service: RunningService<RoleClient, ()>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    timeout: Duration,
+}
+
+impl McpClient {
+    /// Starts (or connects to) the server and completes MCP's handshake,
+    /// within the spec's timeout.
+    pub async fn connect(spec: &McpServerSpec) -> Result<McpClient, String> {
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let timeout = Duration::from_millis(spec.timeout_ms);
+        let service = if let Some(url) = &spec.url {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let mut config =
+                rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            for (k, v) in &spec.headers {
+                let name =
+                    reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
+                let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+                config.custom_headers.insert(name, value);
+            }
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+            tokio::time::timeout(timeout, ().serve(transport))
+                .await
+                .map_err(|_| format!("no answer to MCP's initialize within {} ms", spec.timeout_ms))?
+                .map_err(|e| format!("cannot connect to {url}: {e}"))?
+        } else {
+            let Some((program, args)) = spec.command.split_first() else {
+                return Err("no command".into());
+            };
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(args).envs(&spec.env).kill_on_drop(true);
+            if let Some(cwd) = &spec.cwd {
+                cmd.current_dir(cwd);
+            }
+            let (transport, err) = TokioChildProcess::builder(cmd)
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            if let Some(err) = err {
+                let keep = stderr.clone();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(err).lines();
+                    while let Ok(Some(mut line)) = lines.next_line().await {
+                        super::cut(&mut line, STDERR_LINE_BYTES);
+                        let mut q = keep.lock().unwrap_or_else(|p| p.into_inner());
+                        if q.len() == STDERR_LINES {
+                            q.pop_front();
+                        }
+                        q.push_back(line);
+                    }
+                });
+            }
+            let started = tokio::time::timeout(timeout, ().serve(transport)).await;
+            let tail = tail_of(&stderr);
+            started
+                .map_err(|_| format!("no answer to MCP's initialize within {} ms{tail}", spec.timeout_ms))?
+                .map_err(|e| format!("the MCP handshake failed: {e}{tail}"))?
+        };
+        Ok(McpClient {
+            name: spec.name.clone(),
+            service,
+            stderr,
+            timeout,
+        })
+    }
+
+    /// The server's tools (`tools/list`, every page).
+    pub async fn list_tools(&self) -> Result<Vec<McpToolDef>, String> {
+        let tools = tokio::time::timeout(self.timeout, self.service.peer().list_all_tools())
+            .await
+            .map_err(|_| format!("tools/list got no answer within {} ms", self.timeout.as_millis()))?
+            .map_err(|e| self.failure("tools/list", e))?;
+        Ok(tools
+            .iter()
+            .filter_map(|t| serde_json::to_value(t).ok())
+            .filter_map(|v| McpToolDef::from_json(&v))
+            .collect())
+    }
+
+    /// Calls tool `name` (the server's own name) with `args`; the answer is
+    /// the result as JSON (`content`, `structuredContent`, `isError`).
+    pub async fn call_tool(&self, name: &str, args: Value, timeout: Duration) -> Result<Value, String> {
+        let mut params = CallToolRequestParams::new(name.to_string());
+        params.arguments = match args {
+            Value::Object(m) => Some(m),
+            Value::Null => None,
+            other => return Err(format!("arguments must be an object, got {other}")),
+        };
+        let result = tokio::time::timeout(timeout, self.service.peer().call_tool(params))
+            .await
+            .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
+            .map_err(|e| self.failure("tools/call", e))?;
+        serde_json::to_value(result).map_err(|e| e.to_string())
+    }
+
+    /// True once the connection is gone (the process exited).
+    pub fn is_closed(&self) -> bool {
+        self.service.is_transport_closed()
+    }
+
+    fn failure(&self, what: &str, e: impl std::fmt::Display) -> String {
+        format!(
+            "MCP server `{}`: {what} failed: {e}{}",
+            self.name,
+            tail_of(&self.stderr)
+        )
+    }
+}
+
+/// The last stderr lines, as a suffix for an error message.
+fn tail_of(stderr: &Mutex<VecDeque<String>>) -> String {
+    let q = stderr.lock().unwrap_or_else(|p| p.into_inner());
+    let last: Vec<&str> = q.iter().rev().take(5).map(String::as_str).collect();
+    if last.is_empty() {
+        String::new()
+    } else {
+        let lines: Vec<&str> = last.into_iter().rev().collect();
+        format!("; its last stderr lines:\n{}", lines.join("\n"))
+    }
+}
