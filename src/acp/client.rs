@@ -46,7 +46,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 const CANCEL_GRACE: Duration = Duration::from_secs(10);
 
 /// One configured agent: what `setup({ agents = { NAME = … } })` holds.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// Its `Debug` names env variables without their values (keys live there).
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
 pub struct AgentSpec {
     pub name: String,
     /// The program and its arguments.
@@ -56,6 +57,17 @@ pub struct AgentSpec {
     /// Where the process runs and the session's cwd (default: Neovim's cwd).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for AgentSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentSpec")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .finish()
+    }
 }
 
 /// What can go wrong talking to an agent, each with what to do about it.
@@ -1097,6 +1109,32 @@ mod tests {
         assert_eq!(tail_text(&lines), "");
         lines.push_back("boom".to_string());
         assert_eq!(tail_text(&lines), ". Its last stderr lines:\nboom");
+    }
+
+    #[test]
+    fn debug_output_names_env_variables_but_never_their_values() {
+        let spec = AgentSpec {
+            name: "g".into(),
+            command: vec!["gemini".into()],
+            env: [("GEMINI_API_KEY".to_string(), "sk-secret-value".to_string())].into(),
+            cwd: None,
+        };
+        let shown = format!("{spec:?}");
+        assert!(
+            shown.contains("GEMINI_API_KEY") && !shown.contains("sk-secret-value"),
+            "{shown}"
+        );
+        let mcp: crate::mcp::McpServerSpec = serde_json::from_value(json!({
+            "name": "remote", "url": "https://example.test/mcp",
+            "headers": { "Authorization": "Bearer sk-secret-value" },
+            "env": { "TOKEN": "sk-secret-value" },
+        }))
+        .expect("spec");
+        let shown = format!("{mcp:?}");
+        assert!(
+            shown.contains("Authorization") && !shown.contains("sk-secret-value"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 use serde_json::Value;
-use tokio::io::AsyncBufReadExt;
+use tokio_util::sync::CancellationToken;
 
 use super::{McpServerSpec, McpToolDef};
 
@@ -27,6 +27,8 @@ pub struct McpClient {
     name: String,
     service: RunningService<RoleClient, ()>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Fires when the server's stderr has been read to its end.
+    stderr_done: CancellationToken,
     timeout: Duration,
 }
 
@@ -35,6 +37,7 @@ impl McpClient {
     /// within the spec's timeout.
     pub async fn connect(spec: &McpServerSpec) -> Result<McpClient, String> {
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_done = CancellationToken::new();
         let timeout = Duration::from_millis(spec.timeout_ms);
         let service = if let Some(url) = &spec.url {
             let _ = rustls::crypto::ring::default_provider().install_default();
@@ -66,17 +69,21 @@ impl McpClient {
                 .map_err(|e| format!("cannot start `{program}`: {e}"))?;
             if let Some(err) = err {
                 let keep = stderr.clone();
+                let done = stderr_done.clone();
                 tokio::spawn(async move {
-                    let mut lines = tokio::io::BufReader::new(err).lines();
-                    while let Ok(Some(mut line)) = lines.next_line().await {
-                        super::cut(&mut line, STDERR_LINE_BYTES);
+                    // Lines are cut as they are read: one that never ends is not buffered.
+                    crate::acp::line_cap::read_cut_lines(err, STDERR_LINE_BYTES, |line| {
                         let mut q = keep.lock().unwrap_or_else(|p| p.into_inner());
                         if q.len() == STDERR_LINES {
                             q.pop_front();
                         }
                         q.push_back(line);
-                    }
+                    })
+                    .await;
+                    done.cancel();
                 });
+            } else {
+                stderr_done.cancel();
             }
             let started = tokio::time::timeout(timeout, ().serve(transport)).await;
             let tail = tail_of(&stderr);
@@ -88,6 +95,7 @@ impl McpClient {
             name: spec.name.clone(),
             service,
             stderr,
+            stderr_done,
             timeout,
         })
     }
@@ -97,7 +105,11 @@ impl McpClient {
         let tools = tokio::time::timeout(self.timeout, self.service.peer().list_all_tools())
             .await
             .map_err(|_| format!("tools/list got no answer within {} ms", self.timeout.as_millis()))?
-            .map_err(|e| self.failure("tools/list", e))?;
+            .map_err(|e| e.to_string());
+        let tools = match tools {
+            Ok(t) => t,
+            Err(e) => return Err(self.failure("tools/list", e).await),
+        };
         Ok(tools
             .iter()
             .filter_map(|t| serde_json::to_value(t).ok())
@@ -117,7 +129,11 @@ impl McpClient {
         let result = tokio::time::timeout(timeout, self.service.peer().call_tool(params))
             .await
             .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
-            .map_err(|e| self.failure("tools/call", e))?;
+            .map_err(|e| e.to_string());
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => return Err(self.failure("tools/call", e).await),
+        };
         serde_json::to_value(result).map_err(|e| e.to_string())
     }
 
@@ -126,7 +142,12 @@ impl McpClient {
         self.service.is_transport_closed()
     }
 
-    fn failure(&self, what: &str, e: impl std::fmt::Display) -> String {
+    /// The error for a failed request; when the server has gone, its last
+    /// stderr lines belong in it: let them arrive (bounded).
+    async fn failure(&self, what: &str, e: String) -> String {
+        // A server that is going may not be marked closed yet: a short wait then.
+        let wait = if self.is_closed() { 2000 } else { 300 };
+        let _ = tokio::time::timeout(Duration::from_millis(wait), self.stderr_done.cancelled()).await;
         format!(
             "MCP server `{}`: {what} failed: {e}{}",
             self.name,

@@ -29,7 +29,9 @@ pub const SEPARATOR: &str = "__";
 const RESULT_CAP_BYTES: usize = 64 * 1024;
 
 /// One configured server, as `setup()` gives it (already validated in Lua).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+/// Its `Debug` names env variables and headers without their values (keys
+/// and `Authorization` live there).
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
 pub struct McpServerSpec {
     pub name: String,
     /// The program and its arguments (stdio servers).
@@ -51,6 +53,20 @@ pub struct McpServerSpec {
 
 fn default_timeout() -> u64 {
     30_000
+}
+
+impl std::fmt::Debug for McpServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerSpec")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
+            .field("url", &self.url)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
 }
 
 /// One tool as a server lists it.
