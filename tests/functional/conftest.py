@@ -139,6 +139,15 @@ class Editor:
             pass
 
 
+def tool_results(server):
+    """The tool results each chat request carried (OpenAI wire format)."""
+    out = []
+    for r in server.requests():
+        if r["method"] == "POST" and r["body"]:
+            out.append([m for m in r["body"]["messages"] if m["role"] == "tool"])
+    return out
+
+
 def scenario_setup(server: ScenarioServer, **extra):
     opts = {
         "model": "scn/echo",

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import scenario_setup
+from conftest import scenario_setup, tool_results
 
 
 @pytest.fixture
@@ -26,15 +26,6 @@ def agent(editor_factory, server, project):
         ed.lua("vim.cmd.cd(...)", str(project))
         return ed
     return make
-
-
-def tool_results(server):
-    """The tool results each chat request carried (OpenAI wire format)."""
-    out = []
-    for r in server.requests():
-        if r["method"] == "POST" and r["body"]:
-            out.append([m for m in r["body"]["messages"] if m["role"] == "tool"])
-    return out
 
 
 def prompt(ed, text, state="done"):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import scenario_setup
+from conftest import scenario_setup, tool_results
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = ROOT / "tests" / "mcp" / "node_modules" / ".bin" / "mcp-server-everything"
@@ -36,14 +36,6 @@ def agent(editor_factory, server, project):
 
 
 EVERYTHING_SPEC = {"command": [str(EVERYTHING), "stdio"], "timeout_ms": 20000}
-
-
-def tool_results(server):
-    out = []
-    for r in server.requests():
-        if r["method"] == "POST" and r["body"]:
-            out.append([m for m in r["body"]["messages"] if m["role"] == "tool"])
-    return out
 
 
 def offered_tools(server):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import scenario_setup
+from conftest import scenario_setup, tool_results
 
 TEN = "".join(f"line{i}\n" for i in range(1, 11))
 
@@ -28,14 +28,6 @@ def agent(editor_factory, server, project):
         ed.lua("vim.cmd.cd(...)", str(project))
         return ed
     return make
-
-
-def tool_results(server):
-    out = []
-    for r in server.requests():
-        if r["method"] == "POST" and r["body"]:
-            out.append([m for m in r["body"]["messages"] if m["role"] == "tool"])
-    return out
 
 
 def last_result(server):
