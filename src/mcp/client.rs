@@ -22,6 +22,11 @@ const STDERR_LINES: usize = 20;
 /// Longest stderr line kept (bytes).
 const STDERR_LINE_BYTES: usize = 500;
 
+/// Most `tools/list` pages read from one server.
+const MAX_TOOL_PAGES: usize = 20;
+/// Most tools taken from one server.
+const MAX_TOOLS: usize = 1000;
+
 /// A connected MCP server.
 pub struct McpClient {
     name: String,
@@ -102,7 +107,7 @@ impl McpClient {
 
     /// The server's tools (`tools/list`, every page).
     pub async fn list_tools(&self) -> Result<Vec<McpToolDef>, String> {
-        let tools = tokio::time::timeout(self.timeout, self.service.peer().list_all_tools())
+        let tools = tokio::time::timeout(self.timeout, self.bounded_tool_pages())
             .await
             .map_err(|_| format!("tools/list got no answer within {} ms", self.timeout.as_millis()))?
             .map_err(|e| e.to_string());
@@ -115,6 +120,28 @@ impl McpClient {
             .filter_map(|t| serde_json::to_value(t).ok())
             .filter_map(|v| McpToolDef::from_json(&v))
             .collect())
+    }
+
+    /// Every page of `tools/list`, following `nextCursor` for at most
+    /// [`MAX_TOOL_PAGES`] pages and [`MAX_TOOLS`] tools: a server that pages
+    /// without end (or lists without end) is cut there, not followed.
+    async fn bounded_tool_pages(&self) -> Result<Vec<rmcp::model::Tool>, rmcp::ServiceError> {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_TOOL_PAGES {
+            let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+            let page = self.service.peer().list_tools(Some(params)).await?;
+            tools.extend(page.tools);
+            cursor = page.next_cursor;
+            if cursor.is_none() || tools.len() >= MAX_TOOLS {
+                break;
+            }
+        }
+        if cursor.is_some() || tools.len() > MAX_TOOLS {
+            tracing::warn!("MCP server `{}` lists more tools than mia takes ({MAX_TOOLS} in {MAX_TOOL_PAGES} pages); the rest are left out", self.name);
+        }
+        tools.truncate(MAX_TOOLS);
+        Ok(tools)
     }
 
     /// Calls tool `name` (the server's own name) with `args`; the answer is

@@ -141,6 +141,19 @@ def test_a_server_that_exits_mid_call_is_named_and_restarted_on_next_use(agent, 
     assert second.startswith("pid ") and second != first, (first, second)
 
 
+def test_a_server_that_pages_its_tools_without_end_is_cut_at_twenty_pages(agent, server):
+    import sys
+    script = str(ROOT / "tests" / "mcp" / "crashing_server.py")
+    ed = agent({"fragile": {"command": [sys.executable, script], "env": {"FRAGILE_ENDLESS_PAGES": "1"},
+                            "timeout_ms": 10000}},
+               permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
+    prompt(ed, "tool fragile__pid {}")
+    assert tool_results(server)[-1][-1]["content"].startswith("pid ")
+    fragile = [t for t in offered_tools(server) if t.startswith("fragile__")]
+    # The two tools of the first page and one per page, for 20 pages; the endless cursor is not followed further.
+    assert len(fragile) == 22 and "fragile__page19" in fragile and "fragile__page20" not in fragile, fragile
+
+
 @needs_server
 def test_an_mcp_tool_over_streamable_http(agent, server):
     import os

@@ -1,6 +1,7 @@
 """A minimal MCP server over stdio for the crash test: `crash` writes a line
 to stderr and exits mid-call; `pid` answers the process id (a restarted
-server answers another)."""
+server answers another). With FRAGILE_ENDLESS_PAGES set, `tools/list`
+never ends: every page adds a tool `pageN` and a next cursor."""
 
 import json
 import os
@@ -28,6 +29,10 @@ for line in sys.stdin:
             "protocolVersion": req["params"]["protocolVersion"],
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "fragile", "version": "1"}}})
+    elif method == "tools/list" and os.environ.get("FRAGILE_ENDLESS_PAGES"):
+        n = int((req.get("params") or {}).get("cursor") or 0)
+        page = (TOOLS if n == 0 else []) + [{"name": f"page{n}", "inputSchema": {"type": "object"}}]
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": page, "nextCursor": str(n + 1)}})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": rid, "result": {"tools": TOOLS}})
     elif method == "tools/call" and req["params"]["name"] == "crash":
