@@ -58,6 +58,72 @@ pub fn end_group_with_this_process(cmd: &mut tokio::process::Command) -> io::Res
     Ok(())
 }
 
+/// Process groups of the programs this process started (ACP agents, MCP
+/// servers): each runs in a group of its own, so that its children (an
+/// agent's bundled CLI, `npx`'s node) end with it. When Neovim quits, a
+/// watched group (see [`watch_group`]) ends after a grace; [`kill_all`] ends
+/// the others at once. `(pgid, watched)`.
+static GROUPS: std::sync::Mutex<Vec<(i32, bool)>> = std::sync::Mutex::new(Vec::new());
+
+/// Records the group led by the child `pid` (started with
+/// `process_group(0)`); its pgid, for [`end_group`].
+pub fn track_group(pid: Option<u32>, watched: bool) -> Option<i32> {
+    let pid = i32::try_from(pid?).ok().filter(|p| *p > 0)?;
+    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).push((pid, watched));
+    Some(pid)
+}
+
+/// Ends the group `pgid` ([`track_group`]'s answer) with SIGKILL.
+pub fn end_group(pgid: Option<i32>) {
+    let Some(pgid) = pgid else { return };
+    let mut groups = GROUPS.lock().unwrap_or_else(|p| p.into_inner());
+    let ours = groups.iter().any(|(g, _)| *g == pgid);
+    groups.retain(|(g, _)| *g != pgid);
+    drop(groups);
+    if ours {
+        // SAFETY: killpg only sends a signal, to a group this process created
+        // and has not ended yet.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Makes `cmd`'s group end with this process, even when Neovim is killed;
+/// a program that cannot be watched still starts. Whether it is watched.
+pub fn watch_group(cmd: &mut tokio::process::Command) -> bool {
+    match end_group_with_this_process(cmd) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!("a program mia starts will not be ended if Neovim is killed: {e}");
+            false
+        }
+    }
+}
+
+/// Ends its process group when dropped.
+pub struct GroupGuard(pub Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        end_group(self.0.take());
+    }
+}
+
+/// Neovim is quitting: ends every unwatched process group at once. A
+/// watched one first sees its stdin close when Neovim exits, which lets the
+/// program finish what it writes (an agent's session transcript) and exit
+/// by itself; its watcher ends whatever is left after a grace.
+pub fn kill_all() {
+    let groups = std::mem::take(&mut *GROUPS.lock().unwrap_or_else(|p| p.into_inner()));
+    for (pgid, _) in groups.into_iter().filter(|(_, watched)| !watched) {
+        // SAFETY: as in end_group.
+        unsafe {
+            libc::killpg(pgid, libc::SIGKILL);
+        }
+    }
+}
+
 /// In the child before exec: forks an intermediate that forks the watcher
 /// and exits at once, so the watcher is nobody's child here (init reaps it)
 /// and the agent never sees an unknown child. Failures leave the agent

@@ -87,6 +87,9 @@
 --- @field url? string A streamable-HTTP server's address (instead of `command`)
 --- @field headers? table<string, string> HTTP headers sent to a `url` server
 --- @field timeout_ms? integer How long the start, the tool list and each call may take (default 30000)
+--- @field tool_prefix? string What comes before `__tool` in the tools' names (default: the server's name; "" keeps the server's own names)
+--- @field tool_names? table<string, string> Names of some tools, by the server's name for them (e.g. { read_text_file = "fs_read" })
+--- @field path_rules? boolean Whether mia's path rules hold for the tools' path arguments (default true)
 
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
@@ -431,10 +434,34 @@ local function validate(opts)
     if s.timeout_ms ~= nil and (type(s.timeout_ms) ~= "number" or s.timeout_ms <= 0 or s.timeout_ms ~= math.floor(s.timeout_ms)) then
       fail(path .. ".timeout_ms", "must be a positive whole number of milliseconds", s.timeout_ms)
     end
-    local known = { command = 1, env = 1, cwd = 1, url = 1, headers = 1, timeout_ms = 1 }
+    if s.tool_prefix ~= nil and (type(s.tool_prefix) ~= "string" or not s.tool_prefix:match("^[%w_-]*$") or #s.tool_prefix > 40) then
+      fail(path .. ".tool_prefix", 'must be letters, digits, _ or - (at most 40), or "" for none', s.tool_prefix)
+    end
+    check_type(path .. ".tool_names", s.tool_names, "table", true)
+    for k, v in pairs(s.tool_names or {}) do
+      if type(k) ~= "string" or type(v) ~= "string" or not v:match("^[%w_-]+$") or #v > 64 then
+        fail(path .. ".tool_names", "must map the server's tool names to names of letters, digits, _ or - (at most 64)", { [k] = v })
+      end
+    end
+    check_type(path .. ".path_rules", s.path_rules, "boolean", true)
+    local known = {
+      command = 1,
+      env = 1,
+      cwd = 1,
+      url = 1,
+      headers = 1,
+      timeout_ms = 1,
+      tool_prefix = 1,
+      tool_names = 1,
+      path_rules = 1,
+    }
     for key in pairs(s) do
       if not known[key] then
-        fail(path .. "." .. tostring(key), "is not an mcp server option (command, env, cwd, url, headers, timeout_ms)", s[key])
+        fail(
+          path .. "." .. tostring(key),
+          "is not an mcp server option (command, env, cwd, url, headers, timeout_ms, tool_prefix, tool_names, path_rules)",
+          s[key]
+        )
       end
     end
   end

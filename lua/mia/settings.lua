@@ -108,6 +108,9 @@ function M.mcp_servers()
       url = s.url,
       headers = (s.headers and next(s.headers)) and s.headers or nil,
       timeout_ms = s.timeout_ms,
+      tool_prefix = s.tool_prefix,
+      tool_names = (s.tool_names and next(s.tool_names)) and s.tool_names or nil,
+      path_rules = s.path_rules,
     }
   end
   table.sort(out, function(a, b)

@@ -32,6 +32,7 @@ use super::line_cap::{LineCap, MAX_MESSAGE_BYTES};
 use crate::calls::LuaBridge;
 use crate::cost::{Cost, Usage};
 use crate::events::{Event, MiaEvent, StreamId};
+use crate::reaper::{end_group, track_group, watch_group, GroupGuard};
 use crate::session::updates::TurnError;
 use crate::session::{Stop, TurnEnd};
 use crate::store::{Store, UsageRow};
@@ -397,7 +398,7 @@ impl AgentProc {
         let exit = self.exit.clone();
         let died2 = died.clone();
         let session_cwd = cwd.clone();
-        let group = track_group(&child, watched);
+        let group = track_group(child.id(), watched);
         tokio::spawn(async move {
             let conn = me.clone().connection(stdin, stdout, session_cwd, ready_tx, close_rx);
             let unasked: bool;
@@ -956,66 +957,6 @@ fn initialize_params() -> Value {
     })
 }
 
-/// Process groups of the agents this process started: each agent runs in a
-/// group of its own, so that its children (an agent's bundled CLI) end with
-/// it. When Neovim quits, a watched group (see [`watch_group`]) ends after
-/// a grace; `kill_all` ends the others at once. `(pgid, watched)`.
-static GROUPS: std::sync::Mutex<Vec<(i32, bool)>> = std::sync::Mutex::new(Vec::new());
-
-fn track_group(child: &tokio::process::Child, watched: bool) -> Option<i32> {
-    let pid = i32::try_from(child.id()?).ok()?;
-    GROUPS.lock().unwrap_or_else(|p| p.into_inner()).push((pid, watched));
-    Some(pid)
-}
-
-fn end_group(pgid: Option<i32>) {
-    let Some(pgid) = pgid else { return };
-    GROUPS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|(g, _)| *g != pgid);
-    // SAFETY: killpg only sends a signal to the group this process created.
-    unsafe {
-        libc::killpg(pgid, libc::SIGKILL);
-    }
-}
-
-/// Makes the agent's group end with this process, even when Neovim is
-/// killed ([`crate::reaper`]); an agent that cannot be watched still starts.
-/// Whether it is watched.
-fn watch_group(cmd: &mut tokio::process::Command) -> bool {
-    match crate::reaper::end_group_with_this_process(cmd) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!("the agent will not be ended if Neovim is killed: {e}");
-            false
-        }
-    }
-}
-
-/// Ends its agent's process group when dropped (every return of a probe).
-struct GroupGuard(Option<i32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        end_group(self.0.take());
-    }
-}
-
-/// Neovim is quitting: ends every unwatched agent process group at once.
-/// A watched one first sees its stdin close when Neovim exits, which lets
-/// the agent finish what it writes (its session's transcript) and exit by
-/// itself; its watcher ends whatever is left after a grace.
-pub fn kill_all() {
-    let groups = std::mem::take(&mut *GROUPS.lock().unwrap_or_else(|p| p.into_inner()));
-    for (pgid, _) in groups.into_iter().filter(|(_, watched)| !watched) {
-        // SAFETY: as in end_group.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
-}
-
 /// `:checkhealth mia`: starts the agent, runs `initialize`, and reports what
 /// it said (`agentInfo`, `protocolVersion`, `authMethods`), within `timeout`.
 pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClientError> {
@@ -1040,7 +981,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         program: program.clone(),
         reason: e.to_string(),
     })?;
-    let _group = GroupGuard(track_group(&child, watched));
+    let _group = GroupGuard(track_group(child.id(), watched));
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err(AcpClientError::Spawn {
             name,

@@ -1,18 +1,24 @@
 //! The one file that speaks to the `rmcp` crate (the official MCP SDK):
 //! connecting to a server (a child process over stdio, or streamable HTTP),
-//! `tools/list` and `tools/call`. Everything it hands back is mia's own
-//! plain types or JSON, so an upgrade of the SDK touches this file only.
+//! `tools/list`, `tools/call` with its progress and cancellation, and the
+//! server's `notifications/tools/list_changed`. Everything it hands back is
+//! mia's own plain types or JSON, so an upgrade of the SDK touches this
+//! file only.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::{RoleClient, RunningService};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam, ClientNotification,
+    ClientRequest, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
-use rmcp::ServiceExt;
+use rmcp::{ClientHandler, ServiceExt};
 use serde_json::Value;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{McpServerSpec, McpToolDef};
@@ -27,14 +33,145 @@ const MAX_TOOL_PAGES: usize = 20;
 /// Most tools taken from one server.
 const MAX_TOOLS: usize = 1000;
 
+/// Longest progress message passed on (bytes).
+const PROGRESS_MESSAGE_BYTES: usize = 200;
+/// Least time between two progress reports of one call passed on: a server
+/// that floods them does not flood the chat.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// One `notifications/progress` of a running call, as mia shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    pub progress: f64,
+    pub total: Option<f64>,
+    pub message: Option<String>,
+}
+
+/// Where a call's progress goes.
+pub type ProgressSink = Arc<dyn Fn(Progress) + Send + Sync>;
+
+/// A call's sink, when it last passed a report on, and the newest report
+/// held back since.
+struct Listener {
+    sink: ProgressSink,
+    last: Option<Instant>,
+    waiting: Option<Progress>,
+}
+
+/// What the SDK calls on a server's notifications: progress goes to the
+/// call it names; a changed tool list wakes [`McpClient::tools_changed`].
+struct Handler {
+    progress: Arc<Mutex<HashMap<String, Listener>>>,
+    tools_changed: Arc<Notify>,
+}
+
+fn token_key(t: &ProgressToken) -> String {
+    serde_json::to_string(t).unwrap_or_default()
+}
+
+impl ClientHandler for Handler {
+    async fn on_progress(&self, params: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
+        let message = params.message.map(|mut m| {
+            m = m.replace(['\n', '\r'], " ");
+            super::cut(&mut m, PROGRESS_MESSAGE_BYTES);
+            m
+        });
+        let finite = |v: f64| v.is_finite().then_some(v);
+        let report = Progress {
+            progress: finite(params.progress).unwrap_or(0.0),
+            total: params.total.and_then(finite),
+            message,
+        };
+        let key = token_key(&params.progress_token);
+        let now = Instant::now();
+        let (sink, now_report, wait) = {
+            let mut calls = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            // A token mia did not hand out (or of a call that ended) is ignored.
+            let Some(l) = calls.get_mut(&key) else {
+                return;
+            };
+            match l.last {
+                // Too soon after the last one: the newest waits, and is
+                // passed on when the time has come (unless a newer one is).
+                Some(t) if now.duration_since(t) < PROGRESS_EVERY => {
+                    let first_waiting = l.waiting.replace(report).is_none();
+                    if !first_waiting {
+                        return;
+                    }
+                    (l.sink.clone(), None, Some(PROGRESS_EVERY - now.duration_since(t)))
+                }
+                _ => {
+                    l.last = Some(now);
+                    (l.sink.clone(), Some(report), None)
+                }
+            }
+        };
+        if let Some(report) = now_report {
+            sink(report);
+        }
+        let Some(wait) = wait else { return };
+        let calls = self.progress.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let waiting = {
+                let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(l) = calls.get_mut(&key) else { return };
+                l.last = Some(Instant::now());
+                l.waiting.take()
+            };
+            if let Some(report) = waiting {
+                sink(report);
+            }
+        });
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.tools_changed.notify_one();
+    }
+}
+
+/// Sends `notifications/cancelled` for a request still open when dropped
+/// (the user stopped the turn, or the call timed out), and forgets its
+/// progress sink.
+struct OpenRequest {
+    peer: rmcp::service::Peer<RoleClient>,
+    id: Option<RequestId>,
+    token: String,
+    progress: Arc<Mutex<HashMap<String, Listener>>>,
+    reason: &'static str,
+}
+
+impl Drop for OpenRequest {
+    fn drop(&mut self) {
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.token);
+        let Some(id) = self.id.take() else { return };
+        let notification =
+            CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some(self.reason.to_string())));
+        let peer = self.peer.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let sent = peer.send_notification(ClientNotification::CancelledNotification(notification));
+                let _ = tokio::time::timeout(Duration::from_secs(2), sent).await;
+            });
+        }
+    }
+}
+
 /// A connected MCP server.
 pub struct McpClient {
     name: String,
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Handler>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     /// Fires when the server's stderr has been read to its end.
     stderr_done: CancellationToken,
     timeout: Duration,
+    progress: Arc<Mutex<HashMap<String, Listener>>>,
+    tools_changed: Arc<Notify>,
+    /// A stdio server's process group, ended with the client.
+    _group: crate::reaper::GroupGuard,
 }
 
 impl McpClient {
@@ -44,6 +181,13 @@ impl McpClient {
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_done = CancellationToken::new();
         let timeout = Duration::from_millis(spec.timeout_ms);
+        let progress: Arc<Mutex<HashMap<String, Listener>>> = Arc::default();
+        let tools_changed = Arc::new(Notify::new());
+        let handler = || Handler {
+            progress: progress.clone(),
+            tools_changed: tools_changed.clone(),
+        };
+        let mut group = crate::reaper::GroupGuard(None);
         let service = if let Some(url) = &spec.url {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mut config =
@@ -55,7 +199,7 @@ impl McpClient {
                 config.custom_headers.insert(name, value);
             }
             let transport = rmcp::transport::StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
-            tokio::time::timeout(timeout, ().serve(transport))
+            tokio::time::timeout(timeout, handler().serve(transport))
                 .await
                 .map_err(|_| format!("no answer to MCP's initialize within {} ms", spec.timeout_ms))?
                 .map_err(|e| format!("cannot connect to {url}: {e}"))?
@@ -64,14 +208,19 @@ impl McpClient {
                 return Err("no command".into());
             };
             let mut cmd = tokio::process::Command::new(program);
-            cmd.args(args).envs(&spec.env).kill_on_drop(true);
+            // A group of its own: `npx` and the like start the server as
+            // their child, and the whole group ends with the client, or with
+            // Neovim however it ends.
+            cmd.args(args).envs(&spec.env).kill_on_drop(true).process_group(0);
             if let Some(cwd) = &spec.cwd {
                 cmd.current_dir(cwd);
             }
+            let watched = crate::reaper::watch_group(&mut cmd);
             let (transport, err) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            group = crate::reaper::GroupGuard(crate::reaper::track_group(transport.id(), watched));
             if let Some(err) = err {
                 let keep = stderr.clone();
                 let done = stderr_done.clone();
@@ -90,7 +239,7 @@ impl McpClient {
             } else {
                 stderr_done.cancel();
             }
-            let started = tokio::time::timeout(timeout, ().serve(transport)).await;
+            let started = tokio::time::timeout(timeout, handler().serve(transport)).await;
             let tail = tail_of(&stderr);
             started
                 .map_err(|_| format!("no answer to MCP's initialize within {} ms{tail}", spec.timeout_ms))?
@@ -102,7 +251,16 @@ impl McpClient {
             stderr,
             stderr_done,
             timeout,
+            progress,
+            tools_changed,
+            _group: group,
         })
+    }
+
+    /// Wakes once for every `notifications/tools/list_changed` (a burst
+    /// may wake it once).
+    pub fn tools_changed(&self) -> Arc<Notify> {
+        self.tools_changed.clone()
     }
 
     /// The server's tools (`tools/list`, every page).
@@ -145,20 +303,72 @@ impl McpClient {
     }
 
     /// Calls tool `name` (the server's own name) with `args`; the answer is
-    /// the result as JSON (`content`, `structuredContent`, `isError`).
-    pub async fn call_tool(&self, name: &str, args: Value, timeout: Duration) -> Result<Value, String> {
+    /// the result as JSON (`content`, `structuredContent`, `isError`). The
+    /// server's progress reports go to `progress`. Dropping the future
+    /// before the answer (the user stopped the turn) or running out of time
+    /// sends the server `notifications/cancelled`.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        args: Value,
+        timeout: Duration,
+        progress: Option<ProgressSink>,
+    ) -> Result<Value, String> {
         let mut params = CallToolRequestParams::new(name.to_string());
         params.arguments = match args {
             Value::Object(m) => Some(m),
             Value::Null => None,
             other => return Err(format!("arguments must be an object, got {other}")),
         };
-        let result = tokio::time::timeout(timeout, self.service.peer().call_tool(params))
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let peer = self.service.peer();
+        let handle = peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
             .await
-            .map_err(|_| format!("no answer within {} ms", timeout.as_millis()))?
             .map_err(|e| e.to_string());
+        let handle = match handle {
+            Ok(h) => h,
+            Err(e) => return Err(self.failure("tools/call", e).await),
+        };
+        let mut open = OpenRequest {
+            peer: peer.clone(),
+            id: Some(handle.id.clone()),
+            token: token_key(&handle.progress_token),
+            progress: self.progress.clone(),
+            reason: "stopped by the user",
+        };
+        if let Some(sink) = progress {
+            self.progress.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                open.token.clone(),
+                Listener {
+                    sink,
+                    last: None,
+                    waiting: None,
+                },
+            );
+        }
+        let answer = tokio::time::timeout(timeout, handle.await_response()).await;
+        let result = match answer {
+            Err(_) => {
+                open.reason = "timed out";
+                return Err(format!("no answer within {} ms", timeout.as_millis()));
+            }
+            Ok(r) => {
+                open.id = None;
+                r.map_err(|e| e.to_string())
+            }
+        };
+        drop(open);
         let result = match result {
-            Ok(r) => r,
+            Ok(ServerResult::CallToolResult(r)) => r,
+            // A result without content (an empty `{}`) is an empty success.
+            Ok(ServerResult::EmptyResult(_)) => return Ok(serde_json::json!({ "content": [] })),
+            Ok(_) => {
+                return Err(format!(
+                    "MCP server `{}` answered tools/call with something else than a tool result",
+                    self.name
+                ))
+            }
             Err(e) => return Err(self.failure("tools/call", e).await),
         };
         serde_json::to_value(result).map_err(|e| e.to_string())

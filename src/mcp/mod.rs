@@ -49,6 +49,95 @@ pub struct McpServerSpec {
     /// How long the handshake, `tools/list` and each call may take.
     #[serde(default = "default_timeout")]
     pub timeout_ms: u64,
+    /// What comes before `__tool` in the registry's names (the server's
+    /// name when absent; empty: the tools keep their own names).
+    #[serde(default)]
+    pub tool_prefix: Option<String>,
+    /// The registry's name of some of the server's tools, by their own name.
+    #[serde(default)]
+    pub tool_names: BTreeMap<String, String>,
+    /// Whether mia's path rules apply to the tools' path arguments
+    /// ([`PATH_KEYS`]); on unless the setup turns it off.
+    #[serde(default = "yes")]
+    pub path_rules: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The arguments of an MCP tool that name files (a string, or a list of
+/// them): mia's path rules hold for them as for its own tools, whatever the
+/// server allows (`@modelcontextprotocol/server-filesystem` names them so).
+pub const PATH_KEYS: &[&str] = &[
+    "path",
+    "paths",
+    "source",
+    "destination",
+    "file",
+    "files",
+    "file_path",
+    "filePath",
+    "filename",
+    "directory",
+    "dir",
+];
+/// Most path arguments of one call that are checked; a call with more is refused.
+const MAX_PATH_ARGS: usize = 1000;
+
+/// Where a path argument is: its key, and its index when the key holds a list.
+type PathPlace = (&'static str, Option<usize>);
+
+/// Every path `args` names under [`PATH_KEYS`], each with its place; `Err`
+/// when there are more than [`MAX_PATH_ARGS`].
+fn path_args(args: &Value) -> Result<Vec<(PathPlace, String)>, String> {
+    let mut out = Vec::new();
+    for key in PATH_KEYS {
+        match args.get(*key) {
+            Some(Value::String(p)) => out.push(((*key, None), p.clone())),
+            Some(Value::Array(list)) => out.extend(
+                list.iter()
+                    .enumerate()
+                    .filter_map(|(i, v)| Some(((*key, Some(i)), v.as_str()?.to_string()))),
+            ),
+            _ => {}
+        }
+        if out.len() > MAX_PATH_ARGS {
+            return Err(format!("the call names more than {MAX_PATH_ARGS} paths"));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks every path `args` names and answers the arguments the server
+/// gets: each path as mia checked it, absolute (a server resolves a
+/// relative path against a directory of its own, not the project). Refused:
+/// a path outside the project (other than one a rule allowed for this
+/// call), or one a deny rule hides, in any spelling.
+fn checked_paths(mut args: Value, ctx: &ToolContext) -> Result<Value, String> {
+    for ((key, index), p) in path_args(&args)? {
+        let path = crate::tools::paths::canonicalize(&ctx.root, &p).map_err(|e| e.to_string())?;
+        if !path.inside && ctx.outside_allowed.as_deref() != Some(path.physical.as_path()) {
+            return Err(format!(
+                "`{p}` is outside the project; mia's rules refuse it for MCP tools as for its own (allow it with a rule)"
+            ));
+        }
+        if let Some(hidden) = &ctx.hidden {
+            let absolute = path.physical.to_string_lossy();
+            if [path.subject.as_str(), path.lexical.as_str(), absolute.as_ref()]
+                .iter()
+                .any(|s| hidden(s))
+            {
+                return Err(format!("`{p}` is denied by a rule"));
+            }
+        }
+        let absolute = Value::String(path.physical.to_string_lossy().into_owned());
+        match index {
+            None => args[key] = absolute,
+            Some(i) => args[key][i] = absolute,
+        }
+    }
+    Ok(args)
 }
 
 fn default_timeout() -> u64 {
@@ -65,6 +154,9 @@ impl std::fmt::Debug for McpServerSpec {
             .field("url", &self.url)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("timeout_ms", &self.timeout_ms)
+            .field("tool_prefix", &self.tool_prefix)
+            .field("tool_names", &self.tool_names)
+            .field("path_rules", &self.path_rules)
             .finish()
     }
 }
@@ -123,6 +215,28 @@ impl McpToolDef {
 /// The registry's name of `server`'s tool `tool`.
 pub fn tool_name(server: &str, tool: &str) -> String {
     format!("{server}{SEPARATOR}{tool}")
+}
+
+/// The registry's name of `spec`'s tool `tool`: as configured in
+/// `tool_names`, else with `tool_prefix` (the server's name by default).
+pub fn registered_name(spec: &McpServerSpec, tool: &str) -> String {
+    if let Some(name) = spec.tool_names.get(tool) {
+        return name.clone();
+    }
+    match spec.tool_prefix.as_deref() {
+        Some("") => tool.to_string(),
+        Some(prefix) => tool_name(prefix, tool),
+        None => tool_name(&spec.name, tool),
+    }
+}
+
+/// True for a name every provider takes for a tool: letters, digits, `_`
+/// and `-`, 1 to 64 of them. A server's tool whose name is not is left out.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// A `tools/call` result as the model sees it: the text blocks joined, any
@@ -202,8 +316,15 @@ pub(crate) fn cut(s: &mut String, max: usize) {
 pub enum ServerState {
     NotStarted,
     Starting,
-    Ready { tools: Vec<String> },
-    Failed { reason: String },
+    Ready {
+        tools: Vec<String>,
+        /// The server's tools mia left out, each with the reason.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        skipped: Vec<String>,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 struct Slot {
@@ -243,7 +364,7 @@ pub fn status(specs: &[McpServerSpec]) -> Vec<(String, ServerState)> {
 /// Starts every configured server not started yet and registers its tools;
 /// answers one warning per server that failed to start now (its tools are
 /// missing; the turn goes on). Servers no longer configured are dropped.
-pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec<String> {
+pub async fn ensure_started(registry: &Arc<Registry>, specs: &[McpServerSpec]) -> Vec<String> {
     let _one = STARTING.lock().await;
     let todo: Vec<McpServerSpec> = {
         let mut slots = lock();
@@ -254,7 +375,7 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
             .collect();
         for name in gone {
             if let Some(slot) = slots.remove(&name) {
-                if let ServerState::Ready { tools } = slot.state {
+                if let ServerState::Ready { tools, .. } = slot.state {
                     for t in tools {
                         registry.unregister(&t, ToolSource::Mcp);
                     }
@@ -279,21 +400,12 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
     for (spec, outcome) in todo.into_iter().zip(started) {
         let state = match outcome {
             Ok((client, defs)) => {
-                let mut names = Vec::new();
-                for def in defs {
-                    let tool = McpTool {
-                        name: tool_name(&spec.name, &def.name),
-                        server: spec.name.clone(),
-                        effect: def.effect(),
-                        def,
-                    };
-                    names.push(tool.name.clone());
-                    registry.register(Arc::new(tool), ToolSource::Mcp);
-                }
+                let client = Arc::new(client);
+                follow_tool_changes(registry, &spec.name, &client);
                 if let Some(slot) = lock().get_mut(&spec.name) {
-                    slot.client = Some(Arc::new(client));
+                    slot.client = Some(client);
                 }
-                ServerState::Ready { tools: names }
+                register_tools(registry, &spec, defs)
             }
             Err(reason) => {
                 warnings.push(format!(
@@ -310,6 +422,96 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
     warnings
 }
 
+/// Puts `spec`'s tools `defs` in the registry, in place of the ones it had;
+/// the server's new state. A tool whose name is not valid, or that another
+/// server's tool already holds, is left out and named in `skipped`.
+fn register_tools(registry: &Arc<Registry>, spec: &McpServerSpec, defs: Vec<McpToolDef>) -> ServerState {
+    let mut slots = lock();
+    let taken: std::collections::BTreeSet<String> = slots
+        .iter()
+        .filter(|(name, _)| **name != spec.name)
+        .filter_map(|(_, slot)| match &slot.state {
+            ServerState::Ready { tools, .. } => Some(tools.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let mut names = Vec::new();
+    let mut skipped = Vec::new();
+    for def in defs {
+        let name = registered_name(spec, &def.name);
+        if !valid_tool_name(&name) {
+            let mut shown = name.clone();
+            cut(&mut shown, 80);
+            skipped.push(format!(
+                "`{shown}`: not a valid tool name (letters, digits, _ and -, at most 64); rename it in `tool_names`"
+            ));
+            continue;
+        }
+        if taken.contains(&name) || names.contains(&name) {
+            skipped.push(format!(
+                "`{name}`: another MCP tool has this name; rename it in `tool_names`"
+            ));
+            continue;
+        }
+        let tool = McpTool {
+            name: name.clone(),
+            server: spec.name.clone(),
+            effect: def.effect(),
+            def,
+            registry: Arc::downgrade(registry),
+            path_rules: spec.path_rules,
+        };
+        registry.register(Arc::new(tool), ToolSource::Mcp);
+        names.push(name);
+    }
+    if let Some(ServerState::Ready { tools, .. }) = slots.get(&spec.name).map(|s| &s.state) {
+        for old in tools.iter().filter(|t| !names.contains(t)) {
+            registry.unregister(old, ToolSource::Mcp);
+        }
+    }
+    let state = ServerState::Ready { tools: names, skipped };
+    if let Some(slot) = slots.get_mut(&spec.name) {
+        slot.state = state.clone();
+    }
+    state
+}
+
+/// Reads the server's tool list again each time it says it changed, for as
+/// long as `client` lives, and puts the new list in the registry.
+fn follow_tool_changes(registry: &Arc<Registry>, server: &str, client: &Arc<McpClient>) {
+    let changed = client.tools_changed();
+    let weak = Arc::downgrade(client);
+    let registry = registry.clone();
+    let server = server.to_string();
+    tokio::spawn(async move {
+        loop {
+            changed.notified().await;
+            let Some(client) = weak.upgrade() else { return };
+            if client.is_closed() {
+                return;
+            }
+            let listed = client.list_tools().await;
+            let spec = {
+                let slots = lock();
+                match slots.get(&server) {
+                    // Only the slot's own client speaks for the server.
+                    Some(slot) if slot.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) => slot.spec.clone(),
+                    _ => return,
+                }
+            };
+            drop(client);
+            match listed {
+                Ok(defs) => {
+                    register_tools(&registry, &spec, defs);
+                    tracing::info!("MCP server `{server}` changed its tools");
+                }
+                Err(e) => tracing::warn!("MCP server `{server}` changed its tools, but reading them failed: {e}"),
+            }
+        }
+    });
+}
+
 async fn start(spec: &McpServerSpec) -> Result<(McpClient, Vec<McpToolDef>), String> {
     let client = McpClient::connect(spec).await?;
     let tools = client.list_tools().await?;
@@ -317,7 +519,7 @@ async fn start(spec: &McpServerSpec) -> Result<(McpClient, Vec<McpToolDef>), Str
 }
 
 /// The live client of `server`, restarting it when its process is gone.
-async fn client_for(server: &str) -> Result<Arc<McpClient>, String> {
+async fn client_for(server: &str, registry: &std::sync::Weak<Registry>) -> Result<Arc<McpClient>, String> {
     let (client, spec) = {
         let slots = lock();
         let slot = slots
@@ -333,6 +535,9 @@ async fn client_for(server: &str) -> Result<Arc<McpClient>, String> {
             .await
             .map_err(|e| format!("MCP server `{server}` could not be restarted: {e}"))?,
     );
+    if let Some(registry) = registry.upgrade() {
+        follow_tool_changes(&registry, server, &c);
+    }
     if let Some(slot) = lock().get_mut(server) {
         slot.client = Some(c.clone());
     }
@@ -345,6 +550,9 @@ pub struct McpTool {
     server: String,
     effect: ToolEffect,
     def: McpToolDef,
+    /// The registry it is in: a restarted server's changes go there.
+    registry: std::sync::Weak<Registry>,
+    path_rules: bool,
 }
 
 impl Tool for McpTool {
@@ -360,9 +568,26 @@ impl Tool for McpTool {
     fn effect(&self) -> ToolEffect {
         self.effect
     }
+    /// The first path argument: rules on paths match it, and asking names it.
+    fn subject(&self, args: &Value) -> Option<crate::tools::ToolSubject> {
+        if !self.path_rules {
+            return None;
+        }
+        let (_, first) = path_args(args).ok()?.into_iter().next()?;
+        Some(crate::tools::ToolSubject::Path(first))
+    }
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
+        let args = if self.path_rules {
+            match checked_paths(args, &ctx) {
+                Ok(args) => args,
+                Err(e) => return Box::pin(async move { ToolOutput::error(e) }),
+            }
+        } else {
+            args
+        };
         let server = self.server.clone();
         let tool = self.def.name.clone();
+        let registry = self.registry.clone();
         Box::pin(async move {
             let timeout = {
                 let slots = lock();
@@ -371,11 +596,15 @@ impl Tool for McpTool {
                     .map(|s| s.spec.timeout_ms)
                     .unwrap_or_else(default_timeout)
             };
-            let client = match client_for(&server).await {
+            let client = match client_for(&server, &registry).await {
                 Ok(c) => c,
                 Err(e) => return ToolOutput::error(e),
             };
-            let call = client.call_tool(&tool, args, Duration::from_millis(timeout));
+            let report = ctx.metadata.clone();
+            let progress: client::ProgressSink = Arc::new(move |p: client::Progress| {
+                report(json!({ "progress": { "progress": p.progress, "total": p.total, "message": p.message } }));
+            });
+            let call = client.call_tool(&tool, args, Duration::from_millis(timeout), Some(progress));
             let answer = tokio::select! {
                 a = call => a,
                 _ = ctx.abort.cancelled() => return ToolOutput::error("stopped by the user"),
@@ -407,6 +636,32 @@ mod tests {
     #[test]
     fn tools_are_named_server_then_tool() {
         assert_eq!(tool_name("everything", "echo"), "everything__echo");
+    }
+
+    #[test]
+    fn names_follow_the_configuration_and_bad_names_are_caught() {
+        let mut spec: McpServerSpec = serde_json::from_value(json!({ "name": "fs", "command": ["x"] })).unwrap();
+        assert!(spec.path_rules, "path rules are on unless turned off");
+        assert_eq!(registered_name(&spec, "read"), "fs__read");
+        spec.tool_prefix = Some(String::new());
+        assert_eq!(registered_name(&spec, "read"), "read");
+        spec.tool_prefix = Some("files".into());
+        spec.tool_names.insert("read".into(), "cat".into());
+        assert_eq!(registered_name(&spec, "read"), "cat");
+        assert_eq!(registered_name(&spec, "write"), "files__write");
+        assert!(valid_tool_name("files__write-2"));
+        for bad in ["", "bad name", "ünïcode", "a/b", &"x".repeat(65)] {
+            assert!(!valid_tool_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn path_arguments_are_found_in_strings_and_lists_and_bounded() {
+        let found = path_args(&json!({ "path": "a", "paths": ["b", 3, "c"], "content": "d" })).unwrap();
+        let places: Vec<_> = found.iter().map(|((k, i), p)| (*k, *i, p.as_str())).collect();
+        assert_eq!(places, vec![("path", None, "a"), ("paths", Some(0), "b"), ("paths", Some(2), "c")]);
+        let many: Vec<String> = (0..=MAX_PATH_ARGS).map(|i| i.to_string()).collect();
+        assert!(path_args(&json!({ "paths": many })).is_err());
     }
 
     #[test]

@@ -597,7 +597,7 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
 fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
     guarded("shutdown", || {
         let wait = Duration::from_millis(ms.unwrap_or(100)).min(MAX_SHUTDOWN);
-        crate::acp::client::kill_all();
+        crate::reaper::kill_all();
         runtime::shutdown(wait);
         logging::flush();
         Ok(())

@@ -150,8 +150,8 @@ def test_a_server_that_pages_its_tools_without_end_is_cut_at_twenty_pages(agent,
     prompt(ed, "tool fragile__pid {}")
     assert tool_results(server)[-1][-1]["content"].startswith("pid ")
     fragile = [t for t in offered_tools(server) if t.startswith("fragile__")]
-    # The two tools of the first page and one per page, for 20 pages; the endless cursor is not followed further.
-    assert len(fragile) == 22 and "fragile__page19" in fragile and "fragile__page20" not in fragile, fragile
+    # The four tools of the first page and one per page, for 20 pages; the endless cursor is not followed further.
+    assert len(fragile) == 24 and "fragile__page19" in fragile and "fragile__page20" not in fragile, fragile
 
 
 @needs_server
@@ -178,3 +178,163 @@ def test_an_mcp_tool_over_streamable_http(agent, server):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+FRAGILE = str(ROOT / "tests" / "mcp" / "crashing_server.py")
+FILESYSTEM = ROOT / "tests" / "mcp" / "node_modules" / ".bin" / "mcp-server-filesystem"
+
+
+def fragile(tmp_path, **env):
+    import sys
+    log = tmp_path / "fragile.log"
+    return {"command": [sys.executable, FRAGILE], "timeout_ms": 10000,
+            "env": {"FRAGILE_LOG": str(log), **env}}, log
+
+
+def logged(log):
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def virtual_text(ed):
+    """Every virtual text in the chat buffer, as the user sees it."""
+    return ed.lua(
+        "local out = {} "
+        "for _, m in ipairs(vim.api.nvim_buf_get_extmarks(require('mia.chat').buffer(), -1, 0, -1, { details = true })) do "
+        "  for _, chunk in ipairs(m[4].virt_text or {}) do out[#out + 1] = chunk[1] end "
+        "end return table.concat(out, '\\n')")
+
+
+def test_progress_shows_in_the_tool_block_and_stop_sends_cancelled(agent, server, tmp_path):
+    spec, log = fragile(tmp_path)
+    ed = agent({"fragile": spec}, permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
+    ed.nvim.command("Mia prompt tool fragile__hang {}")
+    # The server's second report (its newline folded); the report with a token nobody handed out is not shown.
+    ed.wait("select(2, pcall(function() return vim.iter(vim.api.nvim_buf_get_extmarks(require('mia.chat').buffer(), -1, 0, -1, "
+            "{ details = true })):any(function(m) return (m[4].virt_text or {})[1] and m[4].virt_text[1][1]:find("
+            "'running · 2/4 · halfway there', 1, true) ~= nil end) end)) == true", 15000)
+    assert "99" not in virtual_text(ed)
+    ed.nvim.input(":Mia stop<CR>")
+    ed.wait("require('mia.chat').state() == 'cancelled'")
+    hang = next(m["hang"] for m in logged(log) if "hang" in m)
+    assert next(m for m in logged(log) if "hang" in m)["progressToken"] is not None
+
+    def cancelled():
+        return [m for m in logged(log) if m.get("method") == "notifications/cancelled"]
+    for _ in range(100):
+        if cancelled():
+            break
+        ed.lua("vim.wait(50)")
+    assert [m["params"]["requestId"] for m in cancelled()] == [hang], logged(log)
+    assert "■ cancelled" in virtual_text(ed)
+
+
+def test_a_changed_tool_list_reaches_the_registry(agent, server, tmp_path):
+    spec, log = fragile(tmp_path)
+    ed = agent({"fragile": spec}, permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
+    prompt(ed, "tool fragile__grow {}")
+    assert tool_results(server)[-1][-1]["content"] == "grew"
+    assert "fragile__grown" not in offered_tools(server)
+    ed.wait("vim.tbl_contains(require('mia.mcp').lines('fragile'), '  fragile__grown')", 10000)
+    prompt(ed, "tool fragile__grown {}")
+    assert tool_results(server)[-1][-1]["content"].startswith("pid "), tool_results(server)[-1]
+    assert "fragile__grown" in offered_tools(server)
+
+
+def test_tools_can_be_renamed_and_bad_names_are_left_out(agent, server, tmp_path):
+    spec, _ = fragile(tmp_path, FRAGILE_BAD_NAME="1")
+    spec.update(tool_prefix="", tool_names={"pid": "whoami"})
+    ed = agent({"fragile": spec}, permissions={"rules": [{"tool": "*", "action": "allow"}]})
+    prompt(ed, "tool whoami {}")
+    assert tool_results(server)[-1][-1]["content"].startswith("pid ")
+    offered = offered_tools(server)
+    assert "whoami" in offered and "crash" in offered and "fragile__pid" not in offered, offered
+    assert not any("bad" in t for t in offered), offered
+    status = ed.lua("return require('mia.mcp').status()")[0]
+    assert any(s.startswith("`bad name!`: not a valid tool name") for s in status["skipped"]), status
+
+
+def test_setup_rejects_a_bad_tool_name_override(editor_factory):
+    ed = editor_factory()
+    err = ed.lua("return select(2, pcall(require('mia').setup, { mcp = { servers = { x = { command = { 'x' }, "
+                 "tool_names = { pid = 'who am i' } } } } }))")
+    assert "mcp.servers.x.tool_names" in err and "letters, digits" in err, err
+
+
+needs_filesystem = pytest.mark.skipif(
+    shutil.which("node") is None or not FILESYSTEM.exists(),
+    reason="node or the pinned MCP test servers are missing: run scripts/bootstrap (needs node and npm)",
+)
+
+
+@needs_filesystem
+def test_the_filesystem_server_works_under_mias_path_rules(agent, server, project, tmp_path):
+    # The server may read all of tmp_path; mia's rules confine it to the project, less what a rule denies.
+    (project / "notes.txt").write_text("project notes\n")
+    (project / "secret").mkdir()
+    (project / "secret" / "key.txt").write_text("hunter2\n")
+    (tmp_path / "outside.txt").write_text("outside the project\n")
+    (project / "link.txt").symlink_to(project / "secret" / "key.txt")
+    ed = agent({"fs": {"command": [str(FILESYSTEM), str(tmp_path)], "timeout_ms": 20000}},
+               permissions={"rules": [{"tool": "fs__*", "action": "allow"},
+                                      {"tool": "*", "pattern": "secret/**", "action": "deny"}]})
+    prompt(ed, 'tool fs__read_text_file {"path": "notes.txt"}')
+    assert tool_results(server)[-1][-1]["content"] == "project notes\n"
+    spellings = [str(project / "secret" / "key.txt"), "secret/key.txt", "./secret//key.txt",
+                 "secret/../secret/key.txt", "link.txt"]
+    for path in spellings:
+        prompt(ed, "tool fs__read_text_file " + json.dumps({"path": path}))
+        out = tool_results(server)[-1][-1]["content"]
+        assert "hunter2" not in out and "denied" in out, (path, out)
+    prompt(ed, "tool fs__read_multiple_files " + json.dumps({"paths": ["notes.txt", "secret/key.txt"]}))
+    out = tool_results(server)[-1][-1]["content"]
+    assert "hunter2" not in out and "project notes" not in out and "denied" in out, out
+    prompt(ed, "tool fs__read_text_file " + json.dumps({"path": str(tmp_path / "outside.txt")}))
+    out = tool_results(server)[-1][-1]["content"]
+    assert "is outside the project" in out and out != "outside the project\n", out
+    prompt(ed, "tool fs__move_file " + json.dumps({"source": "notes.txt", "destination": "../moved.txt"}))
+    out = tool_results(server)[-1][-1]["content"]
+    assert "is outside the project" in out, out
+    assert (project / "notes.txt").exists() and not (tmp_path / "moved.txt").exists()
+    prompt(ed, "tool fs__write_file " + json.dumps({"path": "new.txt", "content": "written by the server"}))
+    assert (project / "new.txt").read_text() == "written by the server"
+
+
+@needs_server
+def test_the_everything_servers_progress_shows_and_stop_cancels_it(agent, server):
+    ed = agent({"everything": EVERYTHING_SPEC},
+               permissions={"rules": [{"tool": "everything__*", "action": "allow"}]})
+    ed.nvim.command('Mia prompt tool everything__trigger-long-running-operation {"duration": 60, "steps": 60}')
+    ed.wait("vim.iter(vim.api.nvim_buf_get_extmarks(require('mia.chat').buffer(), -1, 0, -1, { details = true }))"
+            ":any(function(m) local v = m[4].virt_text return v ~= nil and v[1][1]:find('running · %d+/60') ~= nil end)",
+            20000)
+    ed.nvim.input(":Mia stop<CR>")
+    ed.wait("require('mia.chat').state() == 'cancelled'")
+    assert "■ cancelled" in virtual_text(ed)
+
+
+def test_a_stdio_server_and_its_children_end_when_neovim_is_killed(agent, server, tmp_path):
+    import os
+    import signal
+    import sys
+    import time
+    pids = tmp_path / "pids"
+    # A wrapper that starts a child of its own (as npx starts node) and says both pids.
+    cmd = f"sleep 1000 & echo $$ $! > '{pids}.tmp'; mv '{pids}.tmp' '{pids}'; exec '{sys.executable}' '{FRAGILE}'"
+    ed = agent({"fragile": {"command": ["sh", "-c", cmd], "timeout_ms": 10000}},
+               permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
+    prompt(ed, "tool fragile__pid {}")
+    wrapper, child = (int(p) for p in pids.read_text().split())
+    assert tool_results(server)[-1][-1]["content"] == f"pid {wrapper}"
+
+    def running(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except FileNotFoundError:
+            return False
+    assert running(wrapper) and running(child)
+    os.kill(ed.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15  # a guard against hanging, not a timing assertion
+    while (running(wrapper) or running(child)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(wrapper), "the MCP server outlived the Neovim that started it"
+    assert not running(child), "the MCP server's child outlived the Neovim that started it"

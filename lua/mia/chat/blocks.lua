@@ -37,6 +37,25 @@ local function first_line(text)
   return #line > 100 and (line:sub(1, 97) .. "…") or line
 end
 
+--- " · 3/5 · message" for a tool's progress report, "" without one.
+--- @param p? { progress?: number, total?: number, message?: string }
+function M.progress_text(p)
+  if type(p) ~= "table" or type(p.progress) ~= "number" then
+    return ""
+  end
+  local function num(n)
+    return n == math.floor(n) and string.format("%d", n) or string.format("%.1f", n)
+  end
+  local text = " · " .. num(p.progress)
+  if type(p.total) == "number" and p.total > 0 then
+    text = text .. "/" .. num(p.total)
+  end
+  if type(p.message) == "string" and p.message ~= "" then
+    text = text .. " · " .. first_line(p.message)
+  end
+  return text
+end
+
 --- The status text and its highlight group.
 function M.status_of(ev)
   if ev.status == "pending" then
@@ -44,7 +63,7 @@ function M.status_of(ev)
   elseif ev.status == "awaiting_permission" then
     return "? waiting for your permission", "MiaToolPending"
   elseif ev.status == "running" then
-    return "⟳ running", "MiaToolRunning"
+    return "⟳ running" .. M.progress_text(ev.progress), "MiaToolRunning"
   elseif ev.status == "done" then
     local summary = type(ev.metadata) == "table" and ev.metadata.summary or "done"
     return string.format("✓ %s (%d ms)", summary, ev.duration_ms or 0), "MiaToolDone"

@@ -69,6 +69,11 @@ local function tool_event(s, u)
   if not status and u.status then
     status = ({ pending = "pending", in_progress = "running", completed = "done", failed = "failed" })[u.status]
   end
+  -- A running tool's own report (an MCP server's progress).
+  local progress = type(meta.metadata) == "table" and meta.metadata.progress or nil
+  if not status and type(progress) == "table" then
+    status = "running"
+  end
   return {
     id = u.toolCallId,
     name = call.name or u.title or "tool",
@@ -77,6 +82,7 @@ local function tool_event(s, u)
     output = output,
     duration_ms = meta.duration_ms,
     metadata = { summary = meta.summary },
+    progress = type(progress) == "table" and progress or nil,
   }
 end
 
