@@ -326,13 +326,15 @@ pub async fn run(
         outcomes.insert(call.id.clone(), outcome);
         results.insert(call.id.clone(), out);
     }
-    let parts = done
+    let mut images = Vec::new();
+    let mut parts: Vec<Part> = done
         .tool_calls
         .iter()
         .map(|call| {
             let out = results
                 .remove(&call.id)
                 .unwrap_or_else(|| ToolOutput::error("The tool did not run."));
+            images.extend(attached_images(&out.metadata));
             Part::ToolResult {
                 tool_call_id: call.id.clone(),
                 content: out.content,
@@ -340,6 +342,8 @@ pub async fn run(
             }
         })
         .collect();
+    // Images a tool attached follow the results, in the same message.
+    parts.extend(images.into_iter().take(MAX_IMAGES_PER_ROUND));
     (
         Message {
             role: Role::Tool,
@@ -347,4 +351,58 @@ pub async fn run(
         },
         outcomes,
     )
+}
+
+/// Most images the tools of one round attach to the model's next request.
+const MAX_IMAGES_PER_ROUND: usize = 8;
+/// Largest attached image, in bytes of base64.
+pub const MAX_IMAGE_BASE64: usize = 4 * 1024 * 1024;
+
+/// The images a tool attached for the model (`metadata.images`: a list of
+/// `{ media_type, data }`, base64 data): only the image types every
+/// provider reads, at most [`MAX_IMAGE_BASE64`] each.
+fn attached_images(metadata: &Value) -> Vec<Part> {
+    let Some(list) = metadata.get("images").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|img| {
+            let media_type = img.get("media_type")?.as_str()?;
+            let data = img.get("data")?.as_str()?;
+            let known = matches!(media_type, "image/png" | "image/jpeg" | "image/gif" | "image/webp");
+            let base64 = data
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+            (known && base64 && !data.is_empty() && data.len() <= MAX_IMAGE_BASE64).then(|| Part::Image {
+                media_type: media_type.to_string(),
+                data: data.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn only_known_image_types_in_base64_within_the_cap_are_attached() {
+        let big = "A".repeat(MAX_IMAGE_BASE64 + 1);
+        let meta = json!({ "images": [
+            { "media_type": "image/png", "data": "iVBORw0KGgo=" },
+            { "media_type": "image/svg+xml", "data": "PHN2Zz4=" },
+            { "media_type": "image/png", "data": "not base64!" },
+            { "media_type": "image/png", "data": big },
+            { "media_type": "image/jpeg" },
+            "junk"
+        ] });
+        assert_eq!(
+            attached_images(&meta),
+            vec![Part::Image {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into()
+            }]
+        );
+        assert!(attached_images(&json!(null)).is_empty());
+    }
 }

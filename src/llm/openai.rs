@@ -60,6 +60,25 @@ pub fn request_body(req: &ChatRequest, model: &str, opts: OpenAiOptions, stream:
                         messages.push(json!({ "role": "tool", "tool_call_id": tool_call_id, "content": content }));
                     }
                 }
+                // A tool message holds text only: images the tools attached
+                // follow in a user message.
+                let images: Vec<Value> = m
+                    .parts
+                    .iter()
+                    .filter_map(|p| match p {
+                        Part::Image { media_type, data } => Some(json!({
+                            "type": "image_url",
+                            "image_url": { "url": format!("data:{media_type};base64,{data}") }
+                        })),
+                        _ => None,
+                    })
+                    .collect();
+                if !images.is_empty() {
+                    let mut content =
+                        vec![json!({ "type": "text", "text": "The images the tool results above refer to:" })];
+                    content.extend(images);
+                    messages.push(json!({ "role": "user", "content": content }));
+                }
             }
             Role::User => messages.push(json!({ "role": "user", "content": content_of(m) })),
             Role::Assistant => {
@@ -542,6 +561,28 @@ mod tests {
                 "stream_options": { "include_usage": true },
                 "max_completion_tokens": 100
             })
+        );
+    }
+
+    #[test]
+    fn images_a_tool_attached_follow_the_tool_messages_in_a_user_message() {
+        let mut req = round_trip_request();
+        req.messages[2].parts.push(Part::Image {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        });
+        let body = request_body(&req, "m", OpenAiOptions::default(), false);
+        let messages = body["messages"].as_array().unwrap();
+        assert_eq!(
+            messages[messages.len() - 2],
+            json!({ "role": "tool", "tool_call_id": "call_1", "content": "a cat" })
+        );
+        assert_eq!(
+            messages[messages.len() - 1],
+            json!({ "role": "user", "content": [
+                { "type": "text", "text": "The images the tool results above refer to:" },
+                { "type": "image_url", "image_url": { "url": "data:image/png;base64,iVBORw0KGgo=" } }
+            ] })
         );
     }
 

@@ -291,7 +291,16 @@ pub fn output_of_result(server: &str, result: &Value) -> ToolOutput {
     } else {
         ToolOutput::ok(text)
     };
+    // Images go to the model as images (the agent loop attaches them).
+    let images: Vec<Value> = blocks
+        .iter()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some("image"))
+        .filter_map(|b| Some(json!({ "media_type": b.get("mimeType")?.as_str()?, "data": b.get("data")?.as_str()? })))
+        .collect();
     let mut meta = json!({ "mcp": { "server": server, "content": blocks } });
+    if !images.is_empty() {
+        meta["images"] = Value::Array(images);
+    }
     if let Some(sc) = structured {
         meta["mcp"]["structuredContent"] = sc;
     }
@@ -659,7 +668,10 @@ mod tests {
     fn path_arguments_are_found_in_strings_and_lists_and_bounded() {
         let found = path_args(&json!({ "path": "a", "paths": ["b", 3, "c"], "content": "d" })).unwrap();
         let places: Vec<_> = found.iter().map(|((k, i), p)| (*k, *i, p.as_str())).collect();
-        assert_eq!(places, vec![("path", None, "a"), ("paths", Some(0), "b"), ("paths", Some(2), "c")]);
+        assert_eq!(
+            places,
+            vec![("path", None, "a"), ("paths", Some(0), "b"), ("paths", Some(2), "c")]
+        );
         let many: Vec<String> = (0..=MAX_PATH_ARGS).map(|i| i.to_string()).collect();
         assert!(path_args(&json!({ "paths": many })).is_err());
     }
@@ -703,6 +715,10 @@ mod tests {
         );
         assert_eq!(out.metadata["mcp"]["structuredContent"], json!({ "n": 1 }));
         assert_eq!(out.metadata["mcp"]["content"].as_array().unwrap().len(), 3);
+        assert_eq!(
+            out.metadata["images"],
+            json!([{ "media_type": "image/png", "data": "AAAA" }])
+        );
         let err = output_of_result(
             "s",
             &json!({ "content": [{ "type": "text", "text": "bad" }], "isError": true }),

@@ -338,3 +338,18 @@ def test_a_stdio_server_and_its_children_end_when_neovim_is_killed(agent, server
         time.sleep(0.05)
     assert not running(wrapper), "the MCP server outlived the Neovim that started it"
     assert not running(child), "the MCP server's child outlived the Neovim that started it"
+
+
+@needs_server
+def test_an_image_result_reaches_the_model_as_an_image(agent, server):
+    ed = agent({"everything": EVERYTHING_SPEC},
+               permissions={"rules": [{"tool": "everything__*", "action": "allow"}]})
+    prompt(ed, "tool everything__get-tiny-image {}")
+    bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
+    last = bodies[-1]["messages"]
+    tool_at = max(i for i, m in enumerate(last) if m["role"] == "tool")
+    assert "[image of type image/png" in last[tool_at]["content"], last[tool_at]
+    follow = last[tool_at + 1]
+    assert follow["role"] == "user", follow
+    urls = [c["image_url"]["url"] for c in follow["content"] if c["type"] == "image_url"]
+    assert len(urls) == 1 and urls[0].startswith("data:image/png;base64,iVBOR"), urls
