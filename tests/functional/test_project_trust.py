@@ -246,3 +246,33 @@ def test_binary_tool_file_is_refused_once_without_asking(start, tools_dir):
     prompt(ed, "echo two")
     assert asked(ed) == []
     assert ed.messages().count("blob.lua is not Lua source text") == 1
+
+
+def test_project_tools_follow_the_project_when_the_directory_changes(start, server, project, tmp_path):
+    (project / ".mia" / "tools" / "hello.lua").write_text(HELLO % "from the first project")
+    other = tmp_path / "other"
+    (other / ".mia" / "tools").mkdir(parents=True)
+    (other / ".mia" / "tools" / "bye.lua").write_text(
+        "return { name = 'bye', description = 'says bye', execute = function() return 'bye' end }\n")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    ed = start(answer=1)
+    prompt(ed, "tool hello {}")
+    assert last_tool_result(server) == "from the first project"
+    # A plain directory: the first project's tool leaves at once, nothing is asked.
+    ed.nvim.input(f":cd {plain}<CR>")
+    ed.wait("not vim.tbl_contains(vim.tbl_map(function(t) return t.name end, require('mia.tools').list()), 'hello')")
+    prompt(ed, "tool hello {}")
+    assert "hello" in last_tool_result(server) and "from the first project" not in last_tool_result(server)
+    # Another project: its new file is asked about at the next prompt, not on :cd.
+    ed.nvim.input(f":tcd {other}<CR>")
+    ed.wait(f"vim.fn.getcwd() == '{other}'")
+    assert len(asked(ed)) == 1
+    prompt(ed, "tool bye {}")
+    assert len(asked(ed)) == 2 and "bye.lua (new)" in asked(ed)[1]
+    assert last_tool_result(server) == "bye"
+    assert "hello" not in tool_names(ed)
+    # Back to the first project: its trusted tool loads on :cd, without a question; the other's leaves.
+    ed.nvim.input(f":cd {project}<CR>")
+    ed.wait("vim.tbl_contains(vim.tbl_map(function(t) return t.name end, require('mia.tools').list()), 'hello')")
+    assert "bye" not in tool_names(ed) and len(asked(ed)) == 2

@@ -334,17 +334,51 @@ local function question(dir, pending, store)
   )
 end
 
+--- Unloads the tools of every project but the one whose tools directory
+--- is `dir` (nil: all): a project's tools follow the project.
+local function leave_others(dir)
+  for path in pairs(vim.deepcopy(loaded_by)) do
+    if vim.fn.fnamemodify(path, ":h") ~= dir then
+      unload_file(path)
+    end
+  end
+end
+
+--- Once a project's tools are loaded, a change of working directory
+--- (`:cd`, `:tcd`, `:lcd`, DirChanged) unloads them and loads the new
+--- project's trusted ones; questions about untrusted files wait for the
+--- next prompt. Nothing is set up before that (startup cost stays zero).
+local following = false
+local function follow()
+  if following then
+    return
+  end
+  following = true
+  vim.api.nvim_create_autocmd("DirChanged", {
+    group = vim.api.nvim_create_augroup("mia_project_tools", { clear = true }),
+    desc = "mia: project tools follow the project",
+    callback = function()
+      M.load(vim.fn.getcwd(), { ask = false })
+    end,
+  })
+end
+
 --- Loads the project tools of `root` (default: the working directory):
 --- files whose content the user trusted load at once; new or changed
---- files are listed in one question and load only after a yes.
+--- files are listed in one question and load only after a yes. Tools of
+--- another project loaded before are unloaded first.
 --- @param root? string
-function M.load(root)
+--- @param opts? { ask?: boolean } ask = false: load trusted files only, ask nothing
+function M.load(root, opts)
+  local ask = not (opts and opts.ask == false)
   root = vim.fn.fnamemodify(root or vim.fn.getcwd(), ":p"):gsub("/$", "")
   local dir = root .. "/.mia/tools"
   if vim.fn.isdirectory(dir) == 0 then
+    leave_others(nil)
     return
   end
   dir = uv.fs_realpath(dir) or dir
+  leave_others(dir)
   local store = read_store()
   if store.dirs[dir] == "never" then
     return
@@ -360,6 +394,7 @@ function M.load(root)
       if answer == "trust" then
         handled[file.path] = file.sha256
         load_file(file)
+        follow()
       elseif answer == "never" then
         handled[file.path] = file.sha256
       else
@@ -372,7 +407,7 @@ function M.load(root)
       unload_file(path)
     end
   end
-  if #pending == 0 or asking[dir] then
+  if #pending == 0 or asking[dir] or not ask then
     return
   end
   asking[dir] = true
@@ -397,6 +432,7 @@ function M.load(root)
       for _, file in ipairs(pending) do
         vim.list_extend(names, load_file(file))
       end
+      follow()
       if #names > 0 then
         notify(string.format("loaded %d project tool(s): %s", #names, table.concat(names, ", ")), vim.log.levels.INFO)
       end
