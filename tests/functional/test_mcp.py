@@ -75,6 +75,10 @@ def test_an_mcp_tool_runs_through_the_agent_loop(agent, server):
     # arguments are checked against the server's inputSchema before the call
     prompt(ed, 'tool everything__echo {"msg": 1}')
     assert tool_results(server)[-1][-1]["content"].startswith("Invalid arguments for `everything__echo`")
+    # The server adds tools once initialized and says so (tools/list_changed): the list is read again.
+    log = ed.home / "state" / "nvim" / "mia.log"
+    ed.wait(f"(vim.fn.filereadable('{log}') == 1 and table.concat(vim.fn.readfile('{log}'), '\\n')"
+            ":find('MCP server `everything` changed its tools', 1, true)) ~= nil", 10000)
 
 
 @needs_server
