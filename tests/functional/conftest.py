@@ -139,6 +139,26 @@ class Editor:
             pass
 
 
+def process_running(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended: only its parent has not looked)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def kill_neovim_and_wait_for(ed, pids):
+    """SIGKILLs `ed`'s Neovim, as an OOM killer or a crash would (it gets no
+    chance to end anything), then waits (bounded) for `pids` to end; the
+    ones still running."""
+    os.kill(ed.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15  # a guard against hanging, not a timing assertion
+    while any(process_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if process_running(p)]
+
+
 def tool_results(server):
     """The tool results each chat request carried (OpenAI wire format)."""
     out = []

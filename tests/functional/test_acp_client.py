@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LIB, ROOT, scenario_setup
+from conftest import LIB, ROOT, kill_neovim_and_wait_for, process_running, scenario_setup
 
 NODE = shutil.which("node")
 ACP = ROOT / "tests" / "acp" / "node_modules"
@@ -381,15 +381,6 @@ def test_an_agent_dying_between_turns_is_announced_with_its_stderr(editor_factor
     assert "echo: back" in ed.chat_text()
 
 
-def _running(pid: int) -> bool:
-    """Whether `pid` runs (a zombie has ended: only its parent has not looked)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def test_an_agent_and_its_children_end_when_neovim_is_killed(editor_factory, tmp_path):
     pids = tmp_path / "pids"
     # The agent starts a child of its own (as claude-agent-acp starts its CLI) and says both pids.
@@ -398,14 +389,10 @@ def test_an_agent_and_its_children_end_when_neovim_is_killed(editor_factory, tmp
     ed.nvim.command("Mia agent tools")
     ed.wait("require('mia').modes() ~= nil and require('mia').modes().currentModeId == 'careful'", 30000)
     agent, child = (int(p) for p in pids.read_text().split())
-    assert _running(agent) and _running(child)
-    # Neovim gets no chance to end them: SIGKILL, as an OOM killer or a crash would.
-    os.kill(ed.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 15  # a guard against hanging, not a timing assertion
-    while (_running(agent) or _running(child)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not _running(agent), "the agent outlived the Neovim that started it"
-    assert not _running(child), "the agent's child outlived the Neovim that started it"
+    assert process_running(agent) and process_running(child)
+    left = kill_neovim_and_wait_for(ed, [agent, child])
+    assert agent not in left, "the agent outlived the Neovim that started it"
+    assert child not in left, "the agent's child outlived the Neovim that started it"
 
 
 HOSTILE_AGENT = FIXTURES / "hostile_agent.mjs"

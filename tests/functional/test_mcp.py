@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import scenario_setup, tool_results
+from conftest import kill_neovim_and_wait_for, process_running, scenario_setup, tool_results
 
 ROOT = Path(__file__).resolve().parents[2]
 EVERYTHING = ROOT / "tests" / "mcp" / "node_modules" / ".bin" / "mcp-server-everything"
@@ -317,10 +317,7 @@ def test_the_everything_servers_progress_shows_and_stop_cancels_it(agent, server
 
 
 def test_a_stdio_server_and_its_children_end_when_neovim_is_killed(agent, server, tmp_path):
-    import os
-    import signal
     import sys
-    import time
     pids = tmp_path / "pids"
     # A wrapper that starts a child of its own (as npx starts node) and says both pids.
     cmd = f"sleep 1000 & echo $$ $! > '{pids}.tmp'; mv '{pids}.tmp' '{pids}'; exec '{sys.executable}' '{FRAGILE}'"
@@ -329,19 +326,10 @@ def test_a_stdio_server_and_its_children_end_when_neovim_is_killed(agent, server
     prompt(ed, "tool fragile__pid {}")
     wrapper, child = (int(p) for p in pids.read_text().split())
     assert tool_results(server)[-1][-1]["content"] == f"pid {wrapper}"
-
-    def running(pid):
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-        except FileNotFoundError:
-            return False
-    assert running(wrapper) and running(child)
-    os.kill(ed.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 15  # a guard against hanging, not a timing assertion
-    while (running(wrapper) or running(child)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running(wrapper), "the MCP server outlived the Neovim that started it"
-    assert not running(child), "the MCP server's child outlived the Neovim that started it"
+    assert process_running(wrapper) and process_running(child)
+    left = kill_neovim_and_wait_for(ed, [wrapper, child])
+    assert wrapper not in left, "the MCP server outlived the Neovim that started it"
+    assert child not in left, "the MCP server's child outlived the Neovim that started it"
 
 
 @needs_server
