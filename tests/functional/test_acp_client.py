@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import time
 from pathlib import Path
