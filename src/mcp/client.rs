@@ -65,6 +65,14 @@ struct Handler {
     tools_changed: Arc<Notify>,
 }
 
+impl Drop for Handler {
+    /// The connection is gone: whoever follows the tool list wakes and
+    /// finds it closed (no task waits forever on a dead server).
+    fn drop(&mut self) {
+        self.tools_changed.notify_one();
+    }
+}
+
 fn token_key(t: &ProgressToken) -> String {
     serde_json::to_string(t).unwrap_or_default()
 }
