@@ -240,17 +240,46 @@ pub fn status(specs: &[McpServerSpec]) -> Vec<(String, ServerState)> {
         .collect()
 }
 
+/// Separates a scope from a server's name in the servers' map: the key of
+/// a scoped server (one of a mia-acp session's) is `scope`, this, `name`.
+const SCOPE_SEPARATOR: char = '\u{1f}';
+
+/// The servers' map key of `name` in `scope` ("" for `setup()`'s servers: the name itself).
+fn slot_key(scope: &str, name: &str) -> String {
+    if scope.is_empty() {
+        name.to_string()
+    } else {
+        format!("{scope}{SCOPE_SEPARATOR}{name}")
+    }
+}
+
+/// The scope of a servers' map key.
+fn scope_of(key: &str) -> &str {
+    key.rsplit_once(SCOPE_SEPARATOR).map_or("", |(scope, _)| scope)
+}
+
 /// Starts every configured server not started yet and registers its tools;
 /// answers one warning per server that failed to start now (its tools are
 /// missing; the turn goes on). Servers no longer configured are dropped.
 pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec<String> {
+    ensure_started_in("", registry, specs).await
+}
+
+/// [`ensure_started`] for the servers of one `scope` (a mia-acp session,
+/// whose client sent them): they are kept apart from `setup()`'s servers
+/// and from other scopes' (two sessions may each have an `everything` of
+/// their own), and only servers of `scope` that `specs` no longer holds are
+/// dropped. `registry` is the scope's own.
+pub async fn ensure_started_in(scope: &str, registry: &Registry, specs: &[McpServerSpec]) -> Vec<String> {
     let _one = STARTING.lock().await;
     let todo: Vec<McpServerSpec> = {
         let mut slots = lock();
         let gone: Vec<String> = slots
             .iter()
-            .filter(|(name, slot)| !specs.iter().any(|s| &s.name == *name && s == &slot.spec))
-            .map(|(name, _)| name.clone())
+            .filter(|(key, slot)| {
+                scope_of(key) == scope && !specs.iter().any(|s| s.name == slot.spec.name && s == &slot.spec)
+            })
+            .map(|(key, _)| key.clone())
             .collect();
         for name in gone {
             if let Some(slot) = slots.remove(&name) {
@@ -261,10 +290,14 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
                 }
             }
         }
-        let todo: Vec<McpServerSpec> = specs.iter().filter(|s| !slots.contains_key(&s.name)).cloned().collect();
+        let todo: Vec<McpServerSpec> = specs
+            .iter()
+            .filter(|s| !slots.contains_key(&slot_key(scope, &s.name)))
+            .cloned()
+            .collect();
         for s in &todo {
             slots.insert(
-                s.name.clone(),
+                slot_key(scope, &s.name),
                 Slot {
                     spec: s.clone(),
                     state: ServerState::Starting,
@@ -284,26 +317,32 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
                     let tool = McpTool {
                         name: tool_name(&spec.name, &def.name),
                         server: spec.name.clone(),
+                        key: slot_key(scope, &spec.name),
                         effect: def.effect(),
                         def,
                     };
                     names.push(tool.name.clone());
                     registry.register(Arc::new(tool), ToolSource::Mcp);
                 }
-                if let Some(slot) = lock().get_mut(&spec.name) {
+                if let Some(slot) = lock().get_mut(&slot_key(scope, &spec.name)) {
                     slot.client = Some(Arc::new(client));
                 }
                 ServerState::Ready { tools: names }
             }
             Err(reason) => {
+                let fix = if scope.is_empty() {
+                    format!("Fix `mcp.servers.{}` in setup().", spec.name)
+                } else {
+                    "Fix it in the MCP servers the editor passes (its MCP or context server settings).".to_string()
+                };
                 warnings.push(format!(
-                    "MCP server `{}` did not start, its tools are missing: {reason}. Fix `mcp.servers.{}` in setup().",
-                    spec.name, spec.name
+                    "MCP server `{}` did not start, its tools are missing: {reason}. {fix}",
+                    spec.name
                 ));
                 ServerState::Failed { reason }
             }
         };
-        if let Some(slot) = lock().get_mut(&spec.name) {
+        if let Some(slot) = lock().get_mut(&slot_key(scope, &spec.name)) {
             slot.state = state;
         }
     }
@@ -316,12 +355,12 @@ async fn start(spec: &McpServerSpec) -> Result<(McpClient, Vec<McpToolDef>), Str
     Ok((client, tools))
 }
 
-/// The live client of `server`, restarting it when its process is gone.
-async fn client_for(server: &str) -> Result<Arc<McpClient>, String> {
+/// The live client of `server` (its map key is `key`), restarting it when its process is gone.
+async fn client_for(server: &str, key: &str) -> Result<Arc<McpClient>, String> {
     let (client, spec) = {
         let slots = lock();
         let slot = slots
-            .get(server)
+            .get(key)
             .ok_or_else(|| format!("MCP server `{server}` is no longer configured"))?;
         (slot.client.clone(), slot.spec.clone())
     };
@@ -333,7 +372,7 @@ async fn client_for(server: &str) -> Result<Arc<McpClient>, String> {
             .await
             .map_err(|e| format!("MCP server `{server}` could not be restarted: {e}"))?,
     );
-    if let Some(slot) = lock().get_mut(server) {
+    if let Some(slot) = lock().get_mut(key) {
         slot.client = Some(c.clone());
     }
     Ok(c)
@@ -343,6 +382,8 @@ async fn client_for(server: &str) -> Result<Arc<McpClient>, String> {
 pub struct McpTool {
     name: String,
     server: String,
+    /// Its server's key in the servers' map (the name, or scope and name).
+    key: String,
     effect: ToolEffect,
     def: McpToolDef,
 }
@@ -362,16 +403,17 @@ impl Tool for McpTool {
     }
     fn call(&self, args: Value, ctx: ToolContext) -> BoxFuture<'static, ToolOutput> {
         let server = self.server.clone();
+        let key = self.key.clone();
         let tool = self.def.name.clone();
         Box::pin(async move {
             let timeout = {
                 let slots = lock();
                 slots
-                    .get(&server)
+                    .get(&key)
                     .map(|s| s.spec.timeout_ms)
                     .unwrap_or_else(default_timeout)
             };
-            let client = match client_for(&server).await {
+            let client = match client_for(&server, &key).await {
                 Ok(c) => c,
                 Err(e) => return ToolOutput::error(e),
             };
@@ -385,7 +427,7 @@ impl Tool for McpTool {
                 Err(e) => {
                     let crashed = client.is_closed();
                     if crashed {
-                        if let Some(slot) = lock().get_mut(&server) {
+                        if let Some(slot) = lock().get_mut(&key) {
                             slot.client = None;
                         }
                         ToolOutput::error(format!(
@@ -407,6 +449,31 @@ mod tests {
     #[test]
     fn tools_are_named_server_then_tool() {
         assert_eq!(tool_name("everything", "echo"), "everything__echo");
+    }
+
+    #[test]
+    fn scoped_servers_are_kept_apart_from_setups_and_each_other() {
+        assert_eq!(slot_key("", "everything"), "everything");
+        assert_eq!(scope_of("everything"), "");
+        let a = slot_key("sess-a", "everything");
+        assert_ne!(a, slot_key("sess-b", "everything"));
+        assert_eq!(scope_of(&a), "sess-a");
+    }
+
+    #[tokio::test]
+    async fn a_scope_drops_only_its_own_servers() {
+        let broken = |name: &str| -> McpServerSpec {
+            serde_json::from_value(json!({ "name": name, "command": ["/nonexistent/mcp-scope-test"] })).unwrap()
+        };
+        let r = Registry::default();
+        ensure_started_in("scope-test-a", &r, &[broken("scopetest")]).await;
+        ensure_started_in("scope-test-b", &r, &[broken("scopetest")]).await;
+        // b's list changes (nothing now): a's server stays.
+        ensure_started_in("scope-test-b", &r, &[]).await;
+        let keys: Vec<String> = lock().keys().filter(|k| k.contains("scope-test-")).cloned().collect();
+        assert_eq!(keys, vec![slot_key("scope-test-a", "scopetest")]);
+        ensure_started_in("scope-test-a", &r, &[]).await;
+        assert!(!lock().keys().any(|k| k.contains("scope-test-")));
     }
 
     #[test]
