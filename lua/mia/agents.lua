@@ -33,7 +33,7 @@ function M.external()
 end
 
 --- The core's view of agent `name`'s configuration.
---- @return { name: string, command: string[], env: table<string,string>, cwd?: string }
+--- @return { name: string, command: string[], env: table<string,string>, cwd?: string, mcp_servers?: table[] }
 function M.spec(name)
   local a = (require("mia.config").get().agents or {})[name]
   if not a then
@@ -57,6 +57,8 @@ function M.spec(name)
     command = a.command,
     env = vim.empty_dict and (next(env) and env or vim.empty_dict()) or env,
     cwd = vim.fs.normalize(a.cwd and vim.fn.fnamemodify(a.cwd, ":p") or vim.fn.getcwd()),
+    -- The configured MCP servers go to its sessions unless `mcp = false`.
+    mcp_servers = a.mcp ~= false and require("mia.settings").mcp_servers() or nil,
   }
 end
 

@@ -14,6 +14,7 @@
 --- @field command string[] The program and its arguments, e.g. { "claude-agent-acp" } or { "node", "/path/agent.js" }
 --- @field env? table<string,string> Extra environment variables for the process
 --- @field cwd? string Where the process runs and the agent's session works (default: Neovim's cwd)
+--- @field mcp? boolean Pass the configured MCP servers (`mcp.servers`) to its sessions (default true)
 
 --- @class mia.Timeouts
 --- @field connect_ms? integer Establishing a connection (default 10000).
@@ -389,9 +390,10 @@ local function validate(opts)
       end
     end
     check_type(path .. ".cwd", a.cwd, "string", true)
+    check_type(path .. ".mcp", a.mcp, "boolean", true)
     for key in pairs(a) do
-      if key ~= "command" and key ~= "env" and key ~= "cwd" then
-        fail(path .. "." .. tostring(key), "is not an agent option (command, env, cwd)", a[key])
+      if key ~= "command" and key ~= "env" and key ~= "cwd" and key ~= "mcp" then
+        fail(path .. "." .. tostring(key), "is not an agent option (command, env, cwd, mcp)", a[key])
       end
     end
   end

@@ -244,6 +244,7 @@ function M.check_agents(loaded)
         #auth > 0 and table.concat(auth, ", ") or "none needed",
         #sessions > 0 and table.concat(sessions, ", ") or "none (not in :Mia sessions)"
       ))
+      M.report_agent_mcp(name, agents.spec(name), res.r.mcpHttp == true)
     elseif res and res.err then
       health.error(string.format("%s (`%s`): %s", name, cmd, res.err.message), {
         "Check agents." .. name .. ".command: run it in a shell; it should wait for ACP messages on stdin",
@@ -252,6 +253,31 @@ function M.check_agents(loaded)
       health.warn(string.format("%s (`%s`): no answer to `initialize` within %d ms", name, cmd, M.AGENT_TIMEOUT_MS))
     end
   end
+end
+
+--- Which configured MCP servers agent `name` gets in its sessions (|mia-mcp-agents|).
+function M.report_agent_mcp(name, spec, http)
+  local configured = require("mia.settings").mcp_servers()
+  if not configured then
+    return
+  end
+  if not spec.mcp_servers then
+    health.info(string.format("%s: passes no MCP servers (agents.%s.mcp = false)", name, name))
+    return
+  end
+  local passed, left = {}, {}
+  for _, s in ipairs(spec.mcp_servers) do
+    if s.url and not http then
+      left[#left + 1] = s.name
+    else
+      passed[#passed + 1] = s.name
+    end
+  end
+  local text = string.format("%s: MCP servers passed: %s", name, #passed > 0 and table.concat(passed, ", ") or "none")
+  if #left > 0 then
+    text = text .. string.format(" (left out: %s: HTTP, and it does not offer mcpCapabilities.http)", table.concat(left, ", "))
+  end
+  health.info(text)
 end
 
 --- Asks every provider that has credentials to list its models (at most 10 s in all).

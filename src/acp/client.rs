@@ -58,6 +58,10 @@ pub struct AgentSpec {
     /// Where the process runs and the session's cwd (default: Neovim's cwd).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
+    /// The MCP servers passed in `session/new` and `session/load`: the
+    /// configured ones unless `agents.NAME.mcp = false`.
+    #[serde(default)]
+    pub mcp_servers: Vec<crate::mcp::McpServerSpec>,
 }
 
 impl std::fmt::Debug for AgentSpec {
@@ -67,6 +71,7 @@ impl std::fmt::Debug for AgentSpec {
             .field("command", &self.command)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("cwd", &self.cwd)
+            .field("mcp_servers", &self.mcp_servers)
             .finish()
     }
 }
@@ -118,6 +123,8 @@ pub(super) struct Live {
     pub(super) can_list: bool,
     /// It offers `session/load` (`loadSession` in `initialize`).
     pub(super) can_load: bool,
+    /// The MCP servers its sessions get (`session/new` got them, `session/load` gets them).
+    pub(super) mcp_servers: Vec<s::McpServer>,
     /// Fires when the process or the connection ends.
     pub(super) died: CancellationToken,
     /// Dropping it ends the connection (and kills the process).
@@ -129,6 +136,8 @@ struct Ready {
     cx: ConnectionTo<sdk::Agent>,
     init: s::InitializeResponse,
     session: s::NewSessionResponse,
+    /// The MCP servers sent, and those left out (why, by name).
+    mcp: (Vec<s::McpServer>, Vec<String>),
 }
 
 /// One configured agent, started or not.
@@ -152,6 +161,8 @@ pub struct AgentProc {
     /// While a `session/load` replays the session: the user's text so far
     /// (its chunks become one message, drawn with the agent's name).
     pub(super) replay: Mutex<Option<super::client_sessions::Replay>>,
+    /// The warning about MCP servers left out was given (once per agent).
+    mcp_warned: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -198,6 +209,7 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
         cost_seen: Mutex::new(None),
         info: Mutex::new(Value::Null),
         replay: Mutex::new(None),
+        mcp_warned: std::sync::atomic::AtomicBool::new(false),
     });
     map.insert(spec.name.clone(), a.clone());
     a
@@ -485,11 +497,21 @@ impl AgentProc {
             json!({ "listSessions": can_list, "loadSession": can_load }),
         );
         *self.cost_seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let (mcp_servers, left_out) = ready.mcp;
+        if !left_out.is_empty() && !self.mcp_warned.swap(true, Ordering::SeqCst) {
+            self.bridge.queue.push(Event::Mia {
+                stream: self.stream,
+                event: MiaEvent::Warning {
+                    text: super::mcp_servers::left_out_warning(&self.spec.name, &left_out),
+                },
+            });
+        }
         Ok(Live {
             cx: ready.cx,
             session_id: Mutex::new(ready.session.session_id),
             can_list,
             can_load,
+            mcp_servers,
             died,
             _close: close_tx,
         })
@@ -523,6 +545,7 @@ impl AgentProc {
         let stdout = LineCap::new(stdout, MAX_MESSAGE_BYTES, Some(self.exit.clone()));
         let transport = sdk::ByteStreams::new(stdin.compat_write(), stdout.compat());
         let name = self.spec.name.clone();
+        let mcp = self.spec.mcp_servers.clone();
         let (p1, p2, p3, p4, p5, p6, p7, p8, p9) = (
             self.clone(),
             self.clone(),
@@ -591,12 +614,13 @@ impl AgentProc {
                 sdk::on_receive_request!(),
             )
             .connect_with(transport, async move |cx: ConnectionTo<sdk::Agent>| {
-                let outcome = handshake(&cx, &name, cwd).await;
+                let outcome = handshake(&cx, &name, cwd, &mcp).await;
                 let ok = outcome.is_ok();
-                let _ = ready.send(outcome.map(|(init, session)| Ready {
+                let _ = ready.send(outcome.map(|(init, session, mcp)| Ready {
                     cx: cx.clone(),
                     init,
                     session,
+                    mcp,
                 }));
                 if ok {
                     let _ = close.await;
@@ -868,13 +892,16 @@ fn turn_cost(before: Option<f64>, after: Option<f64>) -> Option<f64> {
     }
 }
 
-/// `initialize` then `session/new`; an agent that needs a login gets
-/// `authenticate` when it offers exactly one method mia can use.
+/// `initialize` then `session/new` (with the MCP servers the agent can
+/// take: HTTP ones only when it offers `mcpCapabilities.http`); an agent
+/// that needs a login gets `authenticate` when it offers exactly one method
+/// mia can use. Answers the MCP servers sent and those left out.
 async fn handshake(
     cx: &ConnectionTo<sdk::Agent>,
     name: &str,
     cwd: PathBuf,
-) -> Result<(s::InitializeResponse, s::NewSessionResponse), AcpClientError> {
+    mcp: &[crate::mcp::McpServerSpec],
+) -> Result<(s::InitializeResponse, s::NewSessionResponse, McpSent), AcpClientError> {
     let protocol = |method: &str, e: sdk::Error| AcpClientError::Protocol {
         name: name.to_string(),
         method: method.to_string(),
@@ -891,7 +918,11 @@ async fn handshake(
         .block_task()
         .await
         .map_err(|e| protocol("initialize", e))?;
-    let new_session = || cx.send_request(s::NewSessionRequest::new(cwd.clone())).block_task();
+    let (servers, left_out) = super::mcp_servers::to_acp(mcp, init.agent_capabilities.mcp_capabilities.http);
+    let new_session = || {
+        cx.send_request(s::NewSessionRequest::new(cwd.clone()).mcp_servers(servers.clone()))
+            .block_task()
+    };
     let session = match new_session().await {
         Ok(s) => s,
         Err(e) if i32::from(e.code) == i32::from(sdk::Error::auth_required().code) => {
@@ -931,8 +962,11 @@ async fn handshake(
         }
         Err(e) => return Err(protocol("session/new", e)),
     };
-    Ok((init, session))
+    Ok((init, session, (servers, left_out)))
 }
+
+/// The MCP servers a `session/new` carried, and those left out (why, by name).
+type McpSent = (Vec<s::McpServer>, Vec<String>);
 
 fn auth_method_text(m: &s::AuthMethod) -> String {
     let v = serde_json::to_value(m).unwrap_or(Value::Null);
@@ -1029,6 +1063,7 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         "authMethods": init.auth_methods.iter().map(auth_method_text).collect::<Vec<_>>(),
         "loadSession": init.agent_capabilities.load_session,
         "listSessions": init.agent_capabilities.session_capabilities.list.is_some(),
+        "mcpHttp": init.agent_capabilities.mcp_capabilities.http,
     }))
 }
 
@@ -1059,6 +1094,10 @@ mod tests {
             command: vec!["gemini".into()],
             env: [("GEMINI_API_KEY".to_string(), "sk-secret-value".to_string())].into(),
             cwd: None,
+            mcp_servers: vec![serde_json::from_value(json!({
+                "name": "fs", "command": ["srv"], "env": { "TOKEN": "sk-secret-value" },
+            }))
+            .expect("spec")],
         };
         let shown = format!("{spec:?}");
         assert!(

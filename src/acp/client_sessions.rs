@@ -153,7 +153,8 @@ impl AgentProc {
         }
     }
 
-    /// `session/load` of `session_id` (in `cwd`, no MCP servers): the agent
+    /// `session/load` of `session_id` (in `cwd`, with the MCP servers
+    /// `session/new` got): the agent
     /// replays it as updates on the agent's stream, which the chat draws;
     /// prompts then go to that session. Returns `{ sessionId }`.
     pub async fn load_session(
@@ -174,7 +175,7 @@ impl AgentProc {
         }
         let cwd = cwd.unwrap_or_else(|| self.root_dir());
         *self.replay.lock().unwrap_or_else(|p| p.into_inner()) = Some(Replay::default());
-        let req = s::LoadSessionRequest::new(session_id.clone(), cwd);
+        let req = s::LoadSessionRequest::new(session_id.clone(), cwd).mcp_servers(live.mcp_servers.clone());
         let answer = live.cx.send_request(req).block_task().await;
         self.end_replay();
         let answer = answer.map_err(|e| self.protocol("session/load", error_text(&e)))?;

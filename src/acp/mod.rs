@@ -6,6 +6,7 @@ pub mod client;
 mod client_requests;
 pub mod client_sessions;
 pub mod line_cap;
+pub mod mcp_servers;
 mod permission_diff;
 pub mod server;
 pub mod session_list;

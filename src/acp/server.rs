@@ -60,6 +60,31 @@ pub struct Server {
     next_stream: AtomicU64,
     /// The client's `fs` capabilities (read, write), from `initialize`.
     client_fs: Mutex<(bool, bool)>,
+    /// The MCP servers the client sent for a session, by session id.
+    session_mcp: Mutex<HashMap<String, SessionMcp>>,
+}
+
+/// A session's own MCP servers (`mcpServers` of `session/new` or
+/// `session/load`) and the registry their tools join: each session has its
+/// own, so one session's servers never show in another's tool list, and
+/// their processes are kept under the session's id (see
+/// [`crate::mcp::ensure_started_in`]): two sessions with different servers
+/// do not stop each other's.
+struct SessionMcp {
+    specs: Vec<crate::mcp::McpServerSpec>,
+    registry: Arc<Registry>,
+}
+
+/// mia's tools for mia-acp: the built-in ones and `switch_mode`.
+fn tool_registry(sessions: &Arc<Sessions>) -> Arc<Registry> {
+    let registry = Arc::new(Registry::with_builtins());
+    registry.register(
+        Arc::new(switch_mode::SwitchMode {
+            sessions: sessions.clone(),
+        }),
+        ToolSource::Plugin,
+    );
+    registry
 }
 
 fn rpc_error(code: i32, message: impl Into<String>) -> RpcError {
@@ -113,13 +138,7 @@ impl Server {
     /// settings, store) must already be configured from it.
     pub fn new(config: AcpConfig, queue: Arc<EventQueue>, rt: tokio::runtime::Handle) -> Arc<Server> {
         let sessions = crate::runtime::sessions();
-        let registry = Arc::new(Registry::with_builtins());
-        registry.register(
-            Arc::new(switch_mode::SwitchMode {
-                sessions: sessions.clone(),
-            }),
-            ToolSource::Plugin,
-        );
+        let registry = tool_registry(&sessions);
         let deps = AgentDeps {
             providers: crate::runtime::providers(),
             registry,
@@ -137,7 +156,57 @@ impl Server {
             streams: Mutex::default(),
             next_stream: AtomicU64::new(1),
             client_fs: Mutex::new((false, false)),
+            session_mcp: Mutex::default(),
         })
+    }
+
+    /// What a turn of `session_id` runs with: the session's own MCP
+    /// servers (after any of the configuration's) and their registry.
+    fn deps_for(&self, session_id: &str) -> AgentDeps {
+        let mut deps = self.deps.clone();
+        if let Some(m) = lock(&self.session_mcp).get(session_id) {
+            deps.registry = m.registry.clone();
+            deps.settings.mcp.extend(m.specs.iter().cloned());
+            deps.settings.mcp_scope = session_id.to_string();
+        }
+        deps
+    }
+
+    /// The client's `mcpServers` for a session in `cwd`, checked (a bad
+    /// entry is an invalid-params error naming it).
+    fn mcp_specs(
+        servers: &[acp::McpServer],
+        cwd: &std::path::Path,
+    ) -> Result<Vec<crate::mcp::McpServerSpec>, RpcError> {
+        super::mcp_servers::from_acp(servers, cwd).map_err(invalid_params)
+    }
+
+    /// `session_id` runs `specs` from now on. Servers it had and no longer
+    /// has stop now when it has none left, else on its next turn.
+    async fn set_session_mcp(&self, session_id: &str, specs: Vec<crate::mcp::McpServerSpec>) {
+        let dropped = {
+            let mut map = lock(&self.session_mcp);
+            if specs.is_empty() {
+                map.remove(session_id)
+            } else {
+                match map.get_mut(session_id) {
+                    Some(m) => m.specs = specs,
+                    None => {
+                        map.insert(
+                            session_id.to_string(),
+                            SessionMcp {
+                                specs,
+                                registry: tool_registry(&self.sessions),
+                            },
+                        );
+                    }
+                }
+                None
+            }
+        };
+        if let Some(old) = dropped {
+            crate::mcp::ensure_started_in(session_id, &old.registry, &[]).await;
+        }
     }
 
     fn modes_json(&self, current: &str) -> Value {
@@ -190,6 +259,7 @@ impl Server {
                 "loadSession": true,
                 "promptCapabilities": { "embeddedContext": true },
                 "sessionCapabilities": { "list": {} },
+                "mcpCapabilities": { "http": true },
             },
             "agentInfo": { "name": "mia-acp", "title": "mia", "version": crate::version::VERSION },
             "authMethods": [],
@@ -209,7 +279,9 @@ impl Server {
                 req.cwd.display()
             )));
         }
+        let mcp = Self::mcp_specs(&req.mcp_servers, &req.cwd)?;
         let id = crate::session::new_session_id();
+        self.set_session_mcp(&id, mcp).await;
         let info = SessionInfo {
             id: id.clone(),
             cwd: req.cwd.clone(),
@@ -227,6 +299,7 @@ impl Server {
 
     async fn load_session(&self, req: &acp::LoadSessionRequest, cx: &Cx) -> Result<acp::LoadSessionResponse, RpcError> {
         let id = req.session_id.0.to_string();
+        let mcp = Self::mcp_specs(&req.mcp_servers, &req.cwd)?;
         let session = match self.sessions.get(&id) {
             Some(s) if s.is_running() => {
                 return Err(invalid_params(format!(
@@ -248,6 +321,7 @@ impl Server {
                 s
             }
         };
+        self.set_session_mcp(&id, mcp).await;
         for item in session.replay() {
             match item {
                 updates::ReplayItem::Update(u) => match *u {
@@ -389,7 +463,8 @@ impl Server {
             title,
             ..Prompt::default()
         };
-        crate::stream_task::spawn_turn(&self.rt, self.deps.clone(), stream, session, turn, prompt, cancel);
+        let deps = self.deps_for(&session.id());
+        crate::stream_task::spawn_turn(&self.rt, deps, stream, session, turn, prompt, cancel);
     }
 
     /// A slash command; its answer streams as the agent's message.
@@ -418,7 +493,8 @@ impl Server {
             }
             "tools" => {
                 let mode = session.info().mode;
-                let mut tools = self.deps.registry.available(&mode, &self.deps.settings.permissions);
+                let registry = self.deps_for(&id).registry;
+                let mut tools = registry.available(&mode, &self.deps.settings.permissions);
                 if let Some(only) = self.deps.settings.mode_tools.get(&mode) {
                     tools.retain(|t| only.iter().any(|n| n == t.name()));
                 }
@@ -457,7 +533,7 @@ impl Server {
                 let Some((cancel, turn, stream)) = self.begin_turn(session, responder) else {
                     return;
                 };
-                let deps = self.deps.clone();
+                let deps = self.deps_for(&id);
                 let session = session.clone();
                 self.rt.spawn(async move {
                     session.attach_store(crate::runtime::store().await);

@@ -53,6 +53,10 @@ pub struct AgentSettings {
     pub checkpoints: crate::checkpoint::CheckpointSettings,
     /// MCP servers (`setup({ mcp = { servers = ... } })`), started on a turn's first need of tools.
     pub mcp: Vec<crate::mcp::McpServerSpec>,
+    /// Whose `mcp` servers these are ([`crate::mcp::ensure_started_in`]): "" for
+    /// `setup()`'s, a mia-acp session's id for the servers its client sent.
+    #[serde(skip)]
+    pub mcp_scope: String,
 }
 
 impl Default for AgentSettings {
@@ -71,6 +75,7 @@ impl Default for AgentSettings {
             mode_tools: Default::default(),
             checkpoints: Default::default(),
             mcp: Vec::new(),
+            mcp_scope: String::new(),
         }
     }
 }
@@ -233,7 +238,8 @@ pub async fn run(
         agent.mode = info.mode.clone();
         let model = info.model.clone();
         if !deps.settings.mcp.is_empty() {
-            for text in crate::mcp::ensure_started(&deps.registry, &deps.settings.mcp).await {
+            let scope = &deps.settings.mcp_scope;
+            for text in crate::mcp::ensure_started_in(scope, &deps.registry, &deps.settings.mcp).await {
                 mia_event(&deps.queue, stream, MiaEvent::Warning { text });
             }
         }

@@ -370,17 +370,46 @@ pub fn status(specs: &[McpServerSpec]) -> Vec<(String, ServerState)> {
         .collect()
 }
 
+/// Separates a scope from a server's name in the servers' map: the key of
+/// a scoped server (one of a mia-acp session's) is `scope`, this, `name`.
+const SCOPE_SEPARATOR: char = '\u{1f}';
+
+/// The servers' map key of `name` in `scope` ("" for `setup()`'s servers: the name itself).
+fn slot_key(scope: &str, name: &str) -> String {
+    if scope.is_empty() {
+        name.to_string()
+    } else {
+        format!("{scope}{SCOPE_SEPARATOR}{name}")
+    }
+}
+
+/// The scope of a servers' map key.
+fn scope_of(key: &str) -> &str {
+    key.rsplit_once(SCOPE_SEPARATOR).map_or("", |(scope, _)| scope)
+}
+
 /// Starts every configured server not started yet and registers its tools;
 /// answers one warning per server that failed to start now (its tools are
 /// missing; the turn goes on). Servers no longer configured are dropped.
 pub async fn ensure_started(registry: &Arc<Registry>, specs: &[McpServerSpec]) -> Vec<String> {
+    ensure_started_in("", registry, specs).await
+}
+
+/// [`ensure_started`] for the servers of one `scope` (a mia-acp session,
+/// whose client sent them): they are kept apart from `setup()`'s servers
+/// and from other scopes' (two sessions may each have an `everything` of
+/// their own), and only servers of `scope` that `specs` no longer holds are
+/// dropped. `registry` is the scope's own.
+pub async fn ensure_started_in(scope: &str, registry: &Arc<Registry>, specs: &[McpServerSpec]) -> Vec<String> {
     let _one = STARTING.lock().await;
     let todo: Vec<McpServerSpec> = {
         let mut slots = lock();
         let gone: Vec<String> = slots
             .iter()
-            .filter(|(name, slot)| !specs.iter().any(|s| &s.name == *name && s == &slot.spec))
-            .map(|(name, _)| name.clone())
+            .filter(|(key, slot)| {
+                scope_of(key) == scope && !specs.iter().any(|s| s.name == slot.spec.name && s == &slot.spec)
+            })
+            .map(|(key, _)| key.clone())
             .collect();
         for name in gone {
             if let Some(slot) = slots.remove(&name) {
@@ -391,10 +420,14 @@ pub async fn ensure_started(registry: &Arc<Registry>, specs: &[McpServerSpec]) -
                 }
             }
         }
-        let todo: Vec<McpServerSpec> = specs.iter().filter(|s| !slots.contains_key(&s.name)).cloned().collect();
+        let todo: Vec<McpServerSpec> = specs
+            .iter()
+            .filter(|s| !slots.contains_key(&slot_key(scope, &s.name)))
+            .cloned()
+            .collect();
         for s in &todo {
             slots.insert(
-                s.name.clone(),
+                slot_key(scope, &s.name),
                 Slot {
                     spec: s.clone(),
                     state: ServerState::Starting,
@@ -410,35 +443,42 @@ pub async fn ensure_started(registry: &Arc<Registry>, specs: &[McpServerSpec]) -
         let state = match outcome {
             Ok((client, defs)) => {
                 let client = Arc::new(client);
-                follow_tool_changes(registry, &spec.name, &client);
-                if let Some(slot) = lock().get_mut(&spec.name) {
+                let key = slot_key(scope, &spec.name);
+                follow_tool_changes(registry, &key, &client);
+                if let Some(slot) = lock().get_mut(&key) {
                     slot.client = Some(client);
                 }
-                register_tools(registry, &spec, defs)
+                register_tools(registry, &key, &spec, defs)
             }
             Err(reason) => {
+                let fix = if scope.is_empty() {
+                    format!("Fix `mcp.servers.{}` in setup().", spec.name)
+                } else {
+                    "Fix it in the MCP servers the editor passes (its MCP or context server settings).".to_string()
+                };
                 warnings.push(format!(
-                    "MCP server `{}` did not start, its tools are missing: {reason}. Fix `mcp.servers.{}` in setup().",
-                    spec.name, spec.name
+                    "MCP server `{}` did not start, its tools are missing: {reason}. {fix}",
+                    spec.name
                 ));
                 ServerState::Failed { reason }
             }
         };
-        if let Some(slot) = lock().get_mut(&spec.name) {
+        if let Some(slot) = lock().get_mut(&slot_key(scope, &spec.name)) {
             slot.state = state;
         }
     }
     warnings
 }
 
-/// Puts `spec`'s tools `defs` in the registry, in place of the ones it had;
-/// the server's new state. A tool whose name is not valid, or that another
-/// server's tool already holds, is left out and named in `skipped`.
-fn register_tools(registry: &Arc<Registry>, spec: &McpServerSpec, defs: Vec<McpToolDef>) -> ServerState {
+/// Puts `spec`'s tools `defs` in the registry, in place of the ones it had
+/// (`key` is its servers' map key); the server's new state. A tool whose
+/// name is not valid, or that another server of the same scope already
+/// holds, is left out and named in `skipped`.
+fn register_tools(registry: &Arc<Registry>, key: &str, spec: &McpServerSpec, defs: Vec<McpToolDef>) -> ServerState {
     let mut slots = lock();
     let taken: std::collections::BTreeSet<String> = slots
         .iter()
-        .filter(|(name, _)| **name != spec.name)
+        .filter(|(other, _)| *other != key && scope_of(other) == scope_of(key))
         .filter_map(|(_, slot)| match &slot.state {
             ServerState::Ready { tools, .. } => Some(tools.clone()),
             _ => None,
@@ -466,6 +506,7 @@ fn register_tools(registry: &Arc<Registry>, spec: &McpServerSpec, defs: Vec<McpT
         let tool = McpTool {
             name: name.clone(),
             server: spec.name.clone(),
+            key: key.to_string(),
             effect: def.effect(),
             def,
             registry: Arc::downgrade(registry),
@@ -474,25 +515,26 @@ fn register_tools(registry: &Arc<Registry>, spec: &McpServerSpec, defs: Vec<McpT
         registry.register(Arc::new(tool), ToolSource::Mcp);
         names.push(name);
     }
-    if let Some(ServerState::Ready { tools, .. }) = slots.get(&spec.name).map(|s| &s.state) {
+    if let Some(ServerState::Ready { tools, .. }) = slots.get(key).map(|s| &s.state) {
         for old in tools.iter().filter(|t| !names.contains(t)) {
             registry.unregister(old, ToolSource::Mcp);
         }
     }
     let state = ServerState::Ready { tools: names, skipped };
-    if let Some(slot) = slots.get_mut(&spec.name) {
+    if let Some(slot) = slots.get_mut(key) {
         slot.state = state.clone();
     }
     state
 }
 
 /// Reads the server's tool list again each time it says it changed, for as
-/// long as `client` lives, and puts the new list in the registry.
-fn follow_tool_changes(registry: &Arc<Registry>, server: &str, client: &Arc<McpClient>) {
+/// long as `client` lives, and puts the new list in the registry (`key` is
+/// the server's map key).
+fn follow_tool_changes(registry: &Arc<Registry>, key: &str, client: &Arc<McpClient>) {
     let changed = client.tools_changed();
     let weak = Arc::downgrade(client);
     let registry = registry.clone();
-    let server = server.to_string();
+    let key = key.to_string();
     tokio::spawn(async move {
         loop {
             changed.notified().await;
@@ -503,16 +545,17 @@ fn follow_tool_changes(registry: &Arc<Registry>, server: &str, client: &Arc<McpC
             let listed = client.list_tools().await;
             let spec = {
                 let slots = lock();
-                match slots.get(&server) {
+                match slots.get(&key) {
                     // Only the slot's own client speaks for the server.
                     Some(slot) if slot.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) => slot.spec.clone(),
                     _ => return,
                 }
             };
             drop(client);
+            let server = &spec.name;
             match listed {
                 Ok(defs) => {
-                    register_tools(&registry, &spec, defs);
+                    register_tools(&registry, &key, &spec, defs);
                     tracing::info!("MCP server `{server}` changed its tools");
                 }
                 Err(e) => tracing::warn!("MCP server `{server}` changed its tools, but reading them failed: {e}"),
@@ -527,12 +570,12 @@ async fn start(spec: &McpServerSpec) -> Result<(McpClient, Vec<McpToolDef>), Str
     Ok((client, tools))
 }
 
-/// The live client of `server`, restarting it when its process is gone.
-async fn client_for(server: &str, registry: &std::sync::Weak<Registry>) -> Result<Arc<McpClient>, String> {
+/// The live client of `server` (its map key is `key`), restarting it when its process is gone.
+async fn client_for(server: &str, key: &str, registry: &std::sync::Weak<Registry>) -> Result<Arc<McpClient>, String> {
     let (client, spec) = {
         let slots = lock();
         let slot = slots
-            .get(server)
+            .get(key)
             .ok_or_else(|| format!("MCP server `{server}` is no longer configured"))?;
         (slot.client.clone(), slot.spec.clone())
     };
@@ -545,9 +588,9 @@ async fn client_for(server: &str, registry: &std::sync::Weak<Registry>) -> Resul
             .map_err(|e| format!("MCP server `{server}` could not be restarted: {e}"))?,
     );
     if let Some(registry) = registry.upgrade() {
-        follow_tool_changes(&registry, server, &c);
+        follow_tool_changes(&registry, key, &c);
     }
-    if let Some(slot) = lock().get_mut(server) {
+    if let Some(slot) = lock().get_mut(key) {
         slot.client = Some(c.clone());
     }
     Ok(c)
@@ -557,6 +600,8 @@ async fn client_for(server: &str, registry: &std::sync::Weak<Registry>) -> Resul
 pub struct McpTool {
     name: String,
     server: String,
+    /// Its server's key in the servers' map (the name, or scope and name).
+    key: String,
     effect: ToolEffect,
     def: McpToolDef,
     /// The registry it is in: a restarted server's changes go there.
@@ -595,17 +640,18 @@ impl Tool for McpTool {
             args
         };
         let server = self.server.clone();
+        let key = self.key.clone();
         let tool = self.def.name.clone();
         let registry = self.registry.clone();
         Box::pin(async move {
             let timeout = {
                 let slots = lock();
                 slots
-                    .get(&server)
+                    .get(&key)
                     .map(|s| s.spec.timeout_ms)
                     .unwrap_or_else(default_timeout)
             };
-            let client = match client_for(&server, &registry).await {
+            let client = match client_for(&server, &key, &registry).await {
                 Ok(c) => c,
                 Err(e) => return ToolOutput::error(e),
             };
@@ -623,7 +669,7 @@ impl Tool for McpTool {
                 Err(e) => {
                     let crashed = client.is_closed();
                     if crashed {
-                        if let Some(slot) = lock().get_mut(&server) {
+                        if let Some(slot) = lock().get_mut(&key) {
                             slot.client = None;
                         }
                         ToolOutput::error(format!(
@@ -674,6 +720,31 @@ mod tests {
         );
         let many: Vec<String> = (0..=MAX_PATH_ARGS).map(|i| i.to_string()).collect();
         assert!(path_args(&json!({ "paths": many })).is_err());
+    }
+
+    #[test]
+    fn scoped_servers_are_kept_apart_from_setups_and_each_other() {
+        assert_eq!(slot_key("", "everything"), "everything");
+        assert_eq!(scope_of("everything"), "");
+        let a = slot_key("sess-a", "everything");
+        assert_ne!(a, slot_key("sess-b", "everything"));
+        assert_eq!(scope_of(&a), "sess-a");
+    }
+
+    #[tokio::test]
+    async fn a_scope_drops_only_its_own_servers() {
+        let broken = |name: &str| -> McpServerSpec {
+            serde_json::from_value(json!({ "name": name, "command": ["/nonexistent/mcp-scope-test"] })).unwrap()
+        };
+        let r = Arc::new(Registry::default());
+        ensure_started_in("scope-test-a", &r, &[broken("scopetest")]).await;
+        ensure_started_in("scope-test-b", &r, &[broken("scopetest")]).await;
+        // b's list changes (nothing now): a's server stays.
+        ensure_started_in("scope-test-b", &r, &[]).await;
+        let keys: Vec<String> = lock().keys().filter(|k| k.contains("scope-test-")).cloned().collect();
+        assert_eq!(keys, vec![slot_key("scope-test-a", "scopetest")]);
+        ensure_started_in("scope-test-a", &r, &[]).await;
+        assert!(!lock().keys().any(|k| k.contains("scope-test-")));
     }
 
     #[test]

@@ -185,6 +185,34 @@ def test_claude_agent_acp_tool_call_asks_permission_and_runs_and_stop_cancels(ed
     assert ed.state() == "done", ed.chat_text()
 
 
+EVERYTHING = ROOT / "tests" / "mcp" / "node_modules" / ".bin" / "mcp-server-everything"
+
+
+@pytest.mark.skipif(not CLAUDE.exists() or not EVERYTHING.exists(),
+                    reason="claude-agent-acp or the MCP test servers are not installed: run scripts/bootstrap")
+def test_claude_agent_acp_gets_the_configured_mcp_server_and_its_model_calls_the_tool(editor_factory, server, tmp_path):
+    ed = agent_editor(
+        editor_factory,
+        {"claude": claude_agent(server, tmp_path)},
+        mcp={"servers": {"everything": {"command": [str(EVERYTHING), "stdio"]}}},
+    )
+    answer_permission_with(ed, "Allow")
+    ed.nvim.command("Mia agent claude")
+    type_prompt(ed, 'tool mcp__everything__echo {"message":"hello through claude"}')
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 90000)
+    text = ed.chat_text()
+    assert ed.state() == "done", text + ed.messages()
+    # claude-agent-acp started the server mia passed and offered its tool to the model...
+    offered = [
+        {t["name"] for t in r["body"].get("tools", [])}
+        for r in server.requests()
+        if r["method"] == "POST" and r["body"] and "messages" in r["body"]
+    ]
+    assert any("mcp__everything__echo" in o for o in offered), offered
+    # ...whose call reached the server and came back.
+    assert "tool said: Echo: hello through claude" in text, text + ed.messages()
+
+
 TOOL_AGENT = FIXTURES / "tool_agent.mjs"
 
 
@@ -659,3 +687,61 @@ def test_claude_agent_acp_settings_show_in_mia_mode_and_change_through_set_confi
     assert mode["currentValue"] == "plan"
     # It also said so as a mode change (current_mode_update).
     ed.wait("require('mia').modes().currentModeId == 'plan'", 30000)
+
+
+def test_the_configured_mcp_servers_reach_the_agents_sessions_and_http_only_where_offered(editor_factory, tmp_path):
+    servers = {
+        "fs": {"command": ["/opt/mcp/fs-server", "stdio"], "env": {"FS_TOKEN": "fs-token-value"}},
+        "remote": {"url": "https://example.test/mcp", "headers": {"Authorization": "Bearer remote-value"}},
+    }
+    ed = agent_editor(
+        editor_factory,
+        {
+            "tools": tool_agent(tmp_path),
+            "httpok": dict(tool_agent(tmp_path), env={"TOOL_AGENT_MCP_HTTP": "1"}),
+            "plain": dict(tool_agent(tmp_path), mcp=False),
+        },
+        mcp={"servers": servers},
+    )
+    stdio = {"name": "fs", "command": "/opt/mcp/fs-server", "args": ["stdio"],
+             "env": [{"name": "FS_TOKEN", "value": "fs-token-value"}]}
+    http = {"type": "http", "name": "remote", "url": "https://example.test/mcp",
+            "headers": [{"name": "Authorization", "value": "Bearer remote-value"}]}
+
+    def got(name):
+        ed.nvim.command(f"Mia agent {name}")
+        type_prompt(ed, "mcp")
+        ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+        assert ed.state() == "done", ed.chat_text() + ed.messages()
+        return json.loads(ed.chat_text().rstrip().rsplit("mcp=", 1)[1])
+
+    # An agent without mcpCapabilities.http gets the stdio server only, and one warning says why.
+    assert got("tools") == [stdio]
+    warning = "MCP servers not passed to the agent `tools`: `remote` (a streamable-HTTP server"
+    assert ed.messages().count(warning) == 1, ed.messages()
+    assert "remote-value" not in ed.messages() and "fs-token-value" not in ed.messages()
+    # session/load carries the same servers (the agent refuses others), and the warning is not repeated.
+    ed.lua("require('mia.agents').load('tools', 'fixture-3', { cwd = ... })", str(tmp_path))
+    ed.wait("require('mia.chat').state() == 'idle' and "
+            "table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n'):find('second answer') ~= nil",
+            30000)
+    type_prompt(ed, "mcp")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert json.loads(ed.chat_text().rstrip().rsplit("mcp=", 1)[1]) == [stdio], ed.chat_text() + ed.messages()
+    assert ed.messages().count(warning) == 1, ed.messages()
+    # One that offers http gets both; `mcp = false` gets none.
+    assert got("httpok") == [stdio, http]
+    assert "agent `httpok`" not in ed.messages()
+    assert got("plain") == []
+    ed.nvim.command("checkhealth mia")
+    section = "\n".join(ed.nvim.current.buffer[:]).split("mia: external agents (ACP)", 1)[1]
+    assert "httpok: MCP servers passed: fs, remote\n" in section, section
+    assert ("tools: MCP servers passed: fs (left out: remote: HTTP, and it does not offer mcpCapabilities.http)"
+            in section), section
+    assert "plain: passes no MCP servers (agents.plain.mcp = false)" in section, section
+
+
+def test_setup_refuses_an_agent_mcp_option_that_is_not_a_boolean(editor_factory):
+    ed = editor_factory()
+    err = ed.lua("local ok, e = pcall(require('mia').setup, { agents = { x = { command = { 'a' }, mcp = 'no' } } }) return e")
+    assert "agents.x.mcp" in err and "must be a boolean" in err

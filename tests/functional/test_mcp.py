@@ -237,7 +237,9 @@ def test_a_changed_tool_list_reaches_the_registry(agent, server, tmp_path):
     ed = agent({"fragile": spec}, permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
     prompt(ed, "tool fragile__grow {}")
     assert tool_results(server)[-1][-1]["content"] == "grew"
-    assert "fragile__grown" not in offered_tools(server)
+    # The request that called `grow` did not offer `grown` (the one after it may, once the list was read again).
+    bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
+    assert "fragile__grown" not in [t["function"]["name"] for t in bodies[-2].get("tools", [])]
     ed.wait("vim.tbl_contains(require('mia.mcp').lines('fragile'), '  fragile__grown')", 10000)
     prompt(ed, "tool fragile__grown {}")
     assert tool_results(server)[-1][-1]["content"].startswith("pid "), tool_results(server)[-1]

@@ -5,10 +5,14 @@ scenario server as its model provider; plus its command line and config errors."
 import json
 import os
 import shutil
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+
+from conftest import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "target" / "release" / "mia-acp"
@@ -105,3 +109,58 @@ def test_a_missing_config_file_names_the_file(tmp_path):
     need_binary()
     r = subprocess.run([str(BIN), "--config", str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=10)
     assert r.returncode != 0 and "nope.json" in r.stderr, r
+
+
+EVERYTHING = ROOT / "tests" / "mcp" / "node_modules" / ".bin" / "mcp-server-everything"
+MCP_SCRIPT = ROOT / "tests" / "acp" / "mia_acp_mcp.mjs"
+
+
+def test_an_editors_mcp_servers_reach_each_sessions_agent_loop_and_bad_ones_are_refused(tmp_path, server):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the ACP SDK client tests of mia-acp need it (install Node.js 18+)")
+    if not (SDKS["2"] / "package.json").exists() or not EVERYTHING.exists():
+        pytest.skip("the pinned ACP SDK 2 or MCP test servers are missing: run scripts/bootstrap")
+    need_binary()
+    secret = "sk-mcp-env-secret-4711"
+    config = acp_config(tmp_path, server, log_level="debug")
+    project = tmp_path / "project"
+    project.mkdir()
+    env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"))
+    port = free_port()
+    web = subprocess.Popen([str(EVERYTHING), "streamableHttp"], env={**os.environ, "PORT": str(port)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        r = subprocess.run(
+            [node, str(MCP_SCRIPT), str(SDKS["2"]), str(BIN), str(config), str(project), str(EVERYTHING), secret,
+             f"http://127.0.0.1:{port}/mcp"],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=env,
+        )
+    finally:
+        web.terminate()
+        web.wait(timeout=10)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert r.stdout.rstrip().endswith("ALL OK"), out
+    # The model was offered each session's own server's tools, and got their results.
+    offered = [
+        {t["function"]["name"] for t in req["body"].get("tools", [])}
+        for req in server.requests()
+        if req["method"] == "POST" and req["body"]
+    ]
+    assert any("everything__echo" in o and "other__echo" not in o for o in offered), offered
+    assert any("other__echo" in o and "everything__echo" not in o for o in offered), offered
+    # The env and header values (secrets) reached neither the log nor the store.
+    assert secret not in (tmp_path / "mia-acp.log").read_text()
+    for f in (tmp_path / "data").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
