@@ -158,6 +158,19 @@ local function on_update(u)
   end
 end
 
+--- The file being discussed: the most recently used buffer that holds a
+--- file (rules files nested on its path apply, |mia-rules|).
+--- @return string?
+function M.focus_file()
+  local best, used = nil, -1
+  for _, info in ipairs(vim.fn.getbufinfo({ buflisted = 1 })) do
+    if info.name ~= "" and vim.bo[info.bufnr].buftype == "" and info.lastused > used then
+      best, used = info.name, info.lastused
+    end
+  end
+  return best
+end
+
 --- Sends `text` as the next user turn and streams the answer.
 --- @param text string
 --- @param opts? { model?: string, context?: string }
@@ -198,6 +211,7 @@ function M.prompt(text, opts)
       system = cfg.system,
       title = session.title,
       utc_offset_s = require("mia.costs").utc_offset(),
+      focus = M.focus_file(),
     })
   end
   local entry = { model = model, retries = 0 }

@@ -113,6 +113,7 @@
 --- @field review_keys? mia.ReviewKeys Keys of the review.
 --- @field checkpoints? mia.CheckpointsConfig What :Mia undo keeps.
 --- @field mcp? { servers?: table<string, mia.McpServerConfig> } Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
+--- @field rules? false|{ files?: string[], user_file?: string|false, max_kb?: integer } Project rules files put in the system prompt (`:h mia-rules`); false turns them off.
 --- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
@@ -394,6 +395,31 @@ local function validate(opts)
     for key in pairs(a) do
       if key ~= "command" and key ~= "env" and key ~= "cwd" and key ~= "mcp" then
         fail(path .. "." .. tostring(key), "is not an agent option (command, env, cwd, mcp)", a[key])
+      end
+    end
+  end
+  if opts.rules ~= nil and opts.rules ~= false then
+    check_type("rules", opts.rules, "table")
+    for key, v in pairs(opts.rules) do
+      if key == "files" then
+        if type(v) ~= "table" or not vim.islist(v) then
+          fail("rules.files", 'must be a list of paths relative to the project, e.g. { "AGENTS.md", ".cursor/rules/*.mdc" }', v)
+        end
+        for i, f in ipairs(v) do
+          if type(f) ~= "string" or f == "" or f:sub(1, 1) == "/" or f:find("..", 1, true) then
+            fail(string.format("rules.files[%d]", i), "must be a path inside the project (relative, without ..)", f)
+          end
+        end
+      elseif key == "user_file" then
+        if v ~= false and type(v) ~= "string" then
+          fail("rules.user_file", "must be a path, or false for none", v)
+        end
+      elseif key == "max_kb" then
+        if type(v) ~= "number" or v <= 0 or v ~= math.floor(v) or v > 1024 then
+          fail("rules.max_kb", "must be a whole number of KB from 1 to 1024", v)
+        end
+      else
+        fail("rules." .. tostring(key), "is not a rules option (files, user_file, max_kb)", v)
       end
     end
   end

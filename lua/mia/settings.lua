@@ -92,6 +92,25 @@ function M.agent()
     output_cap_bytes = (c.tools or {}).output_cap_bytes,
     checkpoints = M.checkpoints(c.checkpoints),
     mcp = M.mcp_servers(),
+    rules = M.rules(c.rules),
+  }
+end
+
+--- `setup({ rules })` as the core takes it.
+function M.rules(r)
+  if r == false then
+    return { enabled = false }
+  end
+  r = r or {}
+  local user = r.user_file
+  if user == nil then
+    user = vim.fn.stdpath("config") .. "/mia/rules.md"
+  end
+  return {
+    enabled = true,
+    files = r.files,
+    user_file = user ~= false and vim.fs.normalize(user) or nil,
+    max_bytes = (r.max_kb or 32) * 1024,
   }
 end
 

@@ -6,6 +6,7 @@
 
 mod compaction;
 pub mod record;
+pub mod rules;
 mod tool_round;
 
 pub use compaction::compact;
@@ -53,6 +54,8 @@ pub struct AgentSettings {
     pub checkpoints: crate::checkpoint::CheckpointSettings,
     /// MCP servers (`setup({ mcp = { servers = ... } })`), started on a turn's first need of tools.
     pub mcp: Vec<crate::mcp::McpServerSpec>,
+    /// Project rules files (`setup({ rules = ... })`), read at every turn's start.
+    pub rules: rules::RulesSettings,
     /// Whose `mcp` servers these are ([`crate::mcp::ensure_started_in`]): "" for
     /// `setup()`'s, a mia-acp session's id for the servers its client sent.
     #[serde(skip)]
@@ -75,6 +78,7 @@ impl Default for AgentSettings {
             mode_tools: Default::default(),
             checkpoints: Default::default(),
             mcp: Vec::new(),
+            rules: Default::default(),
             mcp_scope: String::new(),
         }
     }
@@ -96,6 +100,9 @@ pub struct Prompt {
     pub title: Option<String>,
     /// Local time's offset from UTC, for calendar-day budgets.
     pub utc_offset_s: i32,
+    /// The file being discussed (the editor's current file): rules files
+    /// nested on its path apply.
+    pub focus: Option<String>,
 }
 
 /// What a run needs from the rest of the core.
@@ -138,6 +145,28 @@ fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Pa
         }
     }
     s
+}
+
+/// This turn's rules files, read off the async threads; deny rules on
+/// reading a path and configured keys keep a file out.
+async fn turn_rules(deps: &AgentDeps, root: &std::path::Path, agent: &AgentInfo, focus: Option<&str>) -> rules::Rules {
+    let settings = deps.settings.rules.clone();
+    if !settings.enabled {
+        return rules::Rules::default();
+    }
+    let hidden = deps.settings.permissions.hidden_paths(&agent.mode, "read_file");
+    let secrets = deps.providers.secrets();
+    let root = root.to_path_buf();
+    let focus = focus.map(std::path::PathBuf::from);
+    tokio::task::spawn_blocking(move || {
+        let guard = rules::Guard {
+            hidden: hidden.as_ref(),
+            secrets: &secrets,
+        };
+        rules::load(&root, focus.as_deref(), &settings, &guard)
+    })
+    .await
+    .unwrap_or_default()
 }
 
 /// Prunes old checkpoints once per process, in the background.
@@ -198,7 +227,8 @@ pub async fn run(
         known: true,
         ..Default::default()
     };
-    let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt).await;
+    let rules = turn_rules(&deps, &root, &agent, prompt.focus.as_deref()).await;
+    let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt, &rules.files).await;
     // Edits of this turn: the session's file ledger and a checkpoint taken at the first change.
     let scope = Arc::new(EditScope {
         ledger: session.files.clone(),
@@ -261,6 +291,7 @@ pub async fn run(
                 &[
                     prompt.system.as_deref(),
                     deps.settings.mode_prompts.get(&agent.mode).map(String::as_str),
+                    Some(rules.text.as_str()).filter(|t| !t.is_empty()),
                 ],
                 &defs,
                 &root,

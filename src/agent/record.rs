@@ -184,7 +184,13 @@ pub struct Recorder {
 
 impl Recorder {
     /// Records the session and the new user message, and shows the prompt.
-    pub async fn start(deps: &AgentDeps, stream: StreamId, session: Arc<Session>, prompt: &Prompt) -> Recorder {
+    pub async fn start(
+        deps: &AgentDeps,
+        stream: StreamId,
+        session: Arc<Session>,
+        prompt: &Prompt,
+        rules: &[String],
+    ) -> Recorder {
         session.update_info(prompt.mode.as_deref(), prompt.model.as_deref(), None);
         let new_title = match (session.info().title, prompt.title.as_deref()) {
             (None, Some(title)) if !title.is_empty() => Some(title.to_string()),
@@ -214,8 +220,11 @@ impl Recorder {
             MessageState::Complete,
         );
         row.meta = json!({ "model": model });
+        if !rules.is_empty() {
+            row.meta["rules"] = json!(rules);
+        }
         session.append(row).await;
-        update(&deps.queue, stream, updates::user_chunk(&prompt.content, &model));
+        update(&deps.queue, stream, updates::user_chunk(&prompt.content, &model, rules));
         if let Some(title) = new_title {
             update(&deps.queue, stream, updates::session_title(&title));
         }

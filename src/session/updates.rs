@@ -26,11 +26,13 @@ fn mia_meta(value: Value) -> acp::Meta {
 }
 
 /// The user's prompt, echoed as ACP's `session/load` replays it; `_meta.mia.model`
-/// names the model that answers it.
-pub fn user_chunk(text: &str, model: &str) -> acp::SessionUpdate {
-    acp::SessionUpdate::UserMessageChunk(
-        acp::ContentChunk::new(text.to_string().into()).meta(mia_meta(json!({ "model": model }))),
-    )
+/// names the model that answers it, `_meta.mia.rules` the rules files applied.
+pub fn user_chunk(text: &str, model: &str, rules: &[String]) -> acp::SessionUpdate {
+    let mut meta = json!({ "model": model });
+    if !rules.is_empty() {
+        meta["rules"] = json!(rules);
+    }
+    acp::SessionUpdate::UserMessageChunk(acp::ContentChunk::new(text.to_string().into()).meta(mia_meta(meta)))
 }
 
 pub fn agent_text(text: &str) -> acp::SessionUpdate {
@@ -289,7 +291,13 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
                 })
                 .collect::<Vec<_>>()
                 .join("\n\n");
-            out.push(ReplayItem::Update(Box::new(user_chunk(&text, model))));
+            let rules: Vec<String> = row
+                .meta
+                .get("rules")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .unwrap_or_default();
+            out.push(ReplayItem::Update(Box::new(user_chunk(&text, model, &rules))));
         }
         Role::Assistant => {
             for p in &parts {

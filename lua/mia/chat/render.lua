@@ -98,6 +98,9 @@ function M.update(buf, u)
     local model = meta.model or ""
     local who = meta.agent and meta.agent ~= model and (meta.agent .. " · " .. model) or meta.agent or ("mia · " .. model)
     local header = string.format("## You\n\n%s\n\n## %s\n\n", text_of(u.content), who)
+    if type(meta.rules) == "table" and #meta.rules > 0 then
+      header = header .. "_rules: " .. table.concat(vim.tbl_map(tostring, meta.rules), ", ") .. "_\n\n"
+    end
     writer.append(buf, (s.last == nil and is_empty(buf)) and header or ("\n\n" .. header))
     s.last = "header"
   elseif kind == "agent_message_chunk" then
