@@ -131,6 +131,7 @@ pub(crate) fn mia_event(queue: &EventQueue, stream: StreamId, event: MiaEvent) {
 }
 
 /// The system prompt with the tools the model may use and where it works.
+/// A tool's description is given whole, continuation lines indented.
 fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Path) -> String {
     let mut s = parts.iter().flatten().copied().collect::<Vec<_>>().join("\n\n");
     s.push_str(&format!(
@@ -140,8 +141,9 @@ fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Pa
     if !tools.is_empty() {
         s.push_str("\nTools you can call:\n");
         for t in tools {
-            let first_line = t.description.lines().next().unwrap_or_default();
-            s.push_str(&format!("- {}: {}\n", t.name, first_line));
+            // The whole description: later lines say when (not) to use it.
+            let described = t.description.trim().replace('\n', "\n  ");
+            s.push_str(&format!("- {}: {}\n", t.name, described));
         }
     }
     s

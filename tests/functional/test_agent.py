@@ -358,3 +358,18 @@ def test_every_spelling_of_an_open_files_path_edits_its_buffer(agent, server, pr
     assert tool_results(server)[-1][0]["content"].startswith("Edited `a.txt`")
     assert ed.lua("return vim.api.nvim_buf_get_lines(vim.fn.bufnr(...), 0, -1, false)", str(project / "a.txt")) == ["bar"]
     assert (project / "a.txt").read_text() == "bar\n"
+
+
+def test_the_system_prompt_carries_each_tools_whole_description(agent, server):
+    ed = agent()
+    ed.lua("""
+      require('mia').register_tool({
+        name = 'deploy',
+        description = 'Deploys the app.\\nNever call it on a Friday.',
+        execute = function() return 'ok' end,
+      })
+    """)
+    prompt(ed, "hello")
+    bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
+    system = next(m["content"] for m in bodies[-1]["messages"] if m["role"] == "system")
+    assert "- deploy: Deploys the app.\n  Never call it on a Friday." in system, system
