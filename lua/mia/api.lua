@@ -25,8 +25,28 @@ end
 
 --- Registers a tool the model can call; see |mia.register_tool()|.
 --- @param spec mia.ToolSpec
-function M.register_tool(spec)
-  return require("mia.tools").register(spec, "user")
+--- `opts.source`: "user" (default) or "plugin" (a plugin's tools: the
+--- user's and the project's of the same name come before them).
+--- @param opts? { source?: "user"|"plugin" }
+function M.register_tool(spec, opts)
+  local source = (opts or {}).source or "user"
+  if source ~= "user" and source ~= "plugin" then
+    error('mia.register_tool: `source` must be "user" or "plugin" (got ' .. vim.inspect(source) .. ")", 2)
+  end
+  return require("mia.tools").register(spec, source)
+end
+
+--- Unregisters the Lua tool `name` of `opts.source` ("user" by default);
+--- the tool it hid (a plugin's, a built-in) comes back. Whether there was one.
+--- @param name string
+--- @param opts? { source?: "user"|"plugin" }
+--- @return boolean
+function M.unregister_tool(name, opts)
+  local source = (opts or {}).source or "user"
+  if source ~= "user" and source ~= "plugin" then
+    error('mia.unregister_tool: `source` must be "user" or "plugin" (got ' .. vim.inspect(source) .. ")", 2)
+  end
+  return require("mia.tools").unregister(name, source)
 end
 
 --- @class mia.StreamHandle

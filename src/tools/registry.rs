@@ -61,7 +61,11 @@ pub struct ToolNotFound {
 
 #[derive(Default)]
 pub struct Registry {
+    /// The tool each name means now: the one from the latest source.
     tools: RwLock<BTreeMap<String, (SharedTool, ToolSource)>>,
+    /// The ones it hides, by name: when it goes, the latest of them comes
+    /// back (a user's `read_file` unregistered brings the built-in back).
+    beneath: RwLock<BTreeMap<String, Vec<(SharedTool, ToolSource)>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -80,26 +84,58 @@ impl Registry {
         r
     }
 
-    /// Adds `tool`; returns false (and keeps the existing one) when a tool of
-    /// that name came from a later source.
+    /// Adds `tool` (in place of one from the same source). Returns false
+    /// when a tool of that name from a later source stays in front: `tool`
+    /// is then kept beneath it, and comes forward when that one goes.
     pub fn register(&self, tool: SharedTool, source: ToolSource) -> bool {
         let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
+        let mut beneath = self.beneath.write().unwrap_or_else(|p| p.into_inner());
         let name = tool.name().to_string();
-        if let Some((_, existing)) = tools.get(&name) {
-            if existing.rank() > source.rank() {
-                return false;
+        let layers = beneath.entry(name.clone()).or_default();
+        layers.retain(|(_, s)| *s != source);
+        let front = match tools.get(&name) {
+            Some((_, existing)) if existing.rank() > source.rank() => {
+                layers.push((tool, source));
+                false
             }
+            Some((_, existing)) if *existing == source => {
+                tools.insert(name.clone(), (tool, source));
+                true
+            }
+            Some(_) => {
+                if let Some(old) = tools.insert(name.clone(), (tool, source)) {
+                    layers.push(old);
+                }
+                true
+            }
+            None => {
+                tools.insert(name.clone(), (tool, source));
+                true
+            }
+        };
+        if beneath.get(&name).is_some_and(Vec::is_empty) {
+            beneath.remove(&name);
         }
-        tools.insert(name, (tool, source));
-        true
+        front
     }
 
     /// Removes the tool `name` registered from `source` (e.g. project tools
-    /// when leaving a project).
+    /// when leaving a project); the latest one it hid comes back.
     pub fn unregister(&self, name: &str, source: ToolSource) {
         let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
+        let mut beneath = self.beneath.write().unwrap_or_else(|p| p.into_inner());
         if tools.get(name).is_some_and(|(_, s)| *s == source) {
             tools.remove(name);
+            if let Some(layers) = beneath.get_mut(name) {
+                if let Some(i) = (0..layers.len()).max_by_key(|&i| layers[i].1.rank()) {
+                    tools.insert(name.to_string(), layers.swap_remove(i));
+                }
+            }
+        } else if let Some(layers) = beneath.get_mut(name) {
+            layers.retain(|(_, s)| *s != source);
+        }
+        if beneath.get(name).is_some_and(Vec::is_empty) {
+            beneath.remove(name);
         }
     }
 
@@ -181,6 +217,16 @@ mod tests {
         assert!(r.register(Arc::new(Fake("t", "project", ToolEffect::Read)), ToolSource::Project));
         assert_eq!(r.get("t").unwrap().description(), "project");
         assert_eq!(r.list()[0].source, ToolSource::Project);
+        // Each one going brings back the latest it hid.
+        r.unregister("t", ToolSource::Project);
+        assert_eq!(r.get("t").unwrap().description(), "user");
+        r.unregister("t", ToolSource::Plugin); // beneath: goes quietly
+        r.unregister("t", ToolSource::User);
+        assert_eq!(r.get("t").unwrap().description(), "builtin");
+        assert!(r.register(Arc::new(Fake("t", "builtin 2", ToolEffect::Read)), ToolSource::Builtin));
+        assert_eq!(r.get("t").unwrap().description(), "builtin 2");
+        r.unregister("t", ToolSource::Builtin);
+        assert!(r.get("t").is_err() && r.beneath.read().unwrap().is_empty());
     }
 
     #[test]

@@ -373,3 +373,48 @@ def test_the_system_prompt_carries_each_tools_whole_description(agent, server):
     bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
     system = next(m["content"] for m in bodies[-1]["messages"] if m["role"] == "system")
     assert "- deploy: Deploys the app.\n  Never call it on a Friday." in system, system
+
+
+def test_tool_sources_stack_through_the_agent_loop(agent, server, project):
+    ed = agent(permissions={"rules": [{"tool": "read_file", "action": "allow"}]})
+    ed.lua("""
+      _G.events = {}
+      vim.api.nvim_create_autocmd('User', { pattern = { 'MiaToolRegistered', 'MiaToolDeregistered' }, callback = function(a)
+        table.insert(_G.events, { a.match, a.data.name, a.data.source })
+      end })
+      vim.ui.select = function(items, opts, cb) cb(items[1], 1) end
+      local function reader(who)
+        return { name = 'read_file', description = who .. ' read_file',
+                 parameters = { type = 'object', properties = { path = { type = 'string' } } },
+                 execute = function() return 'read by ' .. who end }
+      end
+      _G.reader = reader
+      assert(require('mia').register_tool(reader('plugin'), { source = 'plugin' }))
+      assert(require('mia').register_tool(reader('user')))
+    """)
+
+    def read():
+        prompt(ed, 'tool read_file {"path": "a.txt"}')
+        return tool_results(server)[-1][-1]["content"]
+    assert read() == "read by user"
+    # A project tool comes before the user's (its file is trusted when asked).
+    (project / ".mia" / "tools").mkdir(parents=True)
+    (project / ".mia" / "tools" / "read.lua").write_text(
+        "return { name = 'read_file', description = 'project read_file', parameters = { type = 'object' }, "
+        "execute = function() return 'read by the project' end }\n")
+    assert read() == "read by the project"
+    # The project's file goes: the user's comes back; then the plugin's; then the built-in.
+    (project / ".mia" / "tools" / "read.lua").unlink()
+    assert read() == "read by user"
+    assert ed.lua("return require('mia').unregister_tool('read_file')") is True
+    assert read() == "read by plugin"
+    assert ed.lua("return require('mia').unregister_tool('read_file', { source = 'plugin' })") is True
+    builtin = read()
+    assert "foo" in builtin and "read by" not in builtin, builtin
+    assert ed.lua("return require('mia').unregister_tool('read_file')") is False
+    events = ed.lua("return _G.events")
+    assert ["MiaToolDeregistered", "read_file", "project"] in events
+    assert ["MiaToolDeregistered", "read_file", "user"] in events
+    assert ["MiaToolDeregistered", "read_file", "plugin"] in events
+    err = ed.lua("return select(2, pcall(require('mia').register_tool, reader('x'), { source = 'project' }))")
+    assert 'must be "user" or "plugin"' in err, err

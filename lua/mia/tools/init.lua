@@ -34,6 +34,9 @@ local api = vim.api
 
 --- @type table<string, { spec: mia.ToolSpec, source: string }>
 local registered = {}
+--- name -> source -> spec: every Lua tool registered under a name, also
+--- the ones a later source hides (they come back when it goes)
+local layers = {}
 --- registrations not yet sent to the core (it loads on first use)
 local unsent = {}
 --- @type table<integer, table> running calls by call id
@@ -141,24 +144,28 @@ function M.register(spec, source)
   -- loaded anyway, or when two sources register one name (the only case
   -- that needs it, which then loads the library); otherwise the core checks
   -- the source when the registration reaches it.
+  local hidden = false
   if require("mia.core").is_loaded() or (existing and existing.source ~= source) then
     local rank = ranks()
     if not rank[source] then
       local known = require("mia.settings").shared().tool_precedence
       error(string.format("mia.register_tool: unknown source %s (sources: %s)", vim.inspect(source), table.concat(known, ", ")), 2)
     end
-    if existing and rank[existing.source] > rank[source] then
-      return false
-    end
+    hidden = existing ~= nil and rank[existing.source] > rank[source]
   end
-  registered[spec.name] = { spec = spec, source = source }
+  layers[spec.name] = layers[spec.name] or {}
+  layers[spec.name][source] = spec
+  if not hidden then
+    registered[spec.name] = { spec = spec, source = source }
+  end
+  -- The core keeps a hidden tool beneath the one in front, as here.
   if require("mia.core").is_loaded() and require("mia")._started then
     send(spec, source)
   else
     unsent[#unsent + 1] = { spec = spec, source = source }
   end
   api.nvim_exec_autocmds("User", { pattern = "MiaToolRegistered", data = { name = spec.name, source = source } })
-  return true
+  return not hidden
 end
 
 --- Sends registrations made before the core was loaded.
@@ -173,16 +180,42 @@ function M.flush()
   end
 end
 
---- Forgets the tool `name` registered from `source`.
+--- Forgets the tool `name` registered from `source`; the latest one it
+--- hid comes back. Fires `MiaToolDeregistered` when there was one.
+--- @return boolean whether a tool was unregistered
 function M.unregister(name, source)
-  local r = registered[name]
-  if r and r.source == source then
-    registered[name] = nil
-    if require("mia.core").is_loaded() and require("mia")._started then
-      local loader = require("mia.core")
-      loader.call(loader.get().unregister_tool, name, source)
+  local layer = layers[name]
+  if not (layer and layer[source]) then
+    return false
+  end
+  layer[source] = nil
+  for i = #unsent, 1, -1 do
+    if unsent[i].spec.name == name and unsent[i].source == source then
+      table.remove(unsent, i)
     end
   end
+  if registered[name] and registered[name].source == source then
+    registered[name] = nil
+    local best
+    if next(layer) then
+      local rank = ranks()
+      for s, spec in pairs(layer) do
+        if not best or rank[s] > rank[best.source] then
+          best = { spec = spec, source = s }
+        end
+      end
+    end
+    registered[name] = best
+  end
+  if not next(layer) then
+    layers[name] = nil
+  end
+  if require("mia.core").is_loaded() and require("mia")._started then
+    local loader = require("mia.core")
+    loader.call(loader.get().unregister_tool, name, source)
+  end
+  api.nvim_exec_autocmds("User", { pattern = "MiaToolDeregistered", data = { name = name, source = source } })
+  return true
 end
 
 local function reply(call, ok, value)
