@@ -115,6 +115,23 @@ def test_ask_is_answered_through_vim_ui_select(agent, server):
     assert tool_results(server)[-1][0]["content"] == "answer: no"
 
 
+def test_ask_times_out_to_its_default_and_tools_see_their_session_and_message(agent, server):
+    ed = agent()
+    ed.lua("""
+      vim.ui.select = function() end -- nobody answers
+      require('mia').register_tool({ name = 'confirm', description = 'asks',
+        execute = function(_, ctx)
+          local a = ctx.ask('Proceed?', { choices = { 'yes', 'no' }, default = 'no', timeout = 200 })
+          return table.concat({ 'answer: ' .. tostring(a), ctx.session_id, ctx.message_id }, '|')
+        end })
+    """)
+    prompt(ed, "tool confirm {}")
+    answer, session_id, message_id = tool_results(server)[-1][0]["content"].split("|")
+    assert answer == "answer: no"
+    assert session_id == ed.lua("return require('mia.chat').session_id()")
+    assert message_id.startswith(session_id + "-m"), message_id
+
+
 @pytest.mark.parametrize("key,expected", [("a", "written"), ("r", "rejected")])
 def test_writes_ask_first_in_ask_mode(agent, server, project, key, expected):
     ed = agent()
