@@ -379,9 +379,12 @@ pub async fn run(
         answered_by = done.model.clone();
         add_usage(&mut total, &done.usage);
         add_cost(&mut total_cost, &done.cost);
-        if !done.message.parts.is_empty() {
-            recorder.message(&done.message, json!({})).await;
-        }
+        // The answer's stored id: its tool calls see it as `ctx.message_id`.
+        let message_id = if done.message.parts.is_empty() {
+            String::new()
+        } else {
+            recorder.message(&done.message, json!({})).await
+        };
         let stop = match done.stop_reason {
             crate::llm::message::StopReason::MaxTokens => Stop::MaxTokens,
             crate::llm::message::StopReason::ContentFilter => Stop::Refusal,
@@ -403,6 +406,7 @@ pub async fn run(
             &agent,
             &root,
             &info.id,
+            &message_id,
             &done,
             &mut remembered,
             &cancel,

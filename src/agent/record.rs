@@ -258,13 +258,20 @@ impl Recorder {
     }
 
     /// Stores a finished message (assistant answer or tool results) at the
-    /// next position, with `meta` (e.g. how each tool call ended).
-    pub async fn message(&mut self, message: &Message, meta: serde_json::Value) {
+    /// next position, with `meta` (e.g. how each tool call ended); its id.
+    pub async fn message(&mut self, message: &Message, meta: serde_json::Value) -> String {
         let id = self.take_id();
         let parts = serde_json::to_value(&message.parts).unwrap_or(json!([]));
-        let mut row = message_row(&self.session_id, id, message.role, parts, MessageState::Complete);
+        let mut row = message_row(
+            &self.session_id,
+            id.clone(),
+            message.role,
+            parts,
+            MessageState::Complete,
+        );
         row.meta = meta;
         self.session.append(row).await;
+        id
     }
 
     /// Stores the summary of an automatic compaction that kept the latest

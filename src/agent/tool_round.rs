@@ -71,6 +71,7 @@ pub async fn run(
     agent: &AgentInfo,
     root: &Path,
     session_id: &str,
+    message_id: &str,
     done: &StreamDone,
     remembered: &mut Vec<Rule>,
     cancel: &CancellationToken,
@@ -239,10 +240,7 @@ pub async fn run(
         bash_timeout_ms: deps.settings.bash_timeout_ms,
         ..ToolLimits::default()
     };
-    let message_id = format!(
-        "{stream}:{}",
-        done.tool_calls.first().map(|c| c.id.as_str()).unwrap_or("")
-    );
+    let message_id = message_id.to_string();
     let conversation = Arc::new(history.to_vec());
     let mut outcomes: BTreeMap<String, ToolOutcome> = BTreeMap::new();
     for call in &done.tool_calls {
