@@ -158,8 +158,9 @@ def test_a_server_that_pages_its_tools_without_end_is_cut_at_twenty_pages(agent,
     assert len(fragile) == 24 and "fragile__page19" in fragile and "fragile__page20" not in fragile, fragile
 
 
-@needs_server
-def test_an_mcp_tool_over_streamable_http(agent, server):
+@pytest.fixture
+def everything_http():
+    """server-everything over streamable HTTP on a free port: its spec."""
     import os
     import socket
     import subprocess
@@ -175,13 +176,18 @@ def test_an_mcp_tool_over_streamable_http(agent, server):
                 break
             except OSError:
                 time.sleep(0.05)
-        ed = agent({"web": {"url": f"http://127.0.0.1:{port}/mcp", "timeout_ms": 20000}})
-        prompt(ed, 'tool web__echo {"message": "over http"}')
-        assert tool_results(server)[-1][-1]["content"] == "Echo: over http"
-        assert mcp_lines(ed)[0].startswith("web: ready, ")
+        yield {"url": f"http://127.0.0.1:{port}/mcp", "timeout_ms": 20000}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@needs_server
+def test_an_mcp_tool_over_streamable_http(agent, server, everything_http):
+    ed = agent({"web": everything_http})
+    prompt(ed, 'tool web__echo {"message": "over http"}')
+    assert tool_results(server)[-1][-1]["content"] == "Echo: over http"
+    assert mcp_lines(ed)[0].startswith("web: ready, ")
 
 
 FRAGILE = str(ROOT / "tests" / "mcp" / "crashing_server.py")
@@ -306,9 +312,10 @@ def test_the_filesystem_server_works_under_mias_path_rules(agent, server, projec
 
 
 @needs_server
-def test_the_everything_servers_progress_shows_and_stop_cancels_it(agent, server):
-    ed = agent({"everything": EVERYTHING_SPEC},
-               permissions={"rules": [{"tool": "everything__*", "action": "allow"}]})
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_the_everything_servers_progress_shows_and_stop_cancels_it(agent, server, transport, request):
+    spec = EVERYTHING_SPEC if transport == "stdio" else request.getfixturevalue("everything_http")
+    ed = agent({"everything": spec}, permissions={"rules": [{"tool": "everything__*", "action": "allow"}]})
     ed.nvim.command('Mia prompt tool everything__trigger-long-running-operation {"duration": 60, "steps": 60}')
     ed.wait("vim.iter(vim.api.nvim_buf_get_extmarks(require('mia.chat').buffer(), -1, 0, -1, { details = true }))"
             ":any(function(m) local v = m[4].virt_text return v ~= nil and v[1][1]:find('running · %d+/60') ~= nil end)",
