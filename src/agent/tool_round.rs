@@ -278,6 +278,10 @@ pub async fn run(
             lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()).with_editor_fs(),
             edits: scope.cloned(),
             review,
+            permissions: deps
+                .settings
+                .permissions
+                .effective(&agent.mode, &call.name, tool.effect()),
             metadata: Arc::new(move |m| {
                 update(&queue, stream, updates::tool_metadata(&call_id, m));
             }),

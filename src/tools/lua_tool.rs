@@ -166,7 +166,7 @@ impl Tool for LuaTool {
                     "session_id": ctx.session_id,
                     "message_id": ctx.message_id,
                     "call_id": ctx.call_id,
-                    "agent": ctx.agent,
+                    "agent": agent_with_permissions(&ctx),
                     "root": ctx.root.display().to_string(),
                     "subject": ctx.subject.as_ref().map(|c| json!({
                         "path": c.physical.display().to_string(),
@@ -235,4 +235,14 @@ fn output_of(value: Value) -> ToolOutput {
         is_error: value.get("is_error").and_then(Value::as_bool).unwrap_or(false),
         metadata: value.get("metadata").cloned().unwrap_or(Value::Null),
     }
+}
+
+/// `ctx.agent` as a Lua tool sees it: name, mode and the permissions in
+/// effect for the tool.
+fn agent_with_permissions(ctx: &ToolContext) -> Value {
+    let mut agent = json!(ctx.agent);
+    if !ctx.permissions.is_null() {
+        agent["permissions"] = ctx.permissions.clone();
+    }
+    agent
 }

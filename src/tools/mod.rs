@@ -176,6 +176,9 @@ pub struct ToolContext {
     pub edits: Option<Arc<landing::EditScope>>,
     /// True when this call's edit is shown to the user before it lands.
     pub review: bool,
+    /// The permissions in effect for this tool in this mode
+    /// ([`permissions::PermissionConfig::effective`]); null outside a turn.
+    pub permissions: Value,
 }
 
 impl ToolContext {
@@ -200,6 +203,7 @@ impl ToolContext {
             lua,
             edits: None,
             review: false,
+            permissions: Value::Null,
         }
     }
 }

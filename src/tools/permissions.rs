@@ -305,6 +305,23 @@ impl Checked {
 }
 
 impl PermissionConfig {
+    /// What a tool sees of the permissions in effect for it (`ctx.agent.permissions`):
+    /// the mode's defaults, what they mean for this tool's effect, and the
+    /// configured rules that apply to it in this mode, in order.
+    pub fn effective(&self, mode: &str, tool: &str, effect: ToolEffect) -> Value {
+        let rules: Vec<&Rule> = self
+            .rules
+            .iter()
+            .filter(|r| r.applies(mode, tool))
+            .map(|r| &r.rule)
+            .collect();
+        serde_json::json!({
+            "mode": self.modes.get(mode),
+            "default": self.mode_default(mode, effect).action,
+            "rules": rules,
+        })
+    }
+
     fn mode_default(&self, mode: &str, effect: ToolEffect) -> Decision {
         match self.modes.get(mode) {
             Some(policy) => Decision::new(

@@ -435,3 +435,19 @@ def test_tool_sources_stack_through_the_agent_loop(agent, server, project):
     assert ["MiaToolDeregistered", "read_file", "plugin"] in events
     err = ed.lua("return select(2, pcall(require('mia').register_tool, reader('x'), { source = 'project' }))")
     assert 'must be "user" or "plugin"' in err, err
+
+
+def test_a_tool_sees_the_permissions_in_effect_for_it(agent, server):
+    ed = agent(permissions={"rules": [{"tool": "perm*", "action": "allow"},
+                                      {"tool": "bash", "action": "deny"},
+                                      {"tool": "perm?", "pattern": "x/**", "action": "deny", "mode": "code"}]})
+    ed.lua("""
+      require('mia').register_tool({ name = 'perms', description = 'shows its permissions', effect = 'write',
+        execute = function(_, ctx) return vim.json.encode(ctx.agent.permissions) end })
+    """)
+    prompt(ed, "tool perms {}")
+    seen = json.loads(tool_results(server)[-1][0]["content"])
+    assert seen["mode"] == {"read": "allow", "write": "ask", "execute": "ask"}, seen
+    assert seen["default"] == "ask"
+    # Only the rules for this tool in this mode (ask), in order.
+    assert seen["rules"] == [{"tool": "perm*", "action": "allow"}], seen
