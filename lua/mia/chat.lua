@@ -151,9 +151,18 @@ local function on_update(u)
   end
   local ev = render.update(buf, u)
   if ev and (ev.status == "done" or ev.status == "failed" or ev.status == "rejected" or ev.status == "cancelled") then
+    local agents = package.loaded["mia.agents"]
+    local external = agents and agents.external() and agents.current() or nil
     api.nvim_exec_autocmds("User", {
       pattern = "MiaToolInvoked",
-      data = { name = ev.name, status = ev.status, duration_ms = ev.duration_ms, id = ev.id },
+      data = {
+        name = ev.name,
+        status = ev.status,
+        duration_ms = ev.duration_ms,
+        id = ev.id,
+        agent = { name = external or "mia", mode = M.mode() },
+        metadata = ev.metadata,
+      },
     })
   end
 end

@@ -250,14 +250,16 @@ def test_tool_registered_and_invoked_autocmds_fire(agent, server):
     ed.lua("""
       _G.events = {}
       vim.api.nvim_create_autocmd('User', { pattern = { 'MiaToolRegistered', 'MiaToolInvoked' }, callback = function(a)
-        table.insert(events, { a.match, a.data.name, a.data.status, a.data.duration_ms }) end })
-      require('mia').register_tool({ name = 'ping', description = 'p', execute = function() return 'pong' end })
+        table.insert(events, { a.match, a.data.name, a.data.status, a.data.duration_ms, a.data.agent, a.data.metadata }) end })
+      require('mia').register_tool({ name = 'ping', description = 'p',
+        execute = function(_, ctx) ctx.metadata({ summary = 'ponged' }) return 'pong' end })
     """)
     prompt(ed, "tool ping {}")
     events = ed.lua("return events")
     assert ["MiaToolRegistered", "ping"] == events[0][:2]
     invoked = [e for e in events if e[0] == "MiaToolInvoked"]
     assert invoked[0][1:3] == ["ping", "done"] and invoked[0][3] >= 0
+    assert invoked[0][4] == {"name": "mia", "mode": "ask"} and invoked[0][5] == {"summary": "ponged"}, invoked[0]
 
 
 def test_context_overflow_compacts_once_then_reports(agent, server):
