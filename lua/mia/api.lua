@@ -19,6 +19,12 @@ function M._core()
     require("mia.hooks").sync()
     require("mia.tools.editor").register()
     require("mia.tools").flush()
+    -- The core's own tools exist from here on: say so as for Lua ones.
+    for _, t in ipairs(loader.call(core.tools)) do
+      if t.source == "builtin" then
+        vim.api.nvim_exec_autocmds("User", { pattern = "MiaToolRegistered", data = { name = t.name, source = t.source } })
+      end
+    end
   end
   return core
 end

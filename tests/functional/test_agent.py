@@ -250,7 +250,8 @@ def test_tool_registered_and_invoked_autocmds_fire(agent, server):
     ed.lua("""
       _G.events = {}
       vim.api.nvim_create_autocmd('User', { pattern = { 'MiaToolRegistered', 'MiaToolInvoked' }, callback = function(a)
-        table.insert(events, { a.match, a.data.name, a.data.status, a.data.duration_ms, a.data.agent, a.data.metadata }) end })
+        table.insert(events, { a.match, a.data.name, a.data.status, a.data.duration_ms, a.data.agent, a.data.metadata,
+          a.data.source }) end })
       require('mia').register_tool({ name = 'ping', description = 'p',
         execute = function(_, ctx) ctx.metadata({ summary = 'ponged' }) return 'pong' end })
     """)
@@ -259,6 +260,8 @@ def test_tool_registered_and_invoked_autocmds_fire(agent, server):
     assert ["MiaToolRegistered", "ping"] == events[0][:2]
     invoked = [e for e in events if e[0] == "MiaToolInvoked"]
     assert invoked[0][1:3] == ["ping", "done"] and invoked[0][3] >= 0
+    builtin = {e[1] for e in events if e[0] == "MiaToolRegistered" and e[6] == "builtin"}
+    assert {"read_file", "bash", "grep"} <= builtin, events
     assert invoked[0][4] == {"name": "mia", "mode": "ask"} and invoked[0][5] == {"summary": "ponged"}, invoked[0]
 
 
