@@ -19,12 +19,16 @@ function M._core()
     require("mia.hooks").sync()
     require("mia.tools.editor").register()
     require("mia.tools").flush()
-    -- The core's own tools exist from here on: say so as for Lua ones.
-    for _, t in ipairs(loader.call(core.tools)) do
-      if t.source == "builtin" then
+    -- The core's own tools exist from here on: say so as for Lua ones
+    -- (scheduled: the core may start under textlock, e.g. in a completion).
+    local builtin = vim.tbl_filter(function(t)
+      return t.source == "builtin"
+    end, loader.call(core.tools))
+    vim.schedule(function()
+      for _, t in ipairs(builtin) do
         vim.api.nvim_exec_autocmds("User", { pattern = "MiaToolRegistered", data = { name = t.name, source = t.source } })
       end
-    end
+    end)
   end
   return core
 end
