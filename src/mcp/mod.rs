@@ -7,7 +7,9 @@
 //! registered with source `mcp` as `server__tool`. [`client`] is the only
 //! file that touches the SDK.
 
+pub mod catalog;
 pub mod client;
+mod manage;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,7 +20,9 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use catalog::{McpPromptDef, McpResourceDef};
 pub use client::McpClient;
+pub use manage::{get_prompt, read_resource, restart};
 
 use crate::tools::registry::{Registry, ToolSource};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
@@ -202,8 +206,15 @@ pub(crate) fn cut(s: &mut String, max: usize) {
 pub enum ServerState {
     NotStarted,
     Starting,
-    Ready { tools: Vec<String> },
-    Failed { reason: String },
+    /// Its tools' registry names, and what it lists of resources and prompts.
+    Ready {
+        tools: Vec<String>,
+        resources: Vec<McpResourceDef>,
+        prompts: Vec<McpPromptDef>,
+    },
+    Failed {
+        reason: String,
+    },
 }
 
 struct Slot {
@@ -254,7 +265,7 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
             .collect();
         for name in gone {
             if let Some(slot) = slots.remove(&name) {
-                if let ServerState::Ready { tools } = slot.state {
+                if let ServerState::Ready { tools, .. } = slot.state {
                     for t in tools {
                         registry.unregister(&t, ToolSource::Mcp);
                     }
@@ -274,11 +285,17 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
         }
         todo
     };
+    start_these(registry, todo).await
+}
+
+/// Starts `todo` (their slots already say `Starting`), registers their
+/// tools and sets their slots' state; one warning per server that failed.
+async fn start_these(registry: &Registry, todo: Vec<McpServerSpec>) -> Vec<String> {
     let started = futures_util::future::join_all(todo.iter().map(start)).await;
     let mut warnings = Vec::new();
     for (spec, outcome) in todo.into_iter().zip(started) {
         let state = match outcome {
-            Ok((client, defs)) => {
+            Ok((client, defs, resources, prompts)) => {
                 let mut names = Vec::new();
                 for def in defs {
                     let tool = McpTool {
@@ -293,7 +310,11 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
                 if let Some(slot) = lock().get_mut(&spec.name) {
                     slot.client = Some(Arc::new(client));
                 }
-                ServerState::Ready { tools: names }
+                ServerState::Ready {
+                    tools: names,
+                    resources,
+                    prompts,
+                }
             }
             Err(reason) => {
                 warnings.push(format!(
@@ -310,10 +331,33 @@ pub async fn ensure_started(registry: &Registry, specs: &[McpServerSpec]) -> Vec
     warnings
 }
 
-async fn start(spec: &McpServerSpec) -> Result<(McpClient, Vec<McpToolDef>), String> {
+/// A started server: its client, tools, resources and prompts.
+type Started = (McpClient, Vec<McpToolDef>, Vec<McpResourceDef>, Vec<McpPromptDef>);
+
+/// Connects and lists what the server offers. Resources and prompts are
+/// asked for only when the server advertises them; a failure to list them
+/// is logged and leaves them empty (the tools still work).
+async fn start(spec: &McpServerSpec) -> Result<Started, String> {
     let client = McpClient::connect(spec).await?;
     let tools = client.list_tools().await?;
-    Ok((client, tools))
+    let (has_resources, has_prompts) = client.offers();
+    let resources = if has_resources {
+        client.list_resources().await.unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    let prompts = if has_prompts {
+        client.list_prompts().await.unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    Ok((client, tools, resources, prompts))
 }
 
 /// The live client of `server`, restarting it when its process is gone.
