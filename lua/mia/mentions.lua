@@ -143,8 +143,8 @@ function M.expand(text, cb)
 end
 
 --- Completion items for the mention being typed before the cursor, or nil
---- when the cursor is not in one. `on_more()` runs when more may be offered
---- later (servers were started for it).
+--- when the cursor is not in one. With `on_more`, servers not started yet
+--- are started, and `on_more()` runs when they are ready.
 --- @param before string the line up to the cursor
 --- @param on_more? fun()
 --- @return integer? start_col (0-based), table[]? items
@@ -155,8 +155,14 @@ function M.complete(before, on_more)
   end
   local items = {}
   for _, kind in ipairs(M.kinds) do
-    if kind.pending and kind.pending() and kind.prepare then
-      kind.prepare(on_more or function() end)
+    if on_more and kind.pending and kind.pending() and kind.prepare then
+      -- Not from inside the completion function (text is locked there).
+      vim.schedule(function()
+        local ok, err = pcall(kind.prepare, on_more)
+        if not ok then
+          vim.notify(tostring(err), vim.log.levels.ERROR)
+        end
+      end)
     end
     vim.list_extend(items, kind.complete(prefix))
   end

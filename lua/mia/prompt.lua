@@ -9,6 +9,10 @@ local M = {}
 local api = vim.api
 local buf = nil
 
+--- The text before the cursor when completion began (Vim takes the typed
+--- word out of the line before asking for the matches).
+local completing = ""
+
 --- Completes again when servers started for the completion are ready,
 --- if the user is still typing the same thing in the prompt.
 local function complete_again(before)
@@ -17,8 +21,18 @@ local function complete_again(before)
       return
     end
     local col = api.nvim_win_get_cursor(0)[2]
-    if api.nvim_get_current_line():sub(1, col) == before then
-      api.nvim_feedkeys(api.nvim_replace_termcodes("<C-x><C-o>", true, false, true), "n", false)
+    -- With the list open, the line shows the selected item: the completion
+    -- must still be the one that started from `before`.
+    local same = vim.fn.pumvisible() == 1 and completing == before or api.nvim_get_current_line():sub(1, col) == before
+    if not same then
+      return
+    end
+    local start, items = require("mia.mentions").complete(before)
+    if not start then
+      start, items = require("mia.slash").complete(before)
+    end
+    if start and start >= 0 and items and #items > 0 then
+      vim.fn.complete(start + 1, items)
     end
   end
 end
@@ -28,9 +42,16 @@ function M.complete(findstart, base)
   local line = api.nvim_get_current_line()
   local col = api.nvim_win_get_cursor(0)[2]
   local before = line:sub(1, col)
-  local start, items = require("mia.mentions").complete(before, complete_again(before))
+  if findstart == 1 then
+    completing = before
+  else
+    before = completing
+  end
+  -- Servers are started (and the list offered again) from the first call only.
+  local more = findstart == 1 and complete_again(before) or nil
+  local start, items = require("mia.mentions").complete(before, more)
   if not start then
-    start, items = require("mia.slash").complete(before, complete_again(before))
+    start, items = require("mia.slash").complete(before, more)
   end
   if findstart == 1 then
     return start

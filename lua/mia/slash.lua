@@ -374,10 +374,16 @@ end
 function M.complete(before, on_more)
   local name_part = before:match("^%s*/([%w_%-%.:]*)$")
   if name_part then
-    if not external and require("mia.settings").mcp_servers() then
+    if on_more and not external and require("mia.settings").mcp_servers() then
       local mcp = require("mia.mcp")
       if mcp.any_not_started() then
-        mcp.start(on_more)
+        -- Not from inside the completion function (text is locked there).
+        vim.schedule(function()
+          local ok, err = pcall(mcp.start, on_more)
+          if not ok then
+            vim.notify(tostring(err), vim.log.levels.ERROR)
+          end
+        end)
       end
     end
     local items = {}

@@ -67,8 +67,8 @@ def test_an_mcp_tool_runs_through_the_agent_loop(agent, server):
     assert text.endswith("tool said: Echo: hello mcp")
     line = mcp_lines(ed)[0]
     assert line.startswith("everything: ready, ") and line.endswith(" prompts") and " tools, " in line, line
-    ed.nvim.command("Mia mcp everything")
-    assert "  everything__echo" in ed.messages()
+    shown = ed.lua("return vim.api.nvim_exec2('Mia mcp everything', { output = true }).output")
+    assert "    everything__echo" in shown
     ed.nvim.command("checkhealth mia")
     section = "\n".join(ed.nvim.current.buffer[:]).split("mia: MCP servers", 1)[1]
     assert "OK everything: ready, " in section, section
@@ -239,10 +239,10 @@ def test_at_completes_the_servers_resources_and_a_mention_sends_the_resource(age
     menu = ed.lua("for _, i in ipairs(vim.fn.complete_info({ 'items' }).items) do "
                   "if i.word:find('features.md', 1, true) then return i.menu end end")
     assert menu == "features.md", menu
-    # typing narrows the list to one; <C-n> picks it
-    ed.nvim.input("everything:demo://resource/static/document/feat")
-    ed.wait("#vim.fn.complete_info({ 'items' }).items > 0")
-    ed.nvim.input("<C-n><Esc>")
+    # <C-e> leaves the list; typing more and completing again finds the one resource
+    ed.nvim.input("<C-e>everything:demo://resource/static/document/feat<C-x><C-o>")
+    ed.wait("vim.api.nvim_get_current_line():find('features.md', 1, true) ~= nil")
+    ed.nvim.input("<Esc>")
     ed.wait("vim.fn.mode() == 'n'")
     assert ed.nvim.current.line == "summarize @everything:" + FEATURES_URI
     ed.nvim.input("<CR>")
@@ -281,12 +281,12 @@ def test_a_prompt_is_a_slash_command_with_its_arguments_as_hint(agent, server):
     ed.nvim.input("<C-e><Esc>")
     ed.wait("vim.fn.mode() == 'n'")
     # the argument's hint completes after the name
-    ed.nvim.input("cc/everything:args-prompt <C-x><C-o>")
+    ed.nvim.input("cc/<C-e>everything:args-prompt <C-x><C-o>")
     ed.wait("#vim.fn.complete_info({ 'items' }).items > 0")
     assert ed.lua("return vim.fn.complete_info({ 'items' }).items[1].abbr") == "city=<required> state=<optional>"
     ed.nvim.input("<C-e><Esc>")
     # a missing required argument is named, and the prompt stays
-    ed.nvim.input('cc/everything:args-prompt state="New York"<Esc>')
+    ed.nvim.input('cc/<C-e>everything:args-prompt state="New York"<Esc>')
     ed.wait("vim.fn.mode() == 'n'")
     ed.nvim.input("<CR>")
     ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('needs the argument `city`', 1, true) ~= nil")
@@ -310,8 +310,7 @@ def test_mia_mcp_lists_resources_and_prompts_and_restart_replaces_the_process(ag
     line = mcp_lines(ed)[0]
     assert line.startswith("everything: ready, ") and " resources, " in line and line.endswith(" prompts"), line
     assert "0 resources" not in line and "0 prompts" not in line
-    ed.nvim.command("Mia mcp everything")
-    shown = ed.messages()
+    shown = ed.lua("return vim.api.nvim_exec2('Mia mcp everything', { output = true }).output")
     assert "    " + FEATURES_URI + "  features.md" in shown
     assert "    /everything:args-prompt city=<required> state=<optional>" in shown
     assert "    /everything:simple-prompt" in shown
