@@ -122,6 +122,8 @@ function M.buffer()
   vim.bo[buf].filetype = "mia_prompt"
   vim.bo[buf].omnifunc = "v:lua.require'mia.prompt'.complete"
   vim.bo[buf].completefunc = "v:lua.require'mia.prompt'.complete"
+  -- The list opens as you type `/` or `@`: typing on must not append to an inserted first match.
+  pcall(api.nvim_set_option_value, "completeopt", "menu,menuone,noinsert", { scope = "local", buf = buf })
   vim.keymap.set("n", "<CR>", M.send, { buffer = buf, desc = "mia: send" })
   vim.keymap.set("i", "<C-s>", function()
     vim.cmd.stopinsert()

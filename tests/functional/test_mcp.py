@@ -239,8 +239,10 @@ def test_at_completes_the_servers_resources_and_a_mention_sends_the_resource(age
     menu = ed.lua("for _, i in ipairs(vim.fn.complete_info({ 'items' }).items) do "
                   "if i.word:find('features.md', 1, true) then return i.menu end end")
     assert menu == "features.md", menu
-    # <C-e> leaves the list; typing more and completing again finds the one resource
+    # <C-e> leaves the list; typing more and completing again finds the one resource, <C-y> takes it
     ed.nvim.input("<C-e>everything:demo://resource/static/document/feat<C-x><C-o>")
+    ed.wait("#vim.fn.complete_info({ 'items' }).items == 1")
+    ed.nvim.input("<C-y>")
     ed.wait("vim.api.nvim_get_current_line():find('features.md', 1, true) ~= nil")
     ed.nvim.input("<Esc>")
     ed.wait("vim.fn.mode() == 'n'")
