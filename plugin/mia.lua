@@ -53,10 +53,8 @@ end, {
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
       end, list)
-    elseif sub == "mcp" and not before:match("^mcp%s+%S+%s") then
-      return vim.tbl_filter(function(n)
-        return vim.startswith(n, arglead)
-      end, require("mia.mcp").names())
+    elseif sub == "mcp" then
+      return require("mia.mcp").complete(before, arglead)
     elseif sub == "agent" and not before:match("^agent%s+%S+%s") then
       local ok, agents = pcall(require, "mia.agents")
       local list = { "mia" }

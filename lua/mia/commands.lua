@@ -57,7 +57,7 @@ M.subcommands = {
     end,
   },
   mcp = {
-    desc = "MCP servers and their state: :Mia mcp [server] (a server's tools too)",
+    desc = "MCP servers: :Mia mcp [server] (state, tools, resources, prompts), :Mia mcp start, :Mia mcp restart {server}",
     run = function(args)
       require("mia.mcp").show(args)
     end,

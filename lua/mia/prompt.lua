@@ -1,25 +1,67 @@
 --- The chat prompt: a small buffer under the chat where the user writes the
 --- next message. `<CR>` (normal mode) or `<C-s>` sends it; a line starting
---- with `/` is a slash command, completed through 'omnifunc' and
---- 'completefunc' (so nvim-cmp and blink.cmp sources that read them work).
+--- with `/` is a slash command, and `@server:uri` mentions an MCP
+--- resource (read and attached on send); both complete through 'omnifunc'
+--- and 'completefunc' (so nvim-cmp and blink.cmp sources that read them work).
 
 local M = {}
 
 local api = vim.api
 local buf = nil
 
+--- The text before the cursor when completion began (Vim takes the typed
+--- word out of the line before asking for the matches).
+local completing = ""
+
+--- Completes again when servers started for the completion are ready,
+--- if the user is still typing the same thing in the prompt.
+local function complete_again(before)
+  return function()
+    if not (buf and api.nvim_get_current_buf() == buf and api.nvim_get_mode().mode:sub(1, 1) == "i") then
+      return
+    end
+    local col = api.nvim_win_get_cursor(0)[2]
+    -- With the list open, the line shows the selected item: the completion
+    -- must still be the one that started from `before`.
+    local same = vim.fn.pumvisible() == 1 and completing == before or api.nvim_get_current_line():sub(1, col) == before
+    if not same then
+      return
+    end
+    local start, items = require("mia.mentions").complete(before)
+    if not start then
+      start, items = require("mia.slash").complete(before)
+    end
+    if start and start >= 0 and items and #items > 0 then
+      vim.fn.complete(start + 1, items)
+    end
+  end
+end
+
 --- Completion function for 'omnifunc' / 'completefunc'.
 function M.complete(findstart, base)
   local line = api.nvim_get_current_line()
   local col = api.nvim_win_get_cursor(0)[2]
   local before = line:sub(1, col)
-  local start, items = require("mia.slash").complete(before)
+  if findstart == 1 then
+    completing = before
+  else
+    before = completing
+  end
+  -- Servers are started (and the list offered again) from the first call only.
+  local more = findstart == 1 and complete_again(before) or nil
+  local start, items = require("mia.mentions").complete(before, more)
+  if not start then
+    start, items = require("mia.slash").complete(before, more)
+  end
   if findstart == 1 then
     return start
   end
   local _ = base
   return items
 end
+
+--- True while the mentions of a sent prompt are being read.
+local resolving = false
 
 --- Sends the prompt buffer's text (a slash command or a message).
 function M.send()
@@ -30,16 +72,41 @@ function M.send()
   if text == "" then
     return
   end
-  local ok, err = pcall(function()
-    if not require("mia.slash").dispatch(text) then
-      require("mia.chat").prompt(text)
-    end
-  end)
-  if not ok then
-    vim.notify(tostring(err), vim.log.levels.ERROR)
+  if resolving then
+    vim.notify("mia: still reading the resources your last message mentions", vim.log.levels.WARN)
     return
   end
-  api.nvim_buf_set_lines(buf, 0, -1, false, {})
+  local sent = buf
+  -- The prompt is cleared only once it was sent: a failure leaves it to fix.
+  local function clear()
+    if api.nvim_buf_is_valid(sent) then
+      api.nvim_buf_set_lines(sent, 0, -1, false, {})
+    end
+  end
+  local ok, err = pcall(function()
+    if require("mia.slash").dispatch(text) then
+      clear()
+      return
+    end
+    resolving = true
+    require("mia.mentions").expand(text, function(read_err, context)
+      resolving = false
+      if read_err then
+        vim.notify("mia: " .. read_err .. " (the message was not sent)", vim.log.levels.ERROR)
+        return
+      end
+      local sent_ok, send_err = pcall(require("mia.chat").prompt, text, { context = context })
+      if not sent_ok then
+        vim.notify(tostring(send_err), vim.log.levels.ERROR)
+        return
+      end
+      clear()
+    end)
+  end)
+  if not ok then
+    resolving = false
+    vim.notify(tostring(err), vim.log.levels.ERROR)
+  end
 end
 
 --- The prompt buffer (created on first use).
@@ -55,6 +122,8 @@ function M.buffer()
   vim.bo[buf].filetype = "mia_prompt"
   vim.bo[buf].omnifunc = "v:lua.require'mia.prompt'.complete"
   vim.bo[buf].completefunc = "v:lua.require'mia.prompt'.complete"
+  -- The list opens as you type `/` or `@`: typing on must not append to an inserted first match.
+  pcall(api.nvim_set_option_value, "completeopt", "menu,menuone,noinsert", { scope = "local", buf = buf })
   vim.keymap.set("n", "<CR>", M.send, { buffer = buf, desc = "mia: send" })
   vim.keymap.set("i", "<C-s>", function()
     vim.cmd.stopinsert()
@@ -72,6 +141,15 @@ function M.buffer()
     end
     return "/"
   end, { buffer = buf, expr = true, desc = "mia: slash command completion" })
+  -- typing "@" at the start of a word opens mention completion (when MCP servers are configured)
+  vim.keymap.set("i", "@", function()
+    local col = api.nvim_win_get_cursor(0)[2]
+    local prev = api.nvim_get_current_line():sub(col, col)
+    if (col == 0 or prev:match("%s")) and #require("mia.mcp").names() > 0 then
+      return "@<C-x><C-o>"
+    end
+    return "@"
+  end, { buffer = buf, expr = true, desc = "mia: @-mention completion" })
   return buf
 end
 

@@ -1,6 +1,7 @@
 --- Slash commands: `/help`, `/costs`, `/tools`, `/mode`, `/model`,
 --- `/sessions`, `/new`, `/clear`, `/compact` and the user's own
---- (`mia.register_command`). A line starting with `/` is a command, never a
+--- (`mia.register_command`), and each MCP server's prompts as
+--- `/server:prompt`. A line starting with `/` is a command, never a
 --- message to the model; an unknown one says so and suggests close names.
 --- Their shape follows the Agent Client Protocol's AvailableCommand.
 
@@ -205,6 +206,41 @@ local function external_command(name)
   return nil
 end
 
+--- The MCP servers' prompts as commands (`server:prompt`), when the chat
+--- talks to mia's own agent and some server is ready.
+--- @return { name: string, description: string, input?: { hint: string }, server: string, prompt: table }[]
+local function mcp_prompt_commands()
+  if external or not require("mia.settings").mcp_servers() then
+    return {}
+  end
+  local mcp = require("mia.mcp")
+  local ok, prompts = pcall(mcp.prompts)
+  if not ok then
+    return {}
+  end
+  local out = {}
+  for _, p in ipairs(prompts) do
+    local hint = mcp.prompt_hint(p)
+    out[#out + 1] = {
+      name = p.server .. ":" .. p.name,
+      description = p.description or "",
+      input = hint and { hint = hint } or nil,
+      server = p.server,
+      prompt = p,
+    }
+  end
+  return out
+end
+
+local function mcp_prompt_command(name)
+  for _, c in ipairs(mcp_prompt_commands()) do
+    if c.name == name then
+      return c
+    end
+  end
+  return nil
+end
+
 --- The commands available now, in ACP's AvailableCommand shape.
 --- @return { name: string, description: string, input?: { hint: string } }[]
 function M.available()
@@ -218,6 +254,9 @@ function M.available()
     if (not external or (KEEP_WITH_AGENT[name] and not external_command(name))) and (not c.available or c.available()) then
       out[#out + 1] = { name = c.name, description = c.description, input = c.input_hint and { hint = c.input_hint } or nil }
     end
+  end
+  for _, c in ipairs(mcp_prompt_commands()) do
+    out[#out + 1] = { name = c.name, description = c.description, input = c.input }
   end
   return out
 end
@@ -288,12 +327,26 @@ end
 --- or refused); false means it is a message for the model.
 --- @param text string
 function M.dispatch(text)
-  local name, input = text:match("^%s*/([%w_%-]*)%s*(.-)%s*$")
+  local name, input = text:match("^%s*/([%w_%-%.:]*)%s*(.-)%s*$")
   if not name then
     return false
   end
   if external and external_command(name) then
     return false -- the agent's own command: the text goes to the agent
+  end
+  local server = not external and name:match("^([%w_%-]+):.")
+  if server and vim.tbl_contains(require("mia.mcp").names(), server) then
+    local c = mcp_prompt_command(name)
+    if c then
+      require("mia.mcp").run_prompt(c.server, c.prompt, input)
+      return true
+    end
+    local mcp = require("mia.mcp")
+    if mcp.any_not_started() then
+      mcp.start()
+      error(string.format("mia: MCP server `%s` was not started; it is starting now: send /%s again when it is ready (:Mia mcp)", server, name), 0)
+    end
+    error(string.format("mia: MCP server `%s` has no prompt `%s` (:Mia mcp %s lists its prompts)", server, name:sub(#server + 2), server), 0)
   end
   local cmd = commands[name]
   if external and cmd and not KEEP_WITH_AGENT[name] then
@@ -316,10 +369,23 @@ end
 --- buffer's omnifunc/completefunc): command names with descriptions, then
 --- the command's input hint and values.
 --- @param before string the line up to the cursor
+--- @param on_more? fun() runs when more commands may be offered (MCP servers started for this completion are ready)
 --- @return integer start_col (0-based), table[] items
-function M.complete(before)
-  local name_part = before:match("^%s*/([%w_%-]*)$")
+function M.complete(before, on_more)
+  local name_part = before:match("^%s*/([%w_%-%.:]*)$")
   if name_part then
+    if on_more and not external and require("mia.settings").mcp_servers() then
+      local mcp = require("mia.mcp")
+      if mcp.any_not_started() then
+        -- Not from inside the completion function (text is locked there).
+        vim.schedule(function()
+          local ok, err = pcall(mcp.start, on_more)
+          if not ok then
+            vim.notify(tostring(err), vim.log.levels.ERROR)
+          end
+        end)
+      end
+    end
     local items = {}
     for _, c in ipairs(M.available()) do
       if vim.startswith(c.name, name_part) then
@@ -328,8 +394,8 @@ function M.complete(before)
     end
     return before:find("/") - 1, items
   end
-  local name, arg = before:match("^%s*/([%w_%-]+)%s+(.*)$")
-  local ext = name and external_command(name)
+  local name, arg = before:match("^%s*/([%w_%-%.:]+)%s+(.*)$")
+  local ext = name and (external_command(name) or (name:find(":", 1, true) and mcp_prompt_command(name)))
   if ext then
     local hint = type(ext.input) == "table" and ext.input.hint or nil
     if hint then

@@ -399,6 +399,131 @@ impl McpClient {
             tail_of(&self.stderr)
         )
     }
+
+    /// Whether the server said (in its handshake) that it has resources,
+    /// and prompts: a server that did not is never asked for them.
+    pub fn offers(&self) -> (bool, bool) {
+        match self.service.peer().peer_info() {
+            Some(info) => (
+                info.capabilities.resources.is_some(),
+                info.capabilities.prompts.is_some(),
+            ),
+            None => (false, false),
+        }
+    }
+
+    /// The server's resources (`resources/list`, at most [`super::catalog::MAX_PAGES`]
+    /// pages and [`super::catalog::MAX_ITEMS`] resources), within the spec's timeout.
+    pub async fn list_resources(&self) -> Result<Vec<super::catalog::McpResourceDef>, String> {
+        let pages = async {
+            let mut out = Vec::new();
+            let mut cursor = None;
+            for _ in 0..super::catalog::MAX_PAGES {
+                let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+                let page = self.service.peer().list_resources(Some(params)).await?;
+                out.extend(page.resources.iter().filter_map(|r| serde_json::to_value(r).ok()));
+                cursor = page.next_cursor;
+                if cursor.is_none() || out.len() >= super::catalog::MAX_ITEMS {
+                    break;
+                }
+            }
+            Ok::<_, rmcp::ServiceError>(out)
+        };
+        let values = self.bounded("resources/list", pages).await?;
+        Ok(values
+            .iter()
+            .filter_map(super::catalog::McpResourceDef::from_json)
+            .take(super::catalog::MAX_ITEMS)
+            .collect())
+    }
+
+    /// The server's prompts (`prompts/list`, bounded as resources are).
+    pub async fn list_prompts(&self) -> Result<Vec<super::catalog::McpPromptDef>, String> {
+        let pages = async {
+            let mut out = Vec::new();
+            let mut cursor = None;
+            for _ in 0..super::catalog::MAX_PAGES {
+                let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+                let page = self.service.peer().list_prompts(Some(params)).await?;
+                out.extend(page.prompts.iter().filter_map(|p| serde_json::to_value(p).ok()));
+                cursor = page.next_cursor;
+                if cursor.is_none() || out.len() >= super::catalog::MAX_ITEMS {
+                    break;
+                }
+            }
+            Ok::<_, rmcp::ServiceError>(out)
+        };
+        let values = self.bounded("prompts/list", pages).await?;
+        Ok(values
+            .iter()
+            .filter_map(super::catalog::McpPromptDef::from_json)
+            .take(super::catalog::MAX_ITEMS)
+            .collect())
+    }
+
+    /// `resources/read` of `uri`: its `contents` as JSON (each with `uri`,
+    /// `mimeType`, and `text` or `blob`).
+    pub async fn read_resource(&self, uri: &str) -> Result<Vec<Value>, String> {
+        let params = rmcp::model::ReadResourceRequestParams::new(uri);
+        let result = self
+            .bounded("resources/read", self.service.peer().read_resource(params))
+            .await?;
+        Ok(result
+            .contents
+            .iter()
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect())
+    }
+
+    /// `prompts/get` of `name` with `args`: its `messages` as JSON (each
+    /// with `role` and one `content` block).
+    pub async fn get_prompt(&self, name: &str, args: serde_json::Map<String, Value>) -> Result<Vec<Value>, String> {
+        let params = rmcp::model::GetPromptRequestParams::new(name).with_arguments(args);
+        let answer = self
+            .bounded("prompts/get", self.service.peer().get_prompt_once(params))
+            .await?;
+        match answer {
+            rmcp::model::GetPromptResponse::Complete(result) => Ok(result
+                .messages
+                .iter()
+                .filter_map(|m| serde_json::to_value(m).ok())
+                .collect()),
+            _ => Err(format!(
+                "MCP server `{}`: prompt `{name}` asks for more input, which mia does not support",
+                self.name
+            )),
+        }
+    }
+
+    /// Ends the connection: a child process is asked to exit (its stdin
+    /// closed, then SIGTERM, then killed) and waited for, at most `wait`.
+    pub async fn shut_down(&self, wait: Duration) {
+        self.service.cancellation_token().cancel();
+        let _ = tokio::time::timeout(wait, async {
+            while !self.is_closed() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            self.stderr_done.cancelled().await;
+        })
+        .await;
+    }
+
+    /// Runs one request within the spec's timeout; its error names it.
+    async fn bounded<T>(
+        &self,
+        what: &str,
+        work: impl std::future::Future<Output = Result<T, rmcp::ServiceError>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.failure(what, e.to_string()).await),
+            Err(_) => Err(format!(
+                "MCP server `{}`: {what} got no answer within {} ms",
+                self.name,
+                self.timeout.as_millis()
+            )),
+        }
+    }
 }
 
 /// The last stderr lines, as a suffix for an error message.

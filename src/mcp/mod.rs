@@ -7,7 +7,9 @@
 //! registered with source `mcp` as `server__tool`. [`client`] is the only
 //! file that touches the SDK.
 
+pub mod catalog;
 pub mod client;
+mod manage;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,7 +20,9 @@ use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+pub use catalog::{McpPromptDef, McpResourceDef};
 pub use client::McpClient;
+pub use manage::{get_prompt, read_resource, restart};
 
 use crate::tools::registry::{Registry, ToolSource};
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutput};
@@ -325,11 +329,14 @@ pub(crate) fn cut(s: &mut String, max: usize) {
 pub enum ServerState {
     NotStarted,
     Starting,
+    /// Its tools' registry names, the tools it left out (each with the
+    /// reason), and what it lists of resources and prompts.
     Ready {
         tools: Vec<String>,
-        /// The server's tools mia left out, each with the reason.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         skipped: Vec<String>,
+        resources: Vec<McpResourceDef>,
+        prompts: Vec<McpPromptDef>,
     },
     Failed {
         reason: String,
@@ -437,18 +444,30 @@ pub async fn ensure_started_in(scope: &str, registry: &Arc<Registry>, specs: &[M
         }
         todo
     };
+    start_these(scope, registry, todo).await
+}
+
+/// Starts `todo` (their slots already say `Starting`), registers their
+/// tools and sets their slots' state; one warning per server that failed.
+async fn start_these(scope: &str, registry: &Arc<Registry>, todo: Vec<McpServerSpec>) -> Vec<String> {
     let started = futures_util::future::join_all(todo.iter().map(start)).await;
     let mut warnings = Vec::new();
     for (spec, outcome) in todo.into_iter().zip(started) {
         let state = match outcome {
-            Ok((client, defs)) => {
+            Ok((client, defs, resources, prompts)) => {
                 let client = Arc::new(client);
                 let key = slot_key(scope, &spec.name);
                 follow_tool_changes(registry, &key, &client);
                 if let Some(slot) = lock().get_mut(&key) {
                     slot.client = Some(client);
                 }
-                register_tools(registry, &key, &spec, defs)
+                let (tools, skipped) = register_tools(registry, &key, &spec, defs);
+                ServerState::Ready {
+                    tools,
+                    skipped,
+                    resources,
+                    prompts,
+                }
             }
             Err(reason) => {
                 let fix = if scope.is_empty() {
@@ -471,10 +490,16 @@ pub async fn ensure_started_in(scope: &str, registry: &Arc<Registry>, specs: &[M
 }
 
 /// Puts `spec`'s tools `defs` in the registry, in place of the ones it had
-/// (`key` is its servers' map key); the server's new state. A tool whose
-/// name is not valid, or that another server of the same scope already
-/// holds, is left out and named in `skipped`.
-fn register_tools(registry: &Arc<Registry>, key: &str, spec: &McpServerSpec, defs: Vec<McpToolDef>) -> ServerState {
+/// (`key` is its servers' map key), and in its slot's state when ready;
+/// answers the registered names and the tools left out. A tool whose name
+/// is not valid, or that another server of the same scope already holds,
+/// is left out, with the reason.
+fn register_tools(
+    registry: &Arc<Registry>,
+    key: &str,
+    spec: &McpServerSpec,
+    defs: Vec<McpToolDef>,
+) -> (Vec<String>, Vec<String>) {
     let mut slots = lock();
     let taken: std::collections::BTreeSet<String> = slots
         .iter()
@@ -520,11 +545,16 @@ fn register_tools(registry: &Arc<Registry>, key: &str, spec: &McpServerSpec, def
             registry.unregister(old, ToolSource::Mcp);
         }
     }
-    let state = ServerState::Ready { tools: names, skipped };
-    if let Some(slot) = slots.get_mut(key) {
-        slot.state = state.clone();
+    if let Some(ServerState::Ready {
+        tools,
+        skipped: left_out,
+        ..
+    }) = slots.get_mut(key).map(|s| &mut s.state)
+    {
+        tools.clone_from(&names);
+        left_out.clone_from(&skipped);
     }
-    state
+    (names, skipped)
 }
 
 /// Reads the server's tool list again each time it says it changed, for as
@@ -564,10 +594,33 @@ fn follow_tool_changes(registry: &Arc<Registry>, key: &str, client: &Arc<McpClie
     });
 }
 
-async fn start(spec: &McpServerSpec) -> Result<(McpClient, Vec<McpToolDef>), String> {
+/// A started server: its client, tools, resources and prompts.
+type Started = (McpClient, Vec<McpToolDef>, Vec<McpResourceDef>, Vec<McpPromptDef>);
+
+/// Connects and lists what the server offers. Resources and prompts are
+/// asked for only when the server advertises them; a failure to list them
+/// is logged and leaves them empty (the tools still work).
+async fn start(spec: &McpServerSpec) -> Result<Started, String> {
     let client = McpClient::connect(spec).await?;
     let tools = client.list_tools().await?;
-    Ok((client, tools))
+    let (has_resources, has_prompts) = client.offers();
+    let resources = if has_resources {
+        client.list_resources().await.unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    let prompts = if has_prompts {
+        client.list_prompts().await.unwrap_or_else(|e| {
+            tracing::warn!("{e}");
+            Vec::new()
+        })
+    } else {
+        Vec::new()
+    };
+    Ok((client, tools, resources, prompts))
 }
 
 /// The live client of `server` (its map key is `key`), restarting it when its process is gone.

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod acp_api;
 mod checkpoint_api;
+mod mcp_api;
 mod store_api;
 
 use mlua::prelude::*;
@@ -481,7 +482,7 @@ fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
 }
 
 /// `mcp_status(servers)` -> each of `servers` (as `configure_agent` takes
-/// them) `{ name, state, tools?, reason? }` (`state`: not_started, starting,
+/// them) `{ name, state, tools?, resources?, prompts?, reason? }` (`state`: not_started, starting,
 /// ready, failed). Never waits.
 fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
     guarded("mcp_status", || {
@@ -650,6 +651,10 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("tools", lua.create_function(tools)?)?;
     m.set("configure_agent", lua.create_function(configure_agent)?)?;
     m.set("mcp_status", lua.create_function(mcp_status)?)?;
+    m.set("mcp_start", lua.create_function(mcp_api::mcp_start)?)?;
+    m.set("mcp_restart", lua.create_function(mcp_api::mcp_restart)?)?;
+    m.set("mcp_read", lua.create_function(mcp_api::mcp_read)?)?;
+    m.set("mcp_prompt", lua.create_function(mcp_api::mcp_prompt)?)?;
     m.set("list_models", lua.create_function(list_models)?)?;
     m.set("health_check", lua.create_function(health_check)?)?;
     m.set("ack", lua.create_function(ack)?)?;

@@ -57,7 +57,7 @@ def mcp_lines(ed):
 def test_an_mcp_tool_runs_through_the_agent_loop(agent, server):
     ed = agent({"everything": EVERYTHING_SPEC})
     # lazy: nothing started before the first turn
-    assert mcp_lines(ed) == ["everything: not started (starts when the agent first needs tools)"]
+    assert mcp_lines(ed) == ["everything: not started (starts when the agent first needs tools, or :Mia mcp start)"]
     prompt(ed, 'tool everything__echo {"message": "hello mcp"}')
     assert "everything__echo" in offered_tools(server)
     result = tool_results(server)[-1][0]["content"]
@@ -66,9 +66,9 @@ def test_an_mcp_tool_runs_through_the_agent_loop(agent, server):
     assert "**everything__echo**" in text
     assert text.endswith("tool said: Echo: hello mcp")
     line = mcp_lines(ed)[0]
-    assert line.startswith("everything: ready, ") and line.endswith(" tools"), line
-    ed.nvim.command("Mia mcp everything")
-    assert "  everything__echo" in ed.messages()
+    assert line.startswith("everything: ready, ") and line.endswith(" prompts") and " tools, " in line, line
+    shown = ed.lua("return vim.api.nvim_exec2('Mia mcp everything', { output = true }).output")
+    assert "    everything__echo" in shown
     ed.nvim.command("checkhealth mia")
     section = "\n".join(ed.nvim.current.buffer[:]).split("mia: MCP servers", 1)[1]
     assert "OK everything: ready, " in section, section
@@ -125,7 +125,9 @@ def test_setup_rejects_a_server_without_command_or_url(editor_factory):
 
 def test_completion_offers_the_configured_servers(agent):
     ed = agent({"everything": EVERYTHING_SPEC, "other": {"command": ["x"]}})
-    assert ed.nvim.call("getcompletion", "Mia mcp ", "cmdline") == ["everything", "other"]
+    assert ed.nvim.call("getcompletion", "Mia mcp ", "cmdline") == ["everything", "other", "restart", "start"]
+    assert ed.nvim.call("getcompletion", "Mia mcp restart ", "cmdline") == ["everything", "other"]
+    assert ed.nvim.call("getcompletion", "Mia mcp restart ev", "cmdline") == ["everything"]
     assert "mcp" in ed.nvim.call("getcompletion", "Mia ", "cmdline")
 
 
@@ -246,7 +248,7 @@ def test_a_changed_tool_list_reaches_the_registry(agent, server, tmp_path):
     # The request that called `grow` did not offer `grown` (the one after it may, once the list was read again).
     bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
     assert "fragile__grown" not in [t["function"]["name"] for t in bodies[-2].get("tools", [])]
-    ed.wait("vim.tbl_contains(require('mia.mcp').lines('fragile'), '  fragile__grown')", 10000)
+    ed.wait("vim.tbl_contains(require('mia.mcp').lines('fragile'), '    fragile__grown')", 10000)
     prompt(ed, "tool fragile__grown {}")
     assert tool_results(server)[-1][-1]["content"].startswith("pid "), tool_results(server)[-1]
     assert "fragile__grown" in offered_tools(server)
@@ -263,6 +265,8 @@ def test_tools_can_be_renamed_and_bad_names_are_left_out(agent, server, tmp_path
     assert not any("bad" in t for t in offered), offered
     status = ed.lua("return require('mia.mcp').status()")[0]
     assert any(s.startswith("`bad name!`: not a valid tool name") for s in status["skipped"]), status
+    shown = ed.lua("return vim.api.nvim_exec2('Mia mcp fragile', { output = true }).output")
+    assert "left out (rename them in tool_names):\n    `bad name!`: not a valid tool name" in shown, shown
 
 
 def test_setup_rejects_a_bad_tool_name_override(editor_factory):
@@ -354,3 +358,148 @@ def test_an_image_result_reaches_the_model_as_an_image(agent, server):
     assert follow["role"] == "user", follow
     urls = [c["image_url"]["url"] for c in follow["content"] if c["type"] == "image_url"]
     assert len(urls) == 1 and urls[0].startswith("data:image/png;base64,iVBOR"), urls
+
+
+DOCS = EVERYTHING.resolve().parent.parent / "docs" if EVERYTHING.exists() else None
+FEATURES_URI = "demo://resource/static/document/features.md"
+
+
+def user_messages(server):
+    """The user messages' text of the last chat request."""
+    bodies = [r["body"] for r in server.requests() if r["method"] == "POST" and r["body"]]
+    out = []
+    for m in bodies[-1]["messages"]:
+        if m["role"] == "user":
+            c = m["content"]
+            out.append(c if isinstance(c, str) else "".join(p.get("text", "") for p in c))
+    return out
+
+
+def completion_words(ed):
+    return ed.lua("return vim.tbl_map(function(i) return i.word end, vim.fn.complete_info({ 'items' }).items)")
+
+
+def wait_for_completion(ed, word):
+    ed.wait(f"vim.tbl_contains(vim.tbl_map(function(i) return i.word end, "
+            f"vim.fn.complete_info({{ 'items' }}).items), {json.dumps(word)})")
+
+
+def everything_pids(ed):
+    """The pids of server-everything processes that are children of the Neovim under test."""
+    import glob
+    pids = []
+    for f in glob.glob(f"/proc/{ed.pid}/task/*/children"):
+        for pid in Path(f).read_text().split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "mcp-server-everything" in cmd:
+                pids.append(int(pid))
+    return pids
+
+
+@needs_server
+def test_at_completes_the_servers_resources_and_a_mention_sends_the_resource(agent, server):
+    ed = agent({"everything": EVERYTHING_SPEC})
+    ed.nvim.command("Mia open")
+    # "@" starts the servers (not started yet) and completes once they are ready
+    ed.nvim.input("isummarize @")
+    wait_for_completion(ed, "@everything:" + FEATURES_URI)
+    assert ed.lua("return require('mia.mcp').lines()")[0].startswith("everything: ready, ")
+    menu = ed.lua("for _, i in ipairs(vim.fn.complete_info({ 'items' }).items) do "
+                  "if i.word:find('features.md', 1, true) then return i.menu end end")
+    assert menu == "features.md", menu
+    # <C-e> leaves the list; typing more and completing again finds the one resource, <C-y> takes it
+    ed.nvim.input("<C-e>everything:demo://resource/static/document/feat<C-x><C-o>")
+    ed.wait("#vim.fn.complete_info({ 'items' }).items == 1")
+    ed.nvim.input("<C-y>")
+    ed.wait("vim.api.nvim_get_current_line():find('features.md', 1, true) ~= nil")
+    ed.nvim.input("<Esc>")
+    ed.wait("vim.fn.mode() == 'n'")
+    assert ed.nvim.current.line == "summarize @everything:" + FEATURES_URI
+    ed.nvim.input("<CR>")
+    ed.wait("require('mia.chat').state() == 'done'")
+    sent = user_messages(server)[-1]
+    assert sent.startswith("summarize @everything:" + FEATURES_URI + "\n\n"), sent[:200]
+    assert f'<resource server="everything" uri="{FEATURES_URI}" mimeType="text/markdown">\n# Everything Server - Features' in sent
+    assert sent.rstrip().endswith("</resource>")
+    assert ed.nvim.current.buffer[:] == [""]  # the prompt was sent, so cleared
+
+
+@needs_server
+def test_a_mention_that_cannot_be_read_keeps_the_prompt_and_says_why(agent, server):
+    ed = agent({"everything": EVERYTHING_SPEC})
+    ed.nvim.command("Mia open")
+    ed.nvim.input("iread @everything:demo://no/such/thing please<Esc>")
+    ed.wait("vim.fn.mode() == 'n'")
+    ed.nvim.input("<CR>")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('cannot read @everything:demo://no/such/thing', 1, true) ~= nil")
+    assert "(the message was not sent)" in ed.messages()
+    assert ed.nvim.current.buffer[:] == ["read @everything:demo://no/such/thing please"]
+    assert not [r for r in server.requests() if r["method"] == "POST"]
+    assert ed.state() == "idle"
+
+
+@needs_server
+def test_a_prompt_is_a_slash_command_with_its_arguments_as_hint(agent, server):
+    ed = agent({"everything": EVERYTHING_SPEC})
+    ed.nvim.command("Mia open")
+    # "/" starts the servers and completes again once their prompts are known
+    ed.nvim.input("i/")
+    wait_for_completion(ed, "/everything:args-prompt")
+    info = ed.lua("for _, i in ipairs(vim.fn.complete_info({ 'items' }).items) do "
+                  "if i.word == '/everything:args-prompt' then return { i.menu, i.info } end end")
+    assert info == ["A prompt with two arguments, one required and one optional", "city=<required> state=<optional>"]
+    ed.nvim.input("<C-e><Esc>")
+    ed.wait("vim.fn.mode() == 'n'")
+    # the argument's hint completes after the name
+    ed.nvim.input("cc/<C-e>everything:args-prompt <C-x><C-o>")
+    ed.wait("#vim.fn.complete_info({ 'items' }).items > 0")
+    assert ed.lua("return vim.fn.complete_info({ 'items' }).items[1].abbr") == "city=<required> state=<optional>"
+    ed.nvim.input("<C-e><Esc>")
+    # a missing required argument is named, and the prompt stays
+    ed.nvim.input('cc/<C-e>everything:args-prompt state="New York"<Esc>')
+    ed.wait("vim.fn.mode() == 'n'")
+    ed.nvim.input("<CR>")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('needs the argument `city`', 1, true) ~= nil")
+    assert "/everything:args-prompt needs the argument `city` (usage: /everything:args-prompt city=<required> state=<optional>)" in ed.messages()
+    assert ed.nvim.current.buffer[:] == ['/everything:args-prompt state="New York"']
+    # with it, the prompt's messages are sent to the model
+    ed.nvim.input('cccity=Albany state="New York"<Esc>0i/everything:args-prompt <Esc>')
+    ed.wait("vim.fn.mode() == 'n'")
+    assert ed.nvim.current.line == '/everything:args-prompt city=Albany state="New York"'
+    ed.nvim.input("<CR>")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert user_messages(server)[-1] == "What's weather in Albany, New York?"
+    assert "What's weather in Albany, New York?" in ed.chat_text()
+
+
+@needs_server
+def test_mia_mcp_lists_resources_and_prompts_and_restart_replaces_the_process(agent, server):
+    ed = agent({"everything": EVERYTHING_SPEC})
+    ed.nvim.command("Mia mcp start")
+    ed.wait("require('mia.mcp').lines()[1]:find('ready', 1, true) ~= nil")
+    line = mcp_lines(ed)[0]
+    assert line.startswith("everything: ready, ") and " resources, " in line and line.endswith(" prompts"), line
+    assert "0 resources" not in line and "0 prompts" not in line
+    shown = ed.lua("return vim.api.nvim_exec2('Mia mcp everything', { output = true }).output")
+    assert "    " + FEATURES_URI + "  features.md" in shown
+    assert "    /everything:args-prompt city=<required> state=<optional>" in shown
+    assert "    /everything:simple-prompt" in shown
+    ed.nvim.command("checkhealth mia")
+    section = "\n".join(ed.nvim.current.buffer[:]).split("mia: MCP servers", 1)[1]
+    assert "OK " + line in section, section
+    ed.nvim.command("bwipe")
+    [old] = everything_pids(ed)
+    ed.nvim.command("Mia mcp restart everything")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('mia: everything: ready', 1, true) ~= nil")
+    assert not process_running(old)
+    [new] = everything_pids(ed)
+    assert new != old
+    assert mcp_lines(ed)[0] == line
+    # its tools are registered again and work
+    prompt(ed, 'tool everything__echo {"message": "after restart"}')
+    assert tool_results(server)[-1][-1]["content"] == "Echo: after restart"
+    err = ed.lua("local ok, err = pcall(vim.cmd, 'Mia mcp restart nosuch') return err")
+    assert "no MCP server named `nosuch`" in err
