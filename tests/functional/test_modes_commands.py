@@ -149,3 +149,25 @@ def test_a_configured_mode_has_its_own_prompt_tools_and_policy(editor_factory, s
     body = posts(server)[-1]["body"]
     assert sorted(t["function"]["name"] for t in body["tools"]) == ["grep", "read_file"]
     assert "You review code and never change it." in body["messages"][0]["content"]
+
+
+def test_slash_commands_complete_as_typed_with_omni_and_user_completion(editor_factory, server):
+    """Typing `/c` then <C-x><C-o> (or <C-x><C-u>) in the prompt buffer lists
+    the matching commands; a user command's input hint shows in the menu."""
+    from conftest import scenario_setup
+    ed = editor_factory(setup=scenario_setup(server))
+    ed.lua("""require('mia').register_command({ name = 'deploy', description = 'deploys',
+      input_hint = 'staging | production', run = function() end })""")
+    ed.nvim.command("Mia open")
+    words = "vim.tbl_map(function(i) return i.word end, vim.fn.complete_info({ 'items' }).items)"
+    for keys in ("<C-x><C-o>", "<C-x><C-u>"):
+        ed.nvim.input("S/c" + keys)
+        ed.wait(f"vim.tbl_contains({words}, '/costs')")
+        got = ed.lua(f"return {words}")
+        assert "/clear" in got and all(w.startswith("/c") for w in got), got
+        ed.nvim.input("<C-e><Esc>")
+        ed.wait("vim.fn.mode() == 'n'")
+    ed.nvim.input("S/dep<C-x><C-o>")
+    ed.wait(f"vim.tbl_contains({words}, '/deploy')")
+    item = ed.lua("for _, i in ipairs(vim.fn.complete_info({ 'items' }).items) do if i.word == '/deploy' then return i end end")
+    assert item["menu"] == "deploys" and item["info"] == "staging | production", item
