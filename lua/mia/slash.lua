@@ -197,13 +197,18 @@ function M.set_external_commands(list)
   M.announce()
 end
 
-local function external_command(name)
-  for _, c in ipairs(external or {}) do
+--- The command named `name` in `list`, if any.
+local function named(list, name)
+  for _, c in ipairs(list or {}) do
     if c.name == name then
       return c
     end
   end
   return nil
+end
+
+local function external_command(name)
+  return named(external, name)
 end
 
 --- The MCP servers' prompts as commands (`server:prompt`), when the chat
@@ -233,12 +238,7 @@ local function mcp_prompt_commands()
 end
 
 local function mcp_prompt_command(name)
-  for _, c in ipairs(mcp_prompt_commands()) do
-    if c.name == name then
-      return c
-    end
-  end
-  return nil
+  return named(mcp_prompt_commands(), name)
 end
 
 --- The commands available now, in ACP's AvailableCommand shape.

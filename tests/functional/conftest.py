@@ -2,6 +2,7 @@
 RPC by pynvim) with the plugin and its native library loaded, talking real
 HTTP over loopback to the project's scenario server."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -137,6 +138,26 @@ class Editor:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+@contextlib.contextmanager
+def mcp_http_server(program):
+    """An MCP server program that serves streamable HTTP on $PORT (like
+    server-everything's `streamableHttp`), on a free loopback port: its URL."""
+    port = free_port()
+    proc = subprocess.Popen([str(program), "streamableHttp"], env={**os.environ, "PORT": str(port)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def process_running(pid: int) -> bool:

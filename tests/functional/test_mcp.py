@@ -163,25 +163,9 @@ def test_a_server_that_pages_its_tools_without_end_is_cut_at_twenty_pages(agent,
 @pytest.fixture
 def everything_http():
     """server-everything over streamable HTTP on a free port: its spec."""
-    import os
-    import socket
-    import subprocess
-    import time
-    from conftest import free_port
-    port = free_port()
-    proc = subprocess.Popen([str(EVERYTHING), "streamableHttp"], env={**os.environ, "PORT": str(port)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield {"url": f"http://127.0.0.1:{port}/mcp", "timeout_ms": 20000}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    from conftest import mcp_http_server
+    with mcp_http_server(EVERYTHING) as url:
+        yield {"url": url, "timeout_ms": 20000}
 
 
 @needs_server

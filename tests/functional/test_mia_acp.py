@@ -5,14 +5,12 @@ scenario server as its model provider; plus its command line and config errors."
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import mcp_http_server
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "target" / "release" / "mia-acp"
@@ -127,27 +125,15 @@ def test_an_editors_mcp_servers_reach_each_sessions_agent_loop_and_bad_ones_are_
     project = tmp_path / "project"
     project.mkdir()
     env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"))
-    port = free_port()
-    web = subprocess.Popen([str(EVERYTHING), "streamableHttp"], env={**os.environ, "PORT": str(port)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with mcp_http_server(EVERYTHING) as url:
         r = subprocess.run(
             [node, str(MCP_SCRIPT), str(SDKS["2"]), str(BIN), str(config), str(project), str(EVERYTHING), secret,
-             f"http://127.0.0.1:{port}/mcp"],
+             url],
             capture_output=True,
             text=True,
             timeout=240,
             env=env,
         )
-    finally:
-        web.terminate()
-        web.wait(timeout=10)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert r.stdout.rstrip().endswith("ALL OK"), out
