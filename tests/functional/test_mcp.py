@@ -487,3 +487,25 @@ def test_mia_mcp_lists_resources_and_prompts_and_restart_replaces_the_process(ag
     assert tool_results(server)[-1][-1]["content"] == "Echo: after restart"
     err = ed.lua("local ok, err = pcall(vim.cmd, 'Mia mcp restart nosuch') return err")
     assert "no MCP server named `nosuch`" in err
+
+
+@needs_server
+def test_resources_and_prompts_over_streamable_http(agent, server, everything_http):
+    ed = agent({"everything": everything_http})
+    ed.nvim.command("Mia mcp start")
+    ed.wait("require('mia.mcp').lines()[1]:find('ready', 1, true) ~= nil", 20000)
+    shown = ed.lua("return vim.api.nvim_exec2('Mia mcp everything', { output = true }).output")
+    assert "    " + FEATURES_URI + "  features.md" in shown and "/everything:args-prompt" in shown, shown
+    ed.nvim.command("Mia open")
+    ed.nvim.input(f"isummarize @everything:{FEATURES_URI}<Esc>")
+    ed.wait("vim.fn.mode() == 'n'")
+    ed.nvim.input("<CR>")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert f'<resource server="everything" uri="{FEATURES_URI}"' in user_messages(server)[-1]
+    ed.nvim.input("cc/everything:args-prompt city=Albany<Esc>")
+    ed.wait("vim.fn.mode() == 'n'")
+    ed.nvim.input("<CR>")
+    ed.wait("#vim.tbl_filter(function(l) return l:find('Albany', 1, true) ~= nil end, "
+            "vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false)) > 0")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert user_messages(server)[-1].startswith("What's weather in Albany"), user_messages(server)[-1]
