@@ -56,6 +56,14 @@ def test_rules_apply_by_path_show_in_the_chat_and_edits_count_next_turn(editor_f
     system = system_of_last_request(server)
     assert "German" in system and "French" not in system and "Use tabs" not in system
     assert ed.chat_text().rstrip().count("_rules: AGENTS.md, .cursor/rules/rust.mdc_") == 1
+    # A resumed session shows which rules each turn applied.
+    ed.close()
+    again = start(editor_factory, server, project)
+    (info,) = again.lua("return require('mia').sessions.list({ cwd = vim.fn.getcwd() })")["sessions"]
+    again.lua("require('mia').sessions.load(...)", info["sessionId"])
+    text = again.chat_text()
+    assert "_rules: AGENTS.md, src/AGENTS.md, .cursor/rules/rust.mdc_" in text, text
+    assert "_rules: AGENTS.md, .cursor/rules/rust.mdc_" in text, text
 
 
 def test_rules_can_be_configured_cut_and_turned_off(editor_factory, server, project, tmp_path):
