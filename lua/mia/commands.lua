@@ -4,6 +4,23 @@
 local M = {}
 
 --- @type table<string, { desc: string, run: fun(args: string, opts: table) }>
+--- The store's filter for `:Mia costs model|provider {id}`: `id` may be
+--- "provider/model" (split at the first "/" when the part before it names
+--- a configured provider, as models may hold "/" themselves; both then
+--- filter) or a bare id.
+--- @param scope "model"|"provider"
+--- @param id string
+--- @return { model?: string, provider?: string }
+function M.model_filter(scope, id)
+  local head, rest = id:match("^([^/]+)/(.+)$")
+  local providers = (require("mia.config").get() or {}).providers or {}
+  local builtin = { openai = true, anthropic = true, gemini = true }
+  if head and (providers[head] or builtin[head]) then
+    return { provider = head, model = rest }
+  end
+  return { [scope] = id }
+end
+
 M.subcommands = {
   prompt = {
     desc = "send {text} to the model (with a range: include the selected lines)",
@@ -87,7 +104,7 @@ M.subcommands = {
         if not words[2] then
           error("mia: usage: :Mia costs " .. scope .. " {id}", 0)
         end
-        query = { scope = "days", days = 30, [scope] = words[2] }
+        query = vim.tbl_extend("force", { scope = "days", days = 30 }, M.model_filter(scope, words[2]))
       elseif scope == "session" or scope == "daily" or scope == "weekly" then
         query = { scope = scope }
       else

@@ -111,6 +111,28 @@ def test_costs_subcommand_prints_the_weekly_report(make):
         ed.nvim.command("Mia costs hourly")
 
 
+@pytest.mark.parametrize("how", ["Mia costs", "slash"])
+def test_costs_by_model_or_provider_take_provider_slash_model_or_a_bare_id(make, how):
+    ed = make()
+    prompt(ed, "echo by model")
+
+    def requests(arg):
+        if how == "slash":
+            ed.lua("vim.cmd('messages clear'); require('mia.slash').dispatch(...)", "/costs " + arg)
+        else:
+            ed.nvim.command("messages clear")
+            ed.nvim.command("Mia costs " + arg)
+        out = ed.messages()
+        found = re.search(r"Requests: (\d+)", out)
+        return int(found.group(1)) if found else 0
+    assert requests("model echo") == 1
+    assert requests("model scn/echo") == 1
+    assert requests("model other/echo") == 0  # not a provider: the whole id is the model's
+    assert requests("provider scn") == 1
+    assert requests("provider scn/echo") == 1
+    assert requests("provider nope") == 0
+
+
 def test_a_warning_shows_once_when_crossed(make):
     ed = make(costs={"session_warning_usd": 0.000001})
     ed.lua("_G.warnings = {}; vim.notify = function(m, l) if l == vim.log.levels.WARN then table.insert(warnings, m) end end")
