@@ -14,11 +14,12 @@ Output: one JSON object, keys sorted, one model per line so a price change is
 a one-line diff:
 
     {"models":{
-    "<catalogue provider>/<model id>":{"cache_read":..,"cache_write":..,"input":..,"output":..,"tiers":[..]},
+    "<catalogue provider>/<model id>":{"cache_read":..,"cache_write":..,"context":..,"images":..,"input":..,"output":..,"tiers":[..]},
     ...
     },"source":"..."}
 
-Prices are USD per million tokens. A tier applies to the whole request when
+Prices are USD per million tokens; `context` is the context window in
+tokens and `images` whether the model takes image input. A tier applies to the whole request when
 its prompt is larger than `above_input_tokens`. Absent fields are omitted;
 models without an input and an output price are skipped (unknown stays
 unknown). Standard library only.
@@ -99,6 +100,14 @@ def model_price(raw, where):
     tiers = [tier(t, f"{where}.tiers[{i}]") for i, t in enumerate(prices.get("tiers") or [])]
     if tiers:
         entry["tiers"] = sorted(tiers, key=lambda t: t["above_input_tokens"])
+    # Not prices, but what the same table answers for: the context window
+    # (for `:Mia context` and the statusline's fill) and image input.
+    limit = raw.get("limit")
+    context = limit.get("context") if isinstance(limit, dict) else None
+    if isinstance(context, int) and not isinstance(context, bool) and context > 0:
+        entry["context"] = context
+    if isinstance(raw.get("attachment"), bool):
+        entry["images"] = raw["attachment"]
     return entry
 
 

@@ -44,6 +44,7 @@ fn price(input: f64, output: f64) -> Price {
         cache_read: None,
         cache_write: None,
         tiers: Vec::new(),
+        ..Price::default()
     }
 }
 

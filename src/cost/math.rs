@@ -140,6 +140,7 @@ mod tests {
             cache_read: Some(0.1),
             cache_write: None,
             tiers: vec![tier(500_000, 4.0), tier(100_000, 2.0)],
+            ..Price::default()
         }
     }
 

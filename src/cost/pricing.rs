@@ -29,7 +29,7 @@ const PROVIDER_ALIASES: &[(&str, &str)] = &[("gemini", "google")];
 /// `cache_read` and `cache_write` are `None` when the catalogue lists no
 /// separate price; such tokens are then billed at the input price (see
 /// [`super::math::rates`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Price {
     pub input: f64,
@@ -42,6 +42,13 @@ pub struct Price {
     /// a tier's threshold (Gemini 2.5 Pro above 200k tokens, for instance).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tiers: Vec<Tier>,
+    /// The model's context window in tokens, where the catalogue knows it.
+    /// Not a price: read by `:Mia context` and the statusline's fill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<u64>,
+    /// Whether the model takes images (the catalogue's `attachment`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 /// The prices that replace a model's base prices for a large prompt.
@@ -269,7 +276,7 @@ fn by_alias<'a>(provider: &'a String, models: &'a Models, model: &str) -> Option
         .iter()
         .filter(|(id, _)| model_id::has_date(id) && model_id::undated(id) == Some(base));
     let (first_id, first_price) = variants.next()?;
-    if variants.all(|(_, price)| price == first_price) {
+    if variants.all(|(_, price)| same_prices(price, first_price)) {
         Some(Resolved {
             provider,
             model: first_id,
@@ -278,6 +285,15 @@ fn by_alias<'a>(provider: &'a String, models: &'a Models, model: &str) -> Option
     } else {
         None
     }
+}
+
+/// Whether two entries bill alike (their context window or image support may differ).
+fn same_prices(a: &Price, b: &Price) -> bool {
+    a.input == b.input
+        && a.output == b.output
+        && a.cache_read == b.cache_read
+        && a.cache_write == b.cache_write
+        && a.tiers == b.tiers
 }
 
 fn validate(key: &str, price: &Price) -> Result<(), PricingError> {
@@ -312,6 +328,7 @@ mod tests {
             cache_read: None,
             cache_write: None,
             tiers: Vec::new(),
+            ..Price::default()
         }
     }
 
