@@ -86,6 +86,12 @@ pub enum MiaEvent {
     Warning { text: String },
     /// A live status line for the chat ("starting the agent `claude`…"); empty text clears it.
     Status { text: String },
+    /// What a tool name means changed (see `crate::tools::registry::ToolChange`).
+    ToolChange {
+        name: String,
+        source: crate::tools::registry::ToolSource,
+        registered: bool,
+    },
 }
 
 impl Event {

@@ -29,6 +29,19 @@ function M._core()
         vim.api.nvim_exec_autocmds("User", { pattern = "MiaToolRegistered", data = { name = t.name, source = t.source } })
       end
     end)
+    -- MCP servers' tools come and go in the core (a server starts, restarts,
+    -- or changes its list): the core tells, and they are announced the same way.
+    local watch = loader.call(core.watch_tools)
+    bridge.watch(watch.id, {
+      on_mia = function(ev)
+        if ev.type == "tool_change" and ev.source == "mcp" then
+          vim.api.nvim_exec_autocmds("User", {
+            pattern = ev.registered and "MiaToolRegistered" or "MiaToolDeregistered",
+            data = { name = ev.name, source = ev.source },
+          })
+        end
+      end,
+    })
   end
   return core
 end

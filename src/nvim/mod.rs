@@ -476,6 +476,42 @@ fn unregister_tool(lua: &Lua, (name, source): (String, String)) -> LuaResult<()>
     })
 }
 
+/// `watch_tools()` -> handle: a stream that never ends (until cancelled) of
+/// `tool_change` events, one per change of what a tool name means.
+fn watch_tools(_: &Lua, (): ()) -> LuaResult<StreamHandle> {
+    guarded("watch_tools", || {
+        let (rt, queue) = runtime_and_queue()?;
+        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let mut changes = runtime::registry().subscribe();
+        let stop = cancel.clone();
+        rt.spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                let change = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    c = changes.recv() => c,
+                };
+                match change {
+                    Ok(c) => queue.push(crate::events::Event::Mia {
+                        stream,
+                        event: crate::events::MiaEvent::ToolChange {
+                            name: c.name,
+                            source: c.source,
+                            registered: c.registered,
+                        },
+                    }),
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::warn!("tool change events: {n} were dropped (listener behind)")
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        Ok(StreamHandle { id: stream, cancel })
+    })
+}
+
 /// `tools()` -> every registered tool `{ name, description, parameters, source, effect }`.
 fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
     guarded("tools", || to_lua(lua, &runtime::registry().list()))
@@ -649,6 +685,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("register_tool", lua.create_function(register_tool)?)?;
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
     m.set("tools", lua.create_function(tools)?)?;
+    m.set("watch_tools", lua.create_function(watch_tools)?)?;
     m.set("configure_agent", lua.create_function(configure_agent)?)?;
     m.set("mcp_status", lua.create_function(mcp_status)?)?;
     m.set("mcp_start", lua.create_function(mcp_api::mcp_start)?)?;

@@ -51,6 +51,20 @@ pub struct ToolInfo {
     pub effect: ToolEffect,
 }
 
+/// A tool that came to the front of its name or left it (what the model
+/// can call changed). Lua turns MCP tools' changes into `MiaToolRegistered`
+/// and `MiaToolDeregistered` (Lua tools and built-ins announce themselves).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolChange {
+    pub name: String,
+    pub source: ToolSource,
+    pub registered: bool,
+}
+
+/// How many changes a slow listener may fall behind before it loses the
+/// oldest (it is told how many).
+const CHANGE_BACKLOG: usize = 1024;
+
 /// No tool of that name.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("no tool named `{name}`; available tools: {known}")]
@@ -59,13 +73,24 @@ pub struct ToolNotFound {
     pub known: String,
 }
 
-#[derive(Default)]
 pub struct Registry {
     /// The tool each name means now: the one from the latest source.
     tools: RwLock<BTreeMap<String, (SharedTool, ToolSource)>>,
     /// The ones it hides, by name: when it goes, the latest of them comes
     /// back (a user's `read_file` unregistered brings the built-in back).
     beneath: RwLock<BTreeMap<String, Vec<(SharedTool, ToolSource)>>>,
+    /// Every change of what a name means, to whoever listens.
+    changes: tokio::sync::broadcast::Sender<ToolChange>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            tools: RwLock::default(),
+            beneath: RwLock::default(),
+            changes: tokio::sync::broadcast::channel(CHANGE_BACKLOG).0,
+        }
+    }
 }
 
 impl std::fmt::Debug for Registry {
@@ -82,6 +107,20 @@ impl Registry {
             r.register(tool, ToolSource::Builtin);
         }
         r
+    }
+
+    /// The changes from now on (see [`ToolChange`]).
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<ToolChange> {
+        self.changes.subscribe()
+    }
+
+    fn announce(&self, name: &str, source: ToolSource, registered: bool) {
+        // No listener is fine: nobody asked.
+        let _ = self.changes.send(ToolChange {
+            name: name.to_string(),
+            source,
+            registered,
+        });
     }
 
     /// Adds `tool` (in place of one from the same source). Returns false
@@ -116,6 +155,10 @@ impl Registry {
         if beneath.get(&name).is_some_and(Vec::is_empty) {
             beneath.remove(&name);
         }
+        drop((tools, beneath));
+        if front {
+            self.announce(&name, source, true);
+        }
         front
     }
 
@@ -124,11 +167,15 @@ impl Registry {
     pub fn unregister(&self, name: &str, source: ToolSource) {
         let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
         let mut beneath = self.beneath.write().unwrap_or_else(|p| p.into_inner());
-        if tools.get(name).is_some_and(|(_, s)| *s == source) {
+        let mut back = None;
+        let left = tools.get(name).is_some_and(|(_, s)| *s == source);
+        if left {
             tools.remove(name);
             if let Some(layers) = beneath.get_mut(name) {
                 if let Some(i) = (0..layers.len()).max_by_key(|&i| layers[i].1.rank()) {
-                    tools.insert(name.to_string(), layers.swap_remove(i));
+                    let (tool, from) = layers.swap_remove(i);
+                    back = Some(from);
+                    tools.insert(name.to_string(), (tool, from));
                 }
             }
         } else if let Some(layers) = beneath.get_mut(name) {
@@ -136,6 +183,13 @@ impl Registry {
         }
         if beneath.get(name).is_some_and(Vec::is_empty) {
             beneath.remove(name);
+        }
+        drop((tools, beneath));
+        if left {
+            self.announce(name, source, false);
+        }
+        if let Some(from) = back {
+            self.announce(name, from, true);
         }
     }
 
@@ -227,6 +281,32 @@ mod tests {
         assert_eq!(r.get("t").unwrap().description(), "builtin 2");
         r.unregister("t", ToolSource::Builtin);
         assert!(r.get("t").is_err() && r.beneath.read().unwrap().is_empty());
+    }
+
+    #[test]
+    fn changes_of_what_a_name_means_are_announced() {
+        let r = Registry::default();
+        let mut rx = r.subscribe();
+        let change = |name: &str, source, registered| ToolChange {
+            name: name.to_string(),
+            source,
+            registered,
+        };
+        r.register(Arc::new(Fake("t", "", ToolEffect::Read)), ToolSource::Builtin);
+        r.register(Arc::new(Fake("t", "", ToolEffect::Read)), ToolSource::Mcp);
+        r.register(Arc::new(Fake("t", "", ToolEffect::Read)), ToolSource::Builtin); // beneath: silent
+        r.unregister("t", ToolSource::Mcp);
+        r.unregister("nothing", ToolSource::Mcp); // silent
+        let seen: Vec<ToolChange> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+        assert_eq!(
+            seen,
+            vec![
+                change("t", ToolSource::Builtin, true),
+                change("t", ToolSource::Mcp, true),
+                change("t", ToolSource::Mcp, false),
+                change("t", ToolSource::Builtin, true),
+            ]
+        );
     }
 
     #[test]

@@ -64,6 +64,8 @@ def answer_permission_with(ed, name):
 def test_the_sdk_example_agent_streams_tool_blocks_and_gets_the_chosen_option_id(editor_factory):
     ed = agent_editor(editor_factory, {"example": {"command": [NODE, str(EXAMPLE)]}})
     answer_permission_with(ed, "Skip this change")
+    ed.lua("_G.invoked = {} vim.api.nvim_create_autocmd('User', { pattern = 'MiaToolInvoked', "
+           "callback = function(a) table.insert(invoked, a.data) end })")
     ed.nvim.command("Mia agent example")
     assert ed.lua("return require('mia.agents').current()") == "example"
     type_prompt(ed, "improve the config")
@@ -82,6 +84,11 @@ def test_the_sdk_example_agent_streams_tool_blocks_and_gets_the_chosen_option_id
     assert "Perfect! I've successfully updated" not in text
     status = ed.lua("return require('mia.chat.blocks').status_text('call_1')")
     assert status.startswith("✓"), status
+    # The agent's tool calls are announced like mia's own, naming the agent.
+    invoked = ed.lua("return invoked")
+    assert [i["id"] for i in invoked][:1] == ["call_1"], invoked
+    assert all(i["agent"]["name"] == "example" for i in invoked), invoked
+    assert invoked[0]["status"] == "done" and invoked[0]["name"] == "Reading project files", invoked
 
 
 def test_a_dismissed_permission_question_is_cancelled_for_the_agent(editor_factory):

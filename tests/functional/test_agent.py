@@ -265,6 +265,20 @@ def test_tool_registered_and_invoked_autocmds_fire(agent, server):
     assert invoked[0][4] == {"name": "mia", "mode": "ask"} and invoked[0][5] == {"summary": "ponged"}, invoked[0]
 
 
+def test_tool_invoked_fires_for_a_turn_started_from_the_lua_api(agent, server):
+    ed = agent()
+    ed.lua("""
+      _G.invoked = {}
+      vim.api.nvim_create_autocmd('User', { pattern = 'MiaToolInvoked', callback = function(a)
+        table.insert(invoked, { a.data.name, a.data.status, a.data.agent.name }) end })
+      require('mia').register_tool({ name = 'ping', description = 'p', execute = function() return 'pong' end })
+      require('mia').set_mode('code')
+      require('mia').prompt('tool ping {}')
+    """)
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert ed.lua("return invoked") == [["ping", "done", "mia"]]
+
+
 def test_context_overflow_compacts_once_then_reports(agent, server):
     ed = agent()
     prompt(ed, "echo some earlier turn")

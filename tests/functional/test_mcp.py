@@ -238,6 +238,27 @@ def test_a_changed_tool_list_reaches_the_registry(agent, server, tmp_path):
     assert "fragile__grown" in offered_tools(server)
 
 
+def test_mcp_tools_announce_themselves_as_they_come_and_go(agent, server, tmp_path):
+    spec, _ = fragile(tmp_path)
+    ed = agent({"fragile": spec}, permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]})
+    ed.lua("""
+      _G.seen = {}
+      vim.api.nvim_create_autocmd('User', { pattern = { 'MiaToolRegistered', 'MiaToolDeregistered' },
+        callback = function(a) if a.data.source == 'mcp' then table.insert(seen, a.match .. ' ' .. a.data.name) end end })
+    """)
+    ed.nvim.input(":Mia mcp start<CR>")
+    ed.wait("vim.tbl_contains(seen, 'MiaToolRegistered fragile__grow')", 15000)
+    assert "MiaToolRegistered fragile__grown" not in ed.lua("return seen")
+    # The server grows its list (tools/list_changed): the new tool is announced.
+    prompt(ed, "tool fragile__grow {}")
+    ed.wait("vim.tbl_contains(seen, 'MiaToolRegistered fragile__grown')", 15000)
+    ed.lua("seen = {}")
+    ed.nvim.input(":Mia mcp restart fragile<CR>")
+    ed.wait("vim.tbl_contains(seen, 'MiaToolRegistered fragile__grow')", 15000)
+    seen = ed.lua("return seen")
+    assert seen.index("MiaToolDeregistered fragile__grow") < seen.index("MiaToolRegistered fragile__grow"), seen
+
+
 def test_tools_can_be_renamed_and_bad_names_are_left_out(agent, server, tmp_path):
     spec, _ = fragile(tmp_path, FRAGILE_BAD_NAME="1")
     spec.update(tool_prefix="", tool_names={"pid": "whoami"})
