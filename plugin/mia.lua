@@ -88,3 +88,17 @@ vim.api.nvim_create_user_command("MiaCosts", function()
     vim.notify(tostring(err), vim.log.levels.ERROR)
   end
 end, { desc = "mia: cost report window (session, today, this week, by model)" })
+
+-- The summary of the session the last exit ended (|mia-session-summary|),
+-- shown once as a notice; asynchronous, so startup never waits on it.
+if vim.v.vim_did_enter == 1 then
+  require("mia.summary").show_pending()
+else
+  vim.api.nvim_create_autocmd("VimEnter", {
+    once = true,
+    callback = function()
+      require("mia.summary").show_pending()
+    end,
+    desc = "mia: show the summary of the session the last exit ended",
+  })
+end

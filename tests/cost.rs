@@ -454,7 +454,14 @@ fn short_sonnet_turns_suggest_haiku_with_the_saving() {
     );
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!(s[0].kind, SuggestionKind::CheaperModel);
-    assert_usd(s[0].saving_usd, 0.06);
+    assert_usd(s[0].savings_usd, 0.06);
+    assert_eq!(s[0].current_model, "anthropic/claude-sonnet-4-5");
+    assert_eq!(s[0].suggested_model.as_deref(), Some("anthropic/claude-haiku-4-5"));
+    assert!(
+        (s[0].savings_percent - 200.0 / 3.0).abs() < 1e-6,
+        "{}",
+        s[0].savings_percent
+    );
     assert_eq!(
         s[0].text,
         "anthropic/claude-sonnet-4-5: answers averaged 200 output tokens; anthropic/claude-haiku-4-5 would have \
@@ -484,7 +491,7 @@ fn short_gpt_4_1_turns_suggest_the_cheapest_4_1_sibling() {
     assert_eq!(s.len(), 1, "{s:?}");
     assert!(s[0].text.contains("openai/gpt-4.1-nano"), "{}", s[0].text);
     assert!(s[0].text.ends_with("saving ≈ $0.228 this session."), "{}", s[0].text);
-    assert_usd(s[0].saving_usd, 0.228);
+    assert_usd(s[0].savings_usd, 0.228);
 }
 
 #[test]
@@ -531,7 +538,7 @@ fn a_repeated_large_system_prompt_without_cache_reads_suggests_caching() {
     );
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!(s[0].kind, SuggestionKind::PromptCaching);
-    assert_usd(s[0].saving_usd, 0.11775);
+    assert_usd(s[0].savings_usd, 0.11775);
     assert!(s[0].text.contains("`prompt_caching = true`"), "{}", s[0].text);
     assert!(s[0].text.ends_with("saving ≈ $0.118 this session."), "{}", s[0].text);
 }
@@ -557,7 +564,7 @@ fn caching_on_openai_has_no_write_premium() {
     );
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!(s[0].kind, SuggestionKind::PromptCaching);
-    assert_usd(s[0].saving_usd, 0.012);
+    assert_usd(s[0].savings_usd, 0.012);
 }
 
 #[test]
@@ -610,7 +617,7 @@ fn a_runaway_answer_suggests_a_max_tokens_cap_with_no_claimed_saving() {
     );
     assert_eq!(s.len(), 1, "{s:?}");
     assert_eq!(s[0].kind, SuggestionKind::CapMaxTokens);
-    assert_eq!(s[0].saving_usd, 0.0);
+    assert_eq!(s[0].savings_usd, 0.0);
     assert_eq!(
         s[0].text,
         "openai/gpt-4.1: the longest answer (4,000 tokens, $0.032) was over 4× the average (500); a lower \
@@ -662,6 +669,6 @@ fn suggestions_come_largest_saving_first() {
         ..ModelStats::default()
     };
     let s = suggest(builtin(), &stats(vec![short_sonnet, short_gpt]));
-    let savings: Vec<f64> = s.iter().map(|s| (s.saving_usd * 1000.0).round() / 1000.0).collect();
+    let savings: Vec<f64> = s.iter().map(|s| (s.savings_usd * 1000.0).round() / 1000.0).collect();
     assert_eq!(savings, vec![0.228, 0.06]);
 }

@@ -191,6 +191,11 @@ function M.shutdown()
   if not core then
     return
   end
+  -- The chat's session summary is handed over first (the runtime writes it).
+  local chat = package.loaded["mia.chat"]
+  if chat then
+    pcall(chat._on_exit)
+  end
   if poll then
     poll:stop()
     poll:close()

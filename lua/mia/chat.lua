@@ -88,10 +88,32 @@ function M.status_text()
   return status.text(window.existing())
 end
 
+--- Keeps the session's summary current, for the exit (|mia-session-summary|).
+local function refresh_summary()
+  local s = session
+  if not s.id or not require("mia")._started then
+    return
+  end
+  pcall(require("mia.costs").fetch, { scope = "session", session_id = s.id }, function(err, report)
+    if not err and session == s then
+      s.summary = require("mia.summary").of(report, s.title)
+    end
+  end)
+end
+
+--- The session ends in the editor: its summary is shown once.
+local function end_session()
+  if session.id and session.prompts > 0 and require("mia")._started then
+    require("mia.summary").show(session.id, session.title)
+  end
+  session.prompts = 0
+end
+
 local function finish(state)
   status.clear()
   current = nil
   last_state = state
+  refresh_summary()
   api.nvim_exec_autocmds("User", { pattern = "MiaAnswerEnd", data = { state = state } })
   vim.cmd.redrawstatus({ bang = true }) -- statuslines showing mia.statusline() drop the "…"
 end
@@ -268,6 +290,7 @@ function M.load(data)
     current = nil
   end
   if session.id and session.id ~= data.session.sessionId then
+    end_session()
     pcall(core().session_close, session.id)
   end
   local b = M.buffer()
@@ -296,27 +319,23 @@ function M.load(data)
   M.open()
 end
 
---- The session's cost-saving suggestions, shown when it ends (if any).
-local function suggest_on_end()
-  if not session.id or session.prompts == 0 or not require("mia")._started then
-    return
-  end
-  pcall(require("mia.costs").fetch, { scope = "session", session_id = session.id }, function(err, report)
-    if not err and report.suggestions and #report.suggestions > 0 then
-      local lines = { "mia: the session that just ended could have cost less:" }
-      for _, s in ipairs(report.suggestions) do
-        lines[#lines + 1] = "  • " .. s.text
-      end
-      vim.notify(table.concat(lines, "\n"), vim.log.levels.INFO)
-    end
-  end)
+--- Starts a fresh session: an empty chat with a new id (the ended session's
+--- summary is shown).
+function M.new_session()
+  M.clear()
 end
 
---- Starts a fresh session: an empty chat with a new id (the ended session's
---- cost suggestions, if any, are shown).
-function M.new_session()
-  suggest_on_end()
-  M.clear()
+--- The session's summary as last read (after each answer), or nil.
+function M._summary()
+  return session.summary
+end
+
+--- Neovim is leaving: the session's last summary goes to the log and to the
+--- next start (called by the bridge before the runtime stops).
+function M._on_exit()
+  if session.id and session.summary then
+    require("mia.summary").at_exit(session.summary)
+  end
 end
 
 --- Summarizes the conversation so far (the model of the session does it).
@@ -405,6 +424,7 @@ function M.clear()
     current.handle:cancel()
     current = nil
   end
+  end_session()
   if session.id then
     pcall(core().session_close, session.id)
   end

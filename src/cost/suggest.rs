@@ -78,7 +78,32 @@ pub enum SuggestionKind {
 pub struct Suggestion {
     pub kind: SuggestionKind,
     pub text: String,
-    pub saving_usd: f64,
+    /// The model it is about, `provider/model`.
+    pub current_model: String,
+    /// The model to switch to (a cheaper-model suggestion only), `provider/model`.
+    pub suggested_model: Option<String>,
+    /// What it would have saved this session, in USD and as a share of what
+    /// the model cost (0 when that cost is unknown or zero).
+    pub savings_usd: f64,
+    pub savings_percent: f64,
+}
+
+impl Suggestion {
+    fn new(kind: SuggestionKind, m: &ModelStats, text: String, savings_usd: f64) -> Self {
+        let savings_percent = if m.cost_usd > 0.0 {
+            (savings_usd / m.cost_usd * 100.0).clamp(0.0, 100.0)
+        } else {
+            0.0
+        };
+        Suggestion {
+            kind,
+            text,
+            current_model: format!("{}/{}", m.provider, m.model),
+            suggested_model: None,
+            savings_usd,
+            savings_percent,
+        }
+    }
 }
 
 /// The suggestions for a session, largest saving first.
@@ -107,7 +132,7 @@ pub fn suggest(registry: &PricingRegistry, stats: &SessionStats) -> Vec<Suggesti
         }
         out.extend(cap_max_tokens(m, priced.map(|f| rates(f.price, average_prompt(m)))));
     }
-    out.sort_by(|a, b| b.saving_usd.total_cmp(&a.saving_usd));
+    out.sort_by(|a, b| b.savings_usd.total_cmp(&a.savings_usd));
     out
 }
 
@@ -159,18 +184,22 @@ fn cheaper_model(
         .min_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(b.0)))?;
     let saving = m.cost_usd - would_cost;
     (saving > MIN_SAVING_USD).then(|| Suggestion {
-        kind: SuggestionKind::CheaperModel,
-        text: format!(
-            "{p}/{model}: answers averaged {avg} output tokens; {p}/{candidate} would have cost {would} \
+        suggested_model: Some(format!("{}/{candidate}", m.provider)),
+        ..Suggestion::new(
+            SuggestionKind::CheaperModel,
+            m,
+            format!(
+                "{p}/{model}: answers averaged {avg} output tokens; {p}/{candidate} would have cost {would} \
              instead of {cost}, saving ≈ {saving} this session.",
-            p = m.provider,
-            model = m.model,
-            avg = tokens(m.avg_output_tokens.round() as u64),
-            would = usd(would_cost),
-            cost = usd(m.cost_usd),
-            saving = usd(saving),
-        ),
-        saving_usd: saving,
+                p = m.provider,
+                model = m.model,
+                avg = tokens(m.avg_output_tokens.round() as u64),
+                would = usd(would_cost),
+                cost = usd(m.cost_usd),
+                saving = usd(saving),
+            ),
+            saving,
+        )
     })
 }
 
@@ -193,18 +222,21 @@ fn prompt_caching(m: &ModelStats, catalogue_provider: &str, rates: Rates) -> Opt
          can match it"
             .to_string()
     };
-    (saving > MIN_SAVING_USD).then(|| Suggestion {
-        kind: SuggestionKind::PromptCaching,
-        text: format!(
-            "{}/{}: a {}-token system prompt went out with {} requests and was never read from the cache; \
+    (saving > MIN_SAVING_USD).then(|| {
+        Suggestion::new(
+            SuggestionKind::PromptCaching,
+            m,
+            format!(
+                "{}/{}: a {}-token system prompt went out with {} requests and was never read from the cache; \
              {how}, saving ≈ {} this session.",
-            m.provider,
-            m.model,
-            tokens(system),
-            m.requests,
-            usd(saving),
-        ),
-        saving_usd: saving,
+                m.provider,
+                m.model,
+                tokens(system),
+                m.requests,
+                usd(saving),
+            ),
+            saving,
+        )
     })
 }
 
@@ -215,9 +247,10 @@ fn cap_max_tokens(m: &ModelStats, rates: Option<Rates>) -> Option<Suggestion> {
     let worst = rates
         .map(|r| format!(", {}", usd(m.max_output_tokens_seen as f64 * r.output / 1_000_000.0)))
         .unwrap_or_default();
-    Some(Suggestion {
-        kind: SuggestionKind::CapMaxTokens,
-        text: format!(
+    Some(Suggestion::new(
+        SuggestionKind::CapMaxTokens,
+        m,
+        format!(
             "{}/{}: the longest answer ({} tokens{worst}) was over {OUTLIER_FACTOR}× the average ({}); \
              a lower max_tokens bounds such worst cases (saving ≈ {} this session).",
             m.provider,
@@ -226,6 +259,6 @@ fn cap_max_tokens(m: &ModelStats, rates: Option<Rates>) -> Option<Suggestion> {
             tokens(m.avg_output_tokens.round() as u64),
             usd(0.0),
         ),
-        saving_usd: 0.0,
-    })
+        0.0,
+    ))
 }

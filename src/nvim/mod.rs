@@ -630,6 +630,44 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
     })
 }
 
+/// The longest note `exit_note` keeps.
+const MAX_EXIT_NOTE: usize = 8 * 1024;
+
+/// `exit_note(path, text)`: logs `text` and leaves it in `path` for the next
+/// start to show (the summary of a session Neovim is leaving). The write runs
+/// on the runtime's blocking pool, which `shutdown` waits for (bounded), so
+/// the main thread never waits on the disk.
+fn exit_note(_: &Lua, (path, text): (String, String)) -> LuaResult<()> {
+    guarded("exit_note", || {
+        let (rt, _) = runtime_and_queue()?;
+        let mut text = text;
+        if text.len() > MAX_EXIT_NOTE {
+            let mut cut = MAX_EXIT_NOTE;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        rt.spawn_blocking(move || {
+            tracing::info!("{text}");
+            let path = PathBuf::from(path);
+            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+            let written = path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::write(&tmp, text.as_bytes()))
+                .and_then(|()| std::fs::rename(&tmp, &path));
+            if let Err(e) = written {
+                tracing::warn!(
+                    "cannot keep the session summary for the next start in {}: {e}",
+                    path.display()
+                );
+            }
+        });
+        Ok(())
+    })
+}
+
 /// `shutdown(ms)`: stops the runtime, waiting at most `min(ms, 100)` ms.
 fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
     guarded("shutdown", || {
@@ -697,6 +735,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("ack", lua.create_function(ack)?)?;
     m.set("drain", lua.create_function(drain)?)?;
     m.set("shutdown", lua.create_function(shutdown)?)?;
+    m.set("exit_note", lua.create_function(exit_note)?)?;
     m.set("status", lua.create_function(status)?)?;
     m.set("agent_connect", lua.create_function(acp_api::agent_connect)?)?;
     m.set("agent_prompt", lua.create_function(acp_api::agent_prompt)?)?;

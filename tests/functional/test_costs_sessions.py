@@ -11,7 +11,7 @@ import time
 import pytest
 from pynvim.api.common import NvimError
 
-from conftest import scenario_setup
+from conftest import process_running, scenario_setup
 
 PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
 
@@ -293,7 +293,7 @@ def test_session_report_suggests_caching_a_large_repeated_system_prompt(make):
     kinds = [s["kind"] for s in r["suggestions"]]
     assert "prompt_caching" in kinds, r["suggestions"]
     caching = r["suggestions"][kinds.index("prompt_caching")]
-    assert caching["saving_usd"] > 0 and "$" in caching["text"]
+    assert caching["savings_usd"] > 0 and "$" in caching["text"]
     assert any(l.startswith("  • ") for l in ed.lua("return require('mia.costs').lines(...)", r))
 
 
@@ -305,3 +305,79 @@ def test_compaction_calls_are_recorded_too(make, data_home):
     with db(data_home) as c:
         agents = [r[0] for r in c.execute("select agent from usage order by id")]
     assert agents == ["mia", "compaction"]
+
+
+def record_notices(ed):
+    ed.lua("_G.notices = {} vim.notify = function(msg) table.insert(_G.notices, msg) end")
+
+
+def summaries(ed):
+    return [n for n in ed.lua("return notices") if "ended:" in n]
+
+
+def test_a_session_ending_shows_its_summary_once_with_the_top_suggestion(make):
+    ed = make(system="You are a careful assistant. " * 200)  # a cacheable system prompt: caching is suggested
+    record_notices(ed)
+    for i in range(3):
+        prompt(ed, f"echo question {i}")
+    report = ed.lua("return require('mia').costs({ scope = 'session' })")
+    top = report["suggestions"][0]
+    assert top["current_model"] == "scn/echo" and top["savings_usd"] > 0 and 0 < top["savings_percent"] <= 100, top
+    t = report["totals"]
+    ed.nvim.input(":Mia new<CR>")
+    ed.wait("#vim.tbl_filter(function(n) return n:find('ended:', 1, true) end, notices) == 1")
+    (text,) = summaries(ed)
+    lines = text.split("\n")
+    assert re.fullmatch(r"mia: session “echo question 0” ended: \$0\.\d+ · 3 requests", lines[0]), text
+    assert lines[1] == (f"  tokens: {t['input_tokens']:,} input · {t['output_tokens']:,} output · "
+                        f"{t['cache_read_tokens']:,} cache read · {t['cache_write_tokens']:,} cache write"), text
+    assert lines[2] == "  tip: " + top["text"], text
+    # The new session has no usage: ending it says nothing.
+    ed.nvim.input(":Mia new<CR>")
+    ed.lua("vim.wait(200)")
+    assert len(summaries(ed)) == 1
+
+
+def test_switching_to_another_session_shows_the_summary_of_the_one_left(make):
+    ed = make()
+    prompt(ed, "echo the older one")
+    ed.nvim.command("Mia new")
+    prompt(ed, "echo the newer one")
+    record_notices(ed)
+    ed.lua("vim.ui.select = function(items, opts, cb) for i, it in ipairs(items) do "
+           "if opts.format_item(it):find('older', 1, true) then return cb(it, i) end end end")
+    ed.nvim.input(":Mia sessions<CR>")
+    ed.wait("#notices > 0")
+    assert summaries(ed)[0].startswith("mia: session “echo the newer one” ended: $0.0"), summaries(ed)
+    assert "echo the older one" in ed.chat_text()
+
+
+def quit(ed):
+    """The user quits with :qa! (VimLeavePre runs), and Neovim is gone."""
+    ed.nvim.input(":qa!<CR>")
+    for _ in range(500):
+        if not process_running(ed.pid):
+            break
+        time.sleep(0.01)
+    ed.close()
+
+
+def test_leaving_neovim_logs_the_summary_and_the_next_start_shows_it_once(make, tmp_path):
+    first = make("first")
+    prompt(first, "echo before quitting")
+    log_file = first.lua("return require('mia.config').get().log_file")
+    # Read after each answer, asynchronously; what an exit hands over.
+    first.wait("require('mia.chat')._summary() ~= nil")
+    quit(first)
+    logged = open(log_file, encoding="utf-8").read()
+    assert "mia: session “echo before quitting” ended: $0.0" in logged
+    second = make("second")
+    second.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('last time, session', 1, true) ~= nil",
+                10000)
+    assert re.search(r"mia: last time, session “echo before quitting” ended: \$0\.\d+ · 1 request\n  tokens: ",
+                     second.messages()), second.messages()
+    # Shown once: the next start says nothing more.
+    quit(second)
+    third = make("third")
+    third.lua("vim.wait(300)")
+    assert "last time" not in third.messages()
