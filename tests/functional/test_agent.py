@@ -4,6 +4,7 @@ against the scenario server."""
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -60,6 +61,9 @@ def test_rust_tool_edits_a_file_in_the_project(agent, server, project):
     assert (project / "a.txt").read_text() == "bar\n"
     assert tool_results(server)[-1][0]["content"]
     assert "⚙ **edit_file** `a.txt`" in ed.chat_text()
+    # The Rust tool's metadata (its summary) reaches the chat's tool block, as a Lua tool's does.
+    status = ed.lua("return require('mia.chat.blocks').status_text(...)", tool_results(server)[-1][0]["tool_call_id"])
+    assert re.fullmatch(r"✓ ✏ edited a\.txt \(\+1 −1 lines\) \(\d+ ms\)", status), status
 
 
 def test_invalid_arguments_go_back_to_the_model_and_the_loop_continues(agent, server):
