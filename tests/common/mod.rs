@@ -4,13 +4,20 @@
 use std::path::PathBuf;
 
 /// The text of a recording under ../shared/fixtures/recorded, or None (with
-/// a SKIP line) when ../shared is not beside the project.
+/// a SKIP line) when ../shared is not beside the project. With
+/// `MIA_REQUIRE_FIXTURES=1` (CI sets it) a missing recording fails instead:
+/// the real streams are a requirement there, not an option.
 pub fn recorded(rel: &str) -> Option<String> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/fixtures/recorded")
         .join(rel);
     match std::fs::read_to_string(&path) {
         Ok(s) => Some(s),
+        Err(e) if std::env::var("MIA_REQUIRE_FIXTURES").is_ok_and(|v| v == "1") => panic!(
+            "{} cannot be read ({e}); MIA_REQUIRE_FIXTURES=1 makes the recorded streams required: \
+             put the shared/ directory beside the project",
+            path.display()
+        ),
         Err(_) => {
             eprintln!("SKIP: {} not found (../shared is absent)", path.display());
             None
