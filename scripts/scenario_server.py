@@ -128,6 +128,8 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    (Content-Type application/json, the events as one JSON
                    array); ndjson and array drop Anthropic's event: names.
                    Non-streaming: the same text in one reply.
+  ctype TYPE       streaming: "ok", sent as SSE but labelled Content-Type
+                   TYPE (e.g. text/html).  For the unknown-framing test.
 Non-streaming requests get the same content in one reply (reset and stall
 misbehave the same way; truncate, malformed, unicode answer normally).
 "Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
@@ -318,6 +320,7 @@ class Plan:
     split: bool = False
     huge: int = 0                  # hugeline: bytes of the one big token
     framing: str = "sse"           # hugeline: sse | ndjson | array
+    content_type: str | None = None  # ctype: the Content-Type a stream claims
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -390,6 +393,8 @@ def parse_scenario(text, seq, whole=None):
         if mb and mb <= 4096 and framing in HUGE_FRAMINGS:
             size = int(mb * (1 << 20))
             return Plan("hugeline", [HugeText(size)], huge=size, framing=framing)
+    if key == "ctype" and len(args) == 1:
+        return Plan("ctype", ["ok"], content_type=args[0])
     if key == "unicode":
         return Plan("unicode", UNICODE_TOKENS, trickle=True)
     if key == "malformed":
@@ -1202,7 +1207,10 @@ class Server:
         return await self.send_stream(out, seq, plan, fmt.stream(plan, req, seq), close, extra)
 
     async def send_stream(self, out, seq, plan, stream, close, extra):
-        out.head(200, SSE_FIELDS, close, extra)
+        fields = SSE_FIELDS
+        if plan.content_type is not None:
+            fields = ["Content-Type: " + plan.content_type, *SSE_FIELDS[1:]]
+        out.head(200, fields, close, extra)
         out.write(*stream.head)
         try:
             if plan.trickle:

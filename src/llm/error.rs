@@ -25,6 +25,8 @@ pub enum ErrorClass {
     BudgetExceeded,
     /// A bug in mia itself (a panic caught at a task boundary).
     Internal,
+    /// A stream whose content type names no framing mia reads.
+    UnsupportedStreamFormat,
 }
 
 impl ErrorClass {
@@ -43,6 +45,7 @@ impl ErrorClass {
             ErrorClass::Cancelled => "cancelled",
             ErrorClass::BudgetExceeded => "budget_exceeded",
             ErrorClass::Internal => "internal",
+            ErrorClass::UnsupportedStreamFormat => "unsupported_stream_format",
         }
     }
 }

@@ -401,12 +401,32 @@ async fn decode_stream(
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<(), LlmError> {
     let mut decoder = WireDecoder::new(provider.kind, &provider.name);
-    let content_type = response
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("text/event-stream")
-        .to_string();
+    // No content type at all is read as SSE (what every provider sends);
+    // one that names another format is refused, never guessed at.
+    let content_type = match response.headers().get(reqwest::header::CONTENT_TYPE) {
+        None => "text/event-stream".to_string(),
+        Some(v) => {
+            let ct = String::from_utf8_lossy(v.as_bytes())
+                .chars()
+                .take(100)
+                .collect::<String>();
+            if !stream::known_stream_type(&ct) {
+                return Err(LlmError::new(
+                    ErrorClass::UnsupportedStreamFormat,
+                    Some(&provider.name),
+                    format!(
+                        "{}: the answer came as `{}`, a stream format mia cannot read \
+                         (it reads text/event-stream, application/x-ndjson and application/json). \
+                         Check providers.{}.base_url: it may point at a web page or a proxy.",
+                        provider.name,
+                        ct.escape_debug(),
+                        provider.name
+                    ),
+                ));
+            }
+            ct
+        }
+    };
     // Servers frame streams as SSE, NDJSON or a growing JSON array; every
     // framing yields the same payloads for the wire decoder.
     let mut sse = FrameDecoder::with_limit(&content_type, max_event_bytes);

@@ -428,6 +428,16 @@ pub enum FrameDecoder {
     JsonArray(JsonArrayDecoder),
 }
 
+/// Whether a stream's `content-type` names a framing mia reads: SSE
+/// (`text/event-stream`), NDJSON (`application/x-ndjson`, `…jsonl`) or a
+/// JSON array (`application/json`). Anything else is refused rather than
+/// read as SSE (see `unsupported_stream_format`).
+pub fn known_stream_type(content_type: &str) -> bool {
+    let ct = content_type.to_ascii_lowercase();
+    let mime = ct.split(';').next().unwrap_or("").trim();
+    mime == "text/event-stream" || mime == "application/json" || mime.contains("ndjson") || mime.contains("jsonl")
+}
+
 impl FrameDecoder {
     /// SSE unless the content type says NDJSON or plain JSON; the default limit.
     pub fn for_content_type(content_type: &str) -> Self {
@@ -469,6 +479,28 @@ impl FrameDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_framings_mia_reads_are_known_stream_types() {
+        for ct in [
+            "text/event-stream",
+            "Text/Event-Stream; charset=utf-8",
+            "application/x-ndjson",
+            "application/jsonl",
+            "application/json; charset=UTF-8",
+        ] {
+            assert!(known_stream_type(ct), "{ct}");
+        }
+        for ct in [
+            "text/html",
+            "text/plain",
+            "application/octet-stream",
+            "",
+            "text/event-streamx",
+        ] {
+            assert!(!known_stream_type(ct), "{ct}");
+        }
+    }
 
     fn decode_in_pieces(bytes: &[u8], piece: usize) -> Vec<SseEvent> {
         let mut d = SseDecoder::new();

@@ -162,3 +162,18 @@ def test_a_provider_waiting_for_its_window_does_not_hold_up_a_concurrent_request
     assert ed.lua("return b.done.text") == "echo from b"
     assert ed.lua("return a.done == nil and a.err == nil")  # oa is still waiting for its window
     assert [r["path"] for r in posts(server)] == ["/v1/chat/completions", "/v1/messages"]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "gemini"])
+def test_a_stream_in_a_format_mia_cannot_read_is_named_never_read_as_sse(make_ed, server, fmt):
+    ed = make_ed(fmt)
+    # The body is SSE, but the server says it is a web page: believe the label, refuse it.
+    assert prompt(ed, "ctype text/html;charset=utf-8") == "error"
+    assert "ok" not in last_turn(ed).split("\n")[0]
+    said = last_turn(ed)
+    assert "the answer came as `text/html;charset=utf-8`, a stream format mia cannot read" in said, said
+    assert f"providers.{NAMES[fmt]}.base_url" in said, said
+    assert len(posts(server)) == 1  # not retried: the same server says the same
+    err = ed.lua(STREAM + " vim.wait(10000, function() return _G.s.err ~= nil end) return _G.s.err",
+                 "s", f"{NAMES[fmt]}/echo", "ctype application/octet-stream")
+    assert err["class"] == "unsupported_stream_format", err
