@@ -128,6 +128,8 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    (Content-Type application/json, the events as one JSON
                    array); ndjson and array drop Anthropic's event: names.
                    Non-streaming: the same text in one reply.
+  lateheaders MS   every attempt waits MS milliseconds before the response
+                   headers, then answers "ok".  For timeout-retry tests.
   ctype TYPE       streaming: "ok", sent as SSE but labelled Content-Type
                    TYPE (e.g. text/html).  For the unknown-framing test.
 Non-streaming requests get the same content in one reply (reset and stall
@@ -321,6 +323,7 @@ class Plan:
     huge: int = 0                  # hugeline: bytes of the one big token
     framing: str = "sse"           # hugeline: sse | ndjson | array
     content_type: str | None = None  # ctype: the Content-Type a stream claims
+    late: float = 0.0              # lateheaders: seconds before the headers
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -393,6 +396,8 @@ def parse_scenario(text, seq, whole=None):
         if mb and mb <= 4096 and framing in HUGE_FRAMINGS:
             size = int(mb * (1 << 20))
             return Plan("hugeline", [HugeText(size)], huge=size, framing=framing)
+    if key == "lateheaders" and len(args) == 1 and args[0].isdecimal() and int(args[0]) <= 60000:
+        return Plan("lateheaders", ["ok"], late=int(args[0]) / 1000)
     if key == "ctype" and len(args) == 1:
         return Plan("ctype", ["ok"], content_type=args[0])
     if key == "unicode":
@@ -1181,6 +1186,8 @@ class Server:
             return await self.reply(out, fmt.bad_json(), close)
         req = fmt.parse(body, **route)
         plan = self.plan(fmt, req, seq)
+        if plan.late:
+            await asyncio.sleep(plan.late)
         if plan.split:
             out.split(seq)
         if plan.error:

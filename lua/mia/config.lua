@@ -22,11 +22,12 @@
 --- @field stream_idle_ms? integer Longest silence inside a streamed answer (default 90000).
 
 --- @class mia.RetryConfig
---- @field max_retries? integer Retries of a failed request before giving up (default 4).
+--- @field max_retries? integer Retries of a failed request before giving up (default 3).
 --- @field initial_delay_ms? integer First backoff delay (default 1000).
---- @field max_delay_ms? integer Longest backoff delay (default 30000).
+--- @field max_delay_ms? integer Longest backoff delay, jitter included (default 60000).
 --- @field multiplier? number Growth of the delay per retry (default 2).
---- @field jitter? boolean Randomize delays so clients do not retry in step (default true).
+--- @field jitter? boolean|number Randomize each delay by up to this fraction either way, so clients do not retry in step (default 0.1; true = 0.1, false = 0).
+--- @field retry_on? string[] The error classes retried (default all four: rate_limit, server_error, network_error, timeout).
 --- @field max_wait_ms? integer A provider asking to wait longer than this gets an error instead (default 120000).
 
 --- @class mia.Limits
@@ -253,9 +254,25 @@ local function validate(opts)
     check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)
   end
   check_type("retry", opts.retry, "table", true)
+  local retryable = { "rate_limit", "server_error", "network_error", "timeout" }
   for key, v in pairs(opts.retry or {}) do
     if key == "jitter" then
-      check_type("retry.jitter", v, "boolean")
+      if type(v) ~= "boolean" and (type(v) ~= "number" or v < 0 or v > 1) then
+        fail("retry.jitter", "must be true, false or a fraction from 0 to 1 (0.1 is ±10%)", v)
+      end
+    elseif key == "retry_on" then
+      check_type("retry.retry_on", v, "table")
+      for i, class in ipairs(v) do
+        if not vim.tbl_contains(retryable, class) then
+          fail(
+            string.format("retry.retry_on[%d]", i),
+            "must be one of " .. table.concat(retryable, ", ") .. " (other failures get the same answer when retried)",
+            class
+          )
+        end
+      end
+    elseif not vim.tbl_contains({ "max_retries", "initial_delay_ms", "max_delay_ms", "multiplier", "max_wait_ms" }, key) then
+      fail("retry." .. tostring(key), "is not a retry option (max_retries, initial_delay_ms, max_delay_ms, multiplier, jitter, max_wait_ms, retry_on)", v)
     elseif key == "multiplier" then
       if type(v) ~= "number" or v < 1 then
         fail("retry.multiplier", "must be a number >= 1", v)

@@ -8,7 +8,7 @@ use thiserror::Error;
 pub const RATE_LIMIT_ADVICE: &str = "Wait a moment or lower your request rate.";
 
 /// What kind of failure this is; decides whether a retry can help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
     RateLimit,

@@ -167,9 +167,11 @@ async fn with_retries(
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
     let (provider, model) = providers.resolve(&req.model)?;
-    let retry = providers.config.retry;
+    let retry = &providers.config.retry;
     let mut delays = retry.delays();
     let mut attempt = 0u32;
+    // A timed-out attempt is retried with longer limits (×1.5 each, capped).
+    let mut stretch = 1.0f64;
     loop {
         if let Some(wait) = providers.rate_limits.wait_for(&provider.name) {
             // A window further away than the cap: the request is not sent
@@ -196,7 +198,8 @@ async fn with_retries(
             }
             emit(d)
         };
-        let result = attempt_once(providers, &provider, &model, req, stream, &mut watch).await;
+        let timeouts = providers.config.timeouts.stretched(stretch);
+        let result = attempt_once(providers, &provider, &model, req, stream, &timeouts, &mut watch).await;
         let err = match result {
             Ok(mut done) => {
                 done.retries = attempt;
@@ -211,7 +214,7 @@ async fn with_retries(
             }
         };
         let backoff = delays.next();
-        if !err.retryable || delivered || attempt >= retry.max_retries {
+        if !retry.retries(&err) || delivered || attempt >= retry.max_retries {
             return Err(finalize_error(providers, &provider, &model, err, attempt).await);
         }
         // The server's own wait (already bounded by the parsers) wins over
@@ -226,6 +229,9 @@ async fn with_retries(
         };
         // Our own backoff stays within the cap too (max_delay_ms could exceed it).
         let delay = delay.min(Duration::from_millis(retry.max_wait_ms));
+        if err.class == ErrorClass::Timeout {
+            stretch = (stretch * providers::TIMEOUT_GROWTH).min(providers::TIMEOUT_GROWTH_CAP);
+        }
         attempt += 1;
         tracing::info!(provider = %provider.name, attempt, delay_ms = ratelimit::duration_ms(delay), class = err.class.as_str(), "retrying");
         emit(Delta::Retry {
@@ -287,11 +293,12 @@ async fn attempt_once(
     model: &str,
     req: &ChatRequest,
     stream: bool,
+    timeouts: &providers::Timeouts,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
     let wire = prepare(provider, model, req, stream);
     let client = providers.client(&provider.name)?;
-    let timeouts = providers.config.timeouts;
+    let timeouts = *timeouts;
     tracing::debug!(provider = %provider.name, model = %model, stream, "request sent");
     let response = http::send(&client, provider, model, wire, &timeouts, &providers.rate_limits).await?;
     let mut acc = Accumulator::default();

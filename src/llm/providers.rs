@@ -54,44 +54,101 @@ pub struct ProviderConfig {
 
 /// How failed requests are retried: exponential backoff with jitter, or the
 /// wait the provider asked for (`retry-after`, Gemini's `RetryInfo`).
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+///
+/// Defaults follow the seed: 3 retries, delays from 1 s doubling up to a
+/// 60 s cap, ±10% jitter inside the cap.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct RetryConfig {
     pub max_retries: u32,
     pub initial_delay_ms: u64,
     pub max_delay_ms: u64,
     pub multiplier: f32,
-    pub jitter: bool,
+    pub jitter: Jitter,
     /// A provider asking to wait longer than this gets an error instead.
     pub max_wait_ms: u64,
+    /// The classes that are retried (a subset of the retryable ones).
+    pub retry_on: Vec<ErrorClass>,
 }
+
+/// How much each backoff delay is randomized: a fraction of it either way
+/// (`true` is the default ±10%, `false` none).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum Jitter {
+    On(bool),
+    Fraction(f64),
+}
+
+impl Jitter {
+    /// The fraction, within 0..=1.
+    pub fn fraction(self) -> f64 {
+        match self {
+            Jitter::On(true) => DEFAULT_JITTER,
+            Jitter::On(false) => 0.0,
+            Jitter::Fraction(f) if f.is_finite() => f.clamp(0.0, 1.0),
+            Jitter::Fraction(_) => 0.0,
+        }
+    }
+}
+
+/// The seed's jitter: ±10% of each delay.
+pub const DEFAULT_JITTER: f64 = 0.1;
+
+/// The classes a retry can help with; `retry.retry_on` picks among them.
+pub const RETRYABLE_CLASSES: [ErrorClass; 4] = [
+    ErrorClass::RateLimit,
+    ErrorClass::ServerError,
+    ErrorClass::NetworkError,
+    ErrorClass::Timeout,
+];
+
+/// A timed-out request is retried with its time limits this much longer
+/// each time ...
+pub const TIMEOUT_GROWTH: f64 = 1.5;
+/// ... up to this many times the configured limits.
+pub const TIMEOUT_GROWTH_CAP: f64 = 3.0;
 
 impl Default for RetryConfig {
     fn default() -> Self {
         RetryConfig {
-            max_retries: 4,
+            max_retries: 3,
             initial_delay_ms: 1000,
-            max_delay_ms: 30_000,
+            max_delay_ms: 60_000,
             multiplier: 2.0,
-            jitter: true,
+            jitter: Jitter::Fraction(DEFAULT_JITTER),
             max_wait_ms: 120_000,
+            retry_on: RETRYABLE_CLASSES.to_vec(),
         }
     }
 }
 
 impl RetryConfig {
-    /// The backoff delays, in order (the `backon` crate's exponential builder).
+    /// The backoff delays, in order: the `backon` crate's exponential
+    /// schedule (capped at `max_delay_ms`), each moved by up to ±`jitter`
+    /// of itself and kept within the cap.
     pub fn delays(&self) -> impl Iterator<Item = std::time::Duration> {
         use backon::BackoffBuilder;
-        let mut builder = backon::ExponentialBuilder::default()
+        let cap = std::time::Duration::from_millis(self.max_delay_ms);
+        let fraction = self.jitter.fraction();
+        backon::ExponentialBuilder::default()
             .with_min_delay(std::time::Duration::from_millis(self.initial_delay_ms))
-            .with_max_delay(std::time::Duration::from_millis(self.max_delay_ms))
+            .with_max_delay(cap)
             .with_factor(self.multiplier)
-            .with_max_times(self.max_retries as usize);
-        if self.jitter {
-            builder = builder.with_jitter();
-        }
-        builder.build()
+            .with_max_times(self.max_retries as usize)
+            .build()
+            .map(move |d| {
+                if fraction == 0.0 {
+                    return d.min(cap);
+                }
+                let moved = d.as_secs_f64() * (1.0 + fraction * (fastrand::f64() * 2.0 - 1.0));
+                std::time::Duration::from_secs_f64(moved.max(0.0)).min(cap)
+            })
+    }
+
+    /// Whether a failure of this kind is retried.
+    pub fn retries(&self, err: &LlmError) -> bool {
+        err.retryable && self.retry_on.contains(&err.class)
     }
 }
 
@@ -113,6 +170,19 @@ impl Default for Timeouts {
             connect_ms: 10_000,
             request_ms: 120_000,
             stream_idle_ms: 90_000,
+        }
+    }
+}
+
+impl Timeouts {
+    /// The response limits `factor` times longer (a retry after a timeout);
+    /// connecting keeps its limit (the client holds it).
+    pub fn stretched(self, factor: f64) -> Timeouts {
+        let longer = |ms: u64| (ms as f64 * factor).min(u64::MAX as f64) as u64;
+        Timeouts {
+            request_ms: longer(self.request_ms),
+            stream_idle_ms: longer(self.stream_idle_ms),
+            ..self
         }
     }
 }
@@ -414,6 +484,74 @@ impl Providers {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn retry(json: serde_json::Value) -> RetryConfig {
+        serde_json::from_value(json).unwrap()
+    }
+
+    #[test]
+    fn default_retry_policy_is_the_seeds() {
+        let r = RetryConfig::default();
+        assert_eq!((r.max_retries, r.max_delay_ms), (3, 60_000));
+        assert_eq!(r.jitter.fraction(), 0.1);
+        assert_eq!(r.retry_on, RETRYABLE_CLASSES.to_vec());
+    }
+
+    #[test]
+    fn without_jitter_the_delays_double_up_to_the_cap() {
+        let r = retry(serde_json::json!({
+            "max_retries": 5, "initial_delay_ms": 1000, "max_delay_ms": 5000, "jitter": false
+        }));
+        let ms: Vec<u128> = r.delays().map(|d| d.as_millis()).collect();
+        assert_eq!(ms, vec![1000, 2000, 4000, 5000, 5000]);
+    }
+
+    #[test]
+    fn jitter_moves_each_delay_by_at_most_its_fraction_and_never_past_the_cap() {
+        let r = retry(serde_json::json!({
+            "max_retries": 6, "initial_delay_ms": 1000, "max_delay_ms": 4000, "jitter": 0.25
+        }));
+        let bases = [1000.0, 2000.0, 4000.0, 4000.0, 4000.0, 4000.0];
+        let mut moved = false;
+        for _ in 0..200 {
+            for (d, base) in r.delays().zip(bases) {
+                let ms = d.as_secs_f64() * 1000.0;
+                assert!(
+                    ms >= base * 0.75 - 1e-6 && ms <= (base * 1.25).min(4000.0) + 1e-6,
+                    "{ms} from {base}"
+                );
+                moved |= (ms - base).abs() > 1.0;
+            }
+        }
+        assert!(moved, "jitter never changed a delay");
+        assert_eq!(retry(serde_json::json!({ "jitter": true })).jitter.fraction(), 0.1);
+        assert_eq!(retry(serde_json::json!({ "jitter": 7.0 })).jitter.fraction(), 1.0);
+    }
+
+    #[test]
+    fn retry_on_narrows_what_is_retried_and_never_widens_it() {
+        let r = retry(serde_json::json!({ "retry_on": ["rate_limit"] }));
+        let err = |class| LlmError::new(class, None, "x");
+        assert!(r.retries(&err(ErrorClass::RateLimit)));
+        assert!(!r.retries(&err(ErrorClass::Timeout)));
+        let all = RetryConfig::default();
+        assert!(all.retries(&err(ErrorClass::Timeout)));
+        let mut told_not_to = err(ErrorClass::ServerError);
+        told_not_to.retryable = false; // x-should-retry: false, a malformed chunk
+        assert!(!all.retries(&told_not_to));
+        assert!(
+            !retry(serde_json::json!({ "retry_on": ["invalid_request"] })).retries(&err(ErrorClass::InvalidRequest))
+        );
+    }
+
+    #[test]
+    fn a_stretched_timeout_leaves_connecting_alone() {
+        let t = Timeouts::default().stretched(1.5);
+        assert_eq!(t.request_ms, 180_000);
+        assert_eq!(t.stream_idle_ms, 135_000);
+        assert_eq!(t.connect_ms, 10_000);
+    }
 
     #[test]
     fn debug_output_never_shows_a_key_or_header_value() {

@@ -189,6 +189,47 @@ def test_retries_give_up_after_max_retries(ed, server):
     assert len(chat_requests(server)) == 4
 
 
+def retry_editor(editor_factory, server, fmt, retry, timeouts=None):
+    opts = {"model": f"{fmt}x/echo", "providers": {f"{fmt}x": provider_config(fmt, server)}, "retry": retry}
+    if timeouts:
+        opts["timeouts"] = timeouts
+    e = editor_factory(env=KEYS, setup=opts)
+    e.model = f"{fmt}x/echo"
+    return e
+
+
+def test_a_timed_out_request_is_retried_with_a_longer_limit(editor_factory, server, fmt):
+    # Headers come after 400 ms; the limit is 300 ms, then 450 ms on the retry.
+    ed = retry_editor(editor_factory, server, fmt, {"initial_delay_ms": 10, "jitter": False, "max_retries": 2},
+                      {"request_ms": 300})
+    r = run(ed, "lateheaders 400")
+    assert r.get("err") is None, r.get("err")
+    assert text_of(r) == "ok" and r["done"]["retries"] == 1
+    assert [d["class"] for d in r["deltas"] if d["type"] == "retry"] == ["timeout"]
+    assert len(chat_requests(server)) == 2
+
+
+def test_retry_on_leaves_out_the_classes_not_named(editor_factory, server, fmt):
+    ed = retry_editor(editor_factory, server, fmt,
+                      {"initial_delay_ms": 10, "jitter": 0.5, "max_retries": 2, "retry_on": ["rate_limit"]},
+                      {"request_ms": 300})
+    r = run(ed, "lateheaders 400")
+    assert r["err"]["class"] == "timeout" and len(chat_requests(server)) == 1, r["err"]
+    r = run(ed, "retry429 1 0.05")
+    assert r.get("err") is None and text_of(r) == "ok after 1", r.get("err")
+
+
+@pytest.mark.parametrize("retry, says", [
+    ({"retry_on": ["invalid_request"]}, "`retry.retry_on[1]` must be one of rate_limit, server_error, network_error, timeout"),
+    ({"jitter": 2}, "`retry.jitter` must be true, false or a fraction from 0 to 1"),
+    ({"max_retry": 2}, "`retry.max_retry` is not a retry option"),
+])
+def test_setup_refuses_a_bad_retry_policy(editor_factory, retry, says):
+    ed = editor_factory()
+    err = ed.lua("local ok, err = pcall(require('mia').setup, { retry = ... }) return err", retry)
+    assert says in err, err
+
+
 def test_auth_failure_names_the_variable(ed):
     r = run(ed, "http 401")
     assert r["err"]["class"] == "auth_failure"
