@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use mia_core::llm::delta::Delta;
 use mia_core::llm::error::{ErrorClass, LlmError};
 use mia_core::llm::message::ChatRequest;
-use mia_core::llm::providers::{CoreConfig, ProviderConfig, ProviderKind, Providers, RetryConfig};
+use mia_core::llm::providers::{CoreConfig, Jitter, ProviderConfig, ProviderKind, Providers, RetryConfig};
 
 const KEY: &str = "sk-canary-5f0c9e27d41a8b36c0e1f2a3b4c5d6e7";
 
@@ -86,7 +86,7 @@ fn providers(kind: ProviderKind, port: u16, max_retries: u32) -> Providers {
         retry: RetryConfig {
             max_retries,
             initial_delay_ms: 1,
-            jitter: false,
+            jitter: Jitter::On(false),
             ..RetryConfig::default()
         },
         ..CoreConfig::default()

@@ -567,8 +567,6 @@ mod tests {
         );
     }
 
-    use super::*;
-
     fn providers_with(extra: &[(&str, ProviderConfig)]) -> Providers {
         let mut config = CoreConfig::default();
         for (name, cfg) in extra {
