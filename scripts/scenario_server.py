@@ -128,6 +128,18 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    (Content-Type application/json, the events as one JSON
                    array); ndjson and array drop Anthropic's event: names.
                    Non-streaming: the same text in one reply.
+  window LIMIT SECS [MS]
+                   a fixed request window shared by every "window" request of
+                   the format: LIMIT requests per SECS seconds, starting at
+                   the first.  Within it: "ok" with headers telling what is
+                   left (OpenAI x-ratelimit-{limit,remaining,reset}-requests,
+                   reset a duration "2.5s"; Anthropic
+                   anthropic-ratelimit-requests-*, reset RFC 3339; Gemini, which
+                   has none of its own, the generic x-ratelimit-{limit,
+                   remaining,reset}, reset in seconds).  Past it: 429 with
+                   retry-after (seconds to the reset).  With MS, every answer
+                   (429 or not) leaves MS milliseconds after the request was
+                   counted, as over a slow network.  For pacing tests.
   lateheaders MS   every attempt waits MS milliseconds before the response
                    headers, then answers "ok".  For timeout-retry tests.
   ctype TYPE       streaming: "ok", sent as SSE but labelled Content-Type
@@ -324,6 +336,7 @@ class Plan:
     framing: str = "sse"           # hugeline: sse | ndjson | array
     content_type: str | None = None  # ctype: the Content-Type a stream claims
     late: float = 0.0              # lateheaders: seconds before the headers
+    window_limit: tuple | None = None  # window: (requests, seconds)
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -396,6 +409,11 @@ def parse_scenario(text, seq, whole=None):
         if mb and mb <= 4096 and framing in HUGE_FRAMINGS:
             size = int(mb * (1 << 20))
             return Plan("hugeline", [HugeText(size)], huge=size, framing=framing)
+    if key == "window" and len(args) in (2, 3) and args[0].isdecimal() and 0 < int(args[0]) <= 10000:
+        secs = number(args[1])
+        late = int(args[2]) if len(args) == 3 and args[2].isdecimal() and int(args[2]) <= 10000 else 0
+        if secs and 0 < secs <= 3600 and (len(args) == 2 or late):
+            return Plan("window", ["ok"], window_limit=(int(args[0]), secs, late / 1000))
     if key == "lateheaders" and len(args) == 1 and args[0].isdecimal() and int(args[0]) <= 60000:
         return Plan("lateheaders", ["ok"], late=int(args[0]) / 1000)
     if key == "ctype" and len(args) == 1:
@@ -481,6 +499,11 @@ class Format:
     def raw_window_headers(self, value):
         return []
 
+    def window_state_headers(self, limit, remaining, secs):
+        """What a response inside a request window says of it (window)."""
+        return [f"x-ratelimit-limit: {limit}", f"x-ratelimit-remaining: {remaining}",
+                f"x-ratelimit-reset: {secs:.3f}"]
+
     def raw_retry(self, value, req):
         """A 429 whose retry-after is `value`, verbatim (retry429-raw)."""
         status, body, _ = self.error(429, None, req.model)
@@ -554,6 +577,10 @@ class OpenAI(Format):
     def raw_window_headers(self, value):
         return ["x-ratelimit-limit-requests: 60", "x-ratelimit-remaining-requests: 0",
                 f"x-ratelimit-reset-requests: {value}"]
+
+    def window_state_headers(self, limit, remaining, secs):
+        return [f"x-ratelimit-limit-requests: {limit}", f"x-ratelimit-remaining-requests: {remaining}",
+                f"x-ratelimit-reset-requests: {secs:.3f}s"]
 
     def usage(self, plan, req):
         out = plan.output_tokens()
@@ -725,6 +752,12 @@ class Anthropic(Format):
         return ["anthropic-ratelimit-requests-limit: 50",
                 "anthropic-ratelimit-requests-remaining: 0",
                 f"anthropic-ratelimit-requests-reset: {value}"]
+
+    def window_state_headers(self, limit, remaining, secs):
+        reset = datetime.fromtimestamp(time.time() + secs, timezone.utc)
+        return [f"anthropic-ratelimit-requests-limit: {limit}",
+                f"anthropic-ratelimit-requests-remaining: {remaining}",
+                f"anthropic-ratelimit-requests-reset: {reset:%Y-%m-%dT%H:%M:%S.%fZ}"]
 
     def stream(self, plan, req, seq):
         def block_event(kind, index, **fields):
@@ -1028,6 +1061,7 @@ class Server:
         self.seq = 0
         self.requests = []
         self.attempts = {}  # (format name, user text) -> attempts so far
+        self.request_windows = {}  # format name -> (window start, requests in it)
         self.tasks = set()
         self.sends = open(log_path, "a", buffering=1 << 16) if log_path else None
 
@@ -1197,7 +1231,24 @@ class Server:
                 await self.end_body(out)
                 return not close
             return await self.reply(out, fmt.failure(plan.error, req, credential(headers)), close)
+        if plan.window_limit is not None:
+            limit, secs, late = plan.window_limit
+            now = time.monotonic()
+            start, used = self.request_windows.get(fmt.name, (now, 0))
+            if now >= start + secs:
+                start, used = now, 0
+            used += 1
+            self.request_windows[fmt.name] = (start, used)
+            left = start + secs - now
+            if late:
+                await asyncio.sleep(late)
+            if used > limit:
+                return await self.reply(out, fmt.error(429, None, req.model, retry=max(1, math.ceil(left))), close)
+            window_state = fmt.window_state_headers(limit, limit - used, left)
+        else:
+            window_state = []
         extra = fmt.window_headers(plan.window) if plan.window is not None else []
+        extra += window_state
         if plan.raw is not None:
             extra = fmt.raw_window_headers(plan.raw)
         if not req.stream:

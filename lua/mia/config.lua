@@ -28,6 +28,7 @@
 --- @field multiplier? number Growth of the delay per retry (default 2).
 --- @field jitter? boolean|number Randomize each delay by up to this fraction either way, so clients do not retry in step (default 0.1; true = 0.1, false = 0).
 --- @field retry_on? string[] The error classes retried (default all four: rate_limit, server_error, network_error, timeout).
+--- @field pacing? boolean Spread the requests left in a provider's per-minute window that runs low until it resets (default true).
 --- @field max_wait_ms? integer A provider asking to wait longer than this gets an error instead (default 120000).
 
 --- @class mia.Limits
@@ -256,7 +257,9 @@ local function validate(opts)
   check_type("retry", opts.retry, "table", true)
   local retryable = { "rate_limit", "server_error", "network_error", "timeout" }
   for key, v in pairs(opts.retry or {}) do
-    if key == "jitter" then
+    if key == "pacing" then
+      check_type("retry.pacing", v, "boolean")
+    elseif key == "jitter" then
       if type(v) ~= "boolean" and (type(v) ~= "number" or v < 0 or v > 1) then
         fail("retry.jitter", "must be true, false or a fraction from 0 to 1 (0.1 is ±10%)", v)
       end
@@ -272,7 +275,7 @@ local function validate(opts)
         end
       end
     elseif not vim.tbl_contains({ "max_retries", "initial_delay_ms", "max_delay_ms", "multiplier", "max_wait_ms" }, key) then
-      fail("retry." .. tostring(key), "is not a retry option (max_retries, initial_delay_ms, max_delay_ms, multiplier, jitter, max_wait_ms, retry_on)", v)
+      fail("retry." .. tostring(key), "is not a retry option (max_retries, initial_delay_ms, max_delay_ms, multiplier, jitter, max_wait_ms, retry_on, pacing)", v)
     elseif key == "multiplier" then
       if type(v) ~= "number" or v < 1 then
         fail("retry.multiplier", "must be a number >= 1", v)

@@ -306,8 +306,20 @@ function M.check_online(providers, names)
   end, 20)
   for _, name in ipairs(names) do
     local res = results[name]
-    if res and res.r then
-      health.ok(string.format("%s answers: %d models", name, res.r.models))
+    if res and res.r and res.r.connected then
+      local window = ""
+      local rl = res.r.rate_limit
+      if rl then
+        window = string.format(
+          "; %d requests left%s, window resets in %.1f s",
+          rl.remaining,
+          rl.limit and rl.limit ~= vim.NIL and (" of " .. rl.limit) or "",
+          (rl.reset_ms or 0) / 1000
+        )
+      end
+      health.ok(string.format("%s answers in %d ms: %d models%s", name, res.r.latency_ms, res.r.models, window))
+    elseif res and res.r then
+      health.error(string.format("%s: %s", name, res.r.error and res.r.error.message or "no answer"))
     elseif res and res.err then
       health.error(string.format("%s: %s", name, res.err.message))
     elseif res == nil and pending > 0 then

@@ -57,8 +57,10 @@ pub async fn send(
         None => client.get(&wire.url).headers(headers),
     }
     .send();
+    limits.sent(&provider.name);
     let response = match tokio::time::timeout(Duration::from_millis(timeouts.request_ms), request).await {
         Err(_) => {
+            limits.unanswered(&provider.name);
             return Err(LlmError::new(
                 ErrorClass::Timeout,
                 Some(&provider.name),
@@ -66,9 +68,12 @@ pub async fn send(
                     "{}: no response within {} ms (timeouts.request_ms). The server may be overloaded; try again.",
                     provider.name, timeouts.request_ms
                 ),
-            ))
+            ));
         }
-        Ok(Err(e)) => return Err(transport_error(provider, &e)),
+        Ok(Err(e)) => {
+            limits.unanswered(&provider.name);
+            return Err(transport_error(provider, &e));
+        }
         Ok(Ok(r)) => r,
     };
     limits.observe(&provider.name, response.headers());

@@ -173,23 +173,42 @@ async fn with_retries(
     // A timed-out attempt is retried with longer limits (×1.5 each, capped).
     let mut stretch = 1.0f64;
     loop {
-        if let Some(wait) = providers.rate_limits.wait_for(&provider.name) {
-            // A window further away than the cap: the request is not sent
-            // and nothing sleeps; the user learns when it resets.
-            if wait > Duration::from_millis(retry.max_wait_ms) {
-                let err = ratelimit::window_over_cap(&provider.name, wait, retry.max_wait_ms);
-                return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+        match providers.rate_limits.wait_for(&provider.name, retry.pacing) {
+            Some(ratelimit::Hold::Exhausted(wait)) => {
+                // A window further away than the cap: the request is not sent
+                // and nothing sleeps; the user learns when it resets.
+                if wait > Duration::from_millis(retry.max_wait_ms) {
+                    let err = ratelimit::window_over_cap(&provider.name, wait, retry.max_wait_ms);
+                    return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+                }
+                emit(Delta::Retry {
+                    attempt,
+                    delay_ms: ratelimit::duration_ms(wait),
+                    class: ErrorClass::RateLimit,
+                    message: format!(
+                        "{}: the rate-limit window is exhausted; waiting for it to reset",
+                        provider.name
+                    ),
+                });
+                tokio::time::sleep(wait).await;
             }
-            emit(Delta::Retry {
-                attempt,
-                delay_ms: ratelimit::duration_ms(wait),
-                class: ErrorClass::RateLimit,
-                message: format!(
-                    "{}: the rate-limit window is exhausted; waiting for it to reset",
-                    provider.name
-                ),
-            });
-            tokio::time::sleep(wait).await;
+            Some(ratelimit::Hold::Paced(wait)) => {
+                // Short turns pass quietly; a noticeable one says why.
+                if wait >= Duration::from_secs(1) {
+                    emit(Delta::Retry {
+                        attempt,
+                        delay_ms: ratelimit::duration_ms(wait),
+                        class: ErrorClass::RateLimit,
+                        message: format!(
+                            "{}: few requests are left in the rate-limit window; spacing them until it resets",
+                            provider.name
+                        ),
+                    });
+                }
+                tracing::debug!(provider = %provider.name, wait_ms = ratelimit::duration_ms(wait), "paced");
+                tokio::time::sleep(wait).await;
+            }
+            None => {}
         }
         let mut delivered = false;
         let mut watch = |d: Delta| {
@@ -522,9 +541,51 @@ pub async fn list_models(providers: &Providers, provider: &str) -> Result<Vec<St
     list_models_of(providers, &resolved).await
 }
 
-/// Whether `provider` answers with these credentials: lists its models.
-pub async fn health_check(providers: &Providers, provider: &str) -> Result<usize, LlmError> {
-    list_models(providers, provider).await.map(|ids| ids.len())
+/// What `health_check` finds: whether the provider answered its model
+/// listing (with the configured credentials), how fast, how many models,
+/// and what its last response said of the request window.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Health {
+    pub connected: bool,
+    pub latency_ms: u64,
+    pub models: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<LlmError>,
+}
+
+/// Lists `provider`'s models and reports on the way (see [`Health`]). Only
+/// an unknown provider is an error; a failing one is `connected = false`
+/// with the error.
+pub async fn health_check(providers: &Providers, provider: &str) -> Result<Health, LlmError> {
+    let (resolved, _) = providers.resolve(&format!("{provider}/-"))?;
+    let started = std::time::Instant::now();
+    let listed = list_models_of(providers, &resolved).await;
+    let latency_ms = ratelimit::duration_ms(started.elapsed());
+    let rate_limit = providers.rate_limits.snapshot(&resolved.name).map(|w| {
+        serde_json::json!({
+            "remaining": w.remaining,
+            "limit": w.limit,
+            "reset_ms": ratelimit::duration_ms(w.reset),
+        })
+    });
+    Ok(match listed {
+        Ok(ids) => Health {
+            connected: true,
+            latency_ms,
+            models: ids.len(),
+            rate_limit,
+            error: None,
+        },
+        Err(e) => Health {
+            connected: false,
+            latency_ms,
+            models: 0,
+            rate_limit,
+            error: Some(e),
+        },
+    })
 }
 
 /// Servers that never report usage still get a count, marked as estimated

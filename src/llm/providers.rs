@@ -69,6 +69,9 @@ pub struct RetryConfig {
     pub max_wait_ms: u64,
     /// The classes that are retried (a subset of the retryable ones).
     pub retry_on: Vec<ErrorClass>,
+    /// Spread the requests left in a provider's window that is running low
+    /// until it resets, instead of sending them at once into 429s.
+    pub pacing: bool,
 }
 
 /// How much each backoff delay is randomized: a fraction of it either way
@@ -119,6 +122,7 @@ impl Default for RetryConfig {
             jitter: Jitter::Fraction(DEFAULT_JITTER),
             max_wait_ms: 120_000,
             retry_on: RETRYABLE_CLASSES.to_vec(),
+            pacing: true,
         }
     }
 }

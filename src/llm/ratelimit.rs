@@ -22,18 +22,110 @@ use super::error::{ErrorClass, LlmError};
 /// `SystemTime` arithmetic on it cannot overflow.
 pub const LONGEST_WAIT: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
 
-/// Per-provider "do not send before" instants, keyed by provider name: one
-/// provider's window never holds up another.
+/// Per-provider "do not send before" instants and request windows, keyed by
+/// provider name: one provider's window never holds up another.
 #[derive(Debug, Default)]
 pub struct RateLimits {
     blocked_until: Mutex<HashMap<String, Instant>>,
+    windows: Mutex<HashMap<String, Window>>,
+    /// Requests sent and not answered yet, by provider: a response's count
+    /// may not include them yet, so what is left is taken as that much less.
+    in_flight: Mutex<HashMap<String, u64>>,
+}
+
+/// What a provider last said of its request window, counted down locally
+/// for each request sent since (responses arrive after later requests left).
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    remaining: u64,
+    limit: Option<u64>,
+    reset_at: Instant,
+    /// When the next paced request may go.
+    next_slot: Instant,
+}
+
+/// What `headers` say of the request window: requests left, the window's
+/// size if given, and the time until it resets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowInfo {
+    pub remaining: u64,
+    pub limit: Option<u64>,
+    pub reset: Duration,
+}
+
+/// Pacing starts when at most this share of the window is left ...
+const LOW_SHARE: f64 = 0.25;
+/// ... or, when the window's size is not given, at most this many requests.
+const LOW_COUNT: u64 = 5;
+/// Only windows that reset within this are paced (per-minute request
+/// limits); a daily quota running low is left to the server.
+const PACE_HORIZON: Duration = Duration::from_secs(60);
+
+/// Why a request waits before it is sent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Hold {
+    /// The window is used up: wait for its reset.
+    Exhausted(Duration),
+    /// The window runs low: this request's turn comes after this.
+    Paced(Duration),
 }
 
 impl RateLimits {
-    /// Records what `headers` say about `provider`'s window.
+    /// A request to `provider` leaves (its answer comes to `observe`, or
+    /// `unanswered` when none comes).
+    pub fn sent(&self, provider: &str) {
+        let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        *map.entry(provider.to_string()).or_default() += 1;
+    }
+
+    /// A request to `provider` failed before any response.
+    pub fn unanswered(&self, provider: &str) {
+        self.settle(provider);
+    }
+
+    /// One request fewer in flight; how many others still are.
+    fn settle(&self, provider: &str) -> u64 {
+        let mut map = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(provider.to_string()).or_default();
+        *n = n.saturating_sub(1);
+        *n
+    }
+
+    /// Records what the response `headers` say about `provider`'s window.
     pub fn observe(&self, provider: &str, headers: &HeaderMap) {
+        let others = self.settle(provider);
         if let Some(wait) = exhausted_window(headers, SystemTime::now()) {
             self.block(provider, wait);
+        }
+        if let Some(mut info) = request_window(headers, SystemTime::now()) {
+            info.remaining = info.remaining.saturating_sub(others);
+            self.note_window(provider, info, Instant::now());
+        }
+    }
+
+    fn note_window(&self, provider: &str, info: WindowInfo, now: Instant) {
+        let Some(reset_at) = now.checked_add(info.reset.min(LONGEST_WAIT)) else {
+            return;
+        };
+        let mut map = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        match map.get_mut(provider) {
+            // The same window: the lower count wins (requests sent since
+            // this response left the server are already counted here).
+            Some(w) if reset_at <= w.reset_at + Duration::from_secs(1) && w.reset_at > now => {
+                w.remaining = w.remaining.min(info.remaining);
+                w.limit = info.limit.or(w.limit);
+            }
+            _ => {
+                map.insert(
+                    provider.to_string(),
+                    Window {
+                        remaining: info.remaining,
+                        limit: info.limit,
+                        reset_at,
+                        next_slot: now,
+                    },
+                );
+            }
         }
     }
 
@@ -53,17 +145,121 @@ impl RateLimits {
         }
     }
 
-    /// How long a request to `provider` must still wait, if at all.
-    pub fn wait_for(&self, provider: &str) -> Option<Duration> {
-        let mut map = self.blocked_until.lock().unwrap_or_else(|p| p.into_inner());
-        let until = *map.get(provider)?;
+    /// How long a request to `provider` must still wait, if at all: until
+    /// an exhausted window resets, and with `pacing`, its share of what is
+    /// left of a window that is running low (the requests left spread
+    /// evenly until the reset instead of running into 429s). Each call
+    /// counts as one request sent.
+    pub fn wait_for(&self, provider: &str, pacing: bool) -> Option<Hold> {
         let now = Instant::now();
-        if until <= now {
+        {
+            let mut map = self.blocked_until.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(until) = map.get(provider).copied() {
+                if until > now {
+                    return Some(Hold::Exhausted(until.saturating_duration_since(now)));
+                }
+                map.remove(provider);
+            }
+        }
+        if !pacing {
+            return None;
+        }
+        self.paced(provider, now)
+    }
+
+    fn paced(&self, provider: &str, now: Instant) -> Option<Hold> {
+        let mut map = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let w = map.get_mut(provider)?;
+        if w.reset_at <= now {
             map.remove(provider);
             return None;
         }
-        Some(until.saturating_duration_since(now))
+        let left = w.reset_at.saturating_duration_since(now);
+        if left > PACE_HORIZON {
+            return None;
+        }
+        if w.remaining == 0 {
+            // Used up by requests sent since the last response: wait for the reset.
+            return Some(Hold::Exhausted(left));
+        }
+        let low = match w.limit {
+            Some(limit) if limit > 0 => (w.remaining as f64) <= limit as f64 * LOW_SHARE,
+            _ => w.remaining <= LOW_COUNT,
+        };
+        let spacing = left / u32::try_from(w.remaining).unwrap_or(u32::MAX);
+        w.remaining -= 1;
+        if !low {
+            return None;
+        }
+        let slot = w.next_slot.max(now);
+        w.next_slot = slot + spacing;
+        Some(slot.saturating_duration_since(now))
+            .filter(|d| !d.is_zero())
+            .map(Hold::Paced)
     }
+
+    /// What is known of `provider`'s request window now (for `health_check`).
+    pub fn snapshot(&self, provider: &str) -> Option<WindowInfo> {
+        let now = Instant::now();
+        let map = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        let w = map.get(provider).filter(|w| w.reset_at > now)?;
+        Some(WindowInfo {
+            remaining: w.remaining,
+            limit: w.limit,
+            reset: w.reset_at.saturating_duration_since(now),
+        })
+    }
+}
+
+/// Where a family of headers puts a window's remaining count, its size and
+/// its reset, and how its reset is written.
+type WindowHeaders<'a> = (&'a str, &'a str, &'a str, &'a dyn Fn(&str) -> Option<Duration>);
+
+/// The request window `headers` describe, if they do: OpenAI's
+/// `x-ratelimit-{remaining,limit,reset}-requests`, the generic
+/// `x-ratelimit-{remaining,limit,reset}` (reset in seconds, a duration like
+/// `6m0s`, or a Unix time), or Anthropic's `anthropic-ratelimit-requests-*`
+/// (an RFC 3339 reset). Unreadable values leave the window unknown.
+pub fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<WindowInfo> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let count = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
+    let generic_reset = |v: &str| {
+        // A number far beyond any window's length is a Unix time.
+        match parse_number(v) {
+            Some(n) if n > 1.0e9 => {
+                let at = time::OffsetDateTime::from_unix_timestamp(n.min(1.0e11) as i64).ok()?;
+                until_datetime(at, now)
+            }
+            _ => parse_go_duration(v),
+        }
+    };
+    let sources: [WindowHeaders<'_>; 3] = [
+        (
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-limit-requests",
+            "x-ratelimit-reset-requests",
+            &parse_go_duration,
+        ),
+        (
+            "anthropic-ratelimit-requests-remaining",
+            "anthropic-ratelimit-requests-limit",
+            "anthropic-ratelimit-requests-reset",
+            &|t| until_rfc3339(t, now),
+        ),
+        (
+            "x-ratelimit-remaining",
+            "x-ratelimit-limit",
+            "x-ratelimit-reset",
+            &generic_reset,
+        ),
+    ];
+    sources.iter().find_map(|(remaining, limit, reset, parse)| {
+        Some(WindowInfo {
+            remaining: count(remaining)?,
+            limit: count(limit),
+            reset: get(reset).and_then(parse)?,
+        })
+    })
 }
 
 /// The longest wait any exhausted window in `headers` asks for (at most
@@ -86,6 +282,12 @@ pub fn exhausted_window(headers: &HeaderMap, now: SystemTime) -> Option<Duration
     for kind in ["requests", "tokens", "input-tokens", "output-tokens"] {
         if get(&format!("anthropic-ratelimit-{kind}-remaining")) == Some("0") {
             consider(get(&format!("anthropic-ratelimit-{kind}-reset")).and_then(|t| until_rfc3339(t, now)));
+        }
+    }
+    // The generic pair some servers send.
+    if get("x-ratelimit-remaining") == Some("0") {
+        if let Some(info) = request_window(headers, now) {
+            consider(Some(info.reset));
         }
     }
     longest
@@ -368,6 +570,114 @@ mod tests {
     }
 
     #[test]
+    fn the_generic_headers_describe_a_window_in_seconds_a_duration_or_a_unix_time() {
+        let now = SystemTime::UNIX_EPOCH + S(2_000_000_000);
+        let info = |reset: &[u8]| {
+            request_window(
+                &window(&[
+                    ("x-ratelimit-remaining", b"7"),
+                    ("x-ratelimit-limit", b"20"),
+                    ("x-ratelimit-reset", reset),
+                ]),
+                now,
+            )
+        };
+        let want = |secs| {
+            Some(WindowInfo {
+                remaining: 7,
+                limit: Some(20),
+                reset: S(secs),
+            })
+        };
+        assert_eq!(info(b"9"), want(9));
+        assert_eq!(info(b"1m30s"), want(90));
+        assert_eq!(info(b"2000000012"), want(12));
+        assert_eq!(info(b"soon"), None);
+        // The provider-specific names come first; a used-up generic window blocks like theirs.
+        let both = window(&[
+            ("x-ratelimit-remaining-requests", b"3"),
+            ("x-ratelimit-reset-requests", b"2s"),
+            ("x-ratelimit-remaining", b"50"),
+            ("x-ratelimit-reset", b"60"),
+        ]);
+        assert_eq!(request_window(&both, now).map(|i| i.remaining), Some(3));
+        let used = window(&[("x-ratelimit-remaining", b"0"), ("x-ratelimit-reset", b"4")]);
+        assert_eq!(exhausted_window(&used, now), Some(S(4)));
+    }
+
+    #[test]
+    fn a_window_running_low_spaces_the_requests_left_until_it_resets() {
+        let limits = RateLimits::default();
+        let now = Instant::now();
+        let low = WindowInfo {
+            remaining: 4,
+            limit: Some(20),
+            reset: S(8),
+        };
+        limits.note_window("p", low, now);
+        // Four left over ~8 s: the first goes now, each later one about 2 s after the one before.
+        let waits: Vec<Option<Hold>> = (0..4).map(|_| limits.paced("p", now)).collect();
+        assert_eq!(waits[0], None);
+        let paced: Vec<f64> = waits[1..]
+            .iter()
+            .map(|w| match w {
+                Some(Hold::Paced(d)) => d.as_secs_f64(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(
+            (paced[0] - 2.0).abs() < 0.01 && paced[1] > paced[0] && paced[2] > paced[1],
+            "{paced:?}"
+        );
+        // None left: wait for the reset.
+        assert!(matches!(limits.paced("p", now), Some(Hold::Exhausted(d)) if d == S(8)));
+        // Another provider is not held up, and pacing off never waits.
+        assert_eq!(limits.wait_for("q", true), None);
+        assert_eq!(limits.wait_for("p", false), None);
+    }
+
+    #[test]
+    fn plenty_left_or_a_far_reset_is_not_paced() {
+        let limits = RateLimits::default();
+        let now = Instant::now();
+        limits.note_window(
+            "p",
+            WindowInfo {
+                remaining: 15,
+                limit: Some(20),
+                reset: S(8),
+            },
+            now,
+        );
+        assert_eq!(limits.paced("p", now), None);
+        assert_eq!(
+            limits.snapshot("p").map(|i| (i.remaining, i.limit)),
+            Some((14, Some(20)))
+        );
+        limits.note_window(
+            "daily",
+            WindowInfo {
+                remaining: 1,
+                limit: Some(1000),
+                reset: S(3600),
+            },
+            now,
+        );
+        assert_eq!(limits.paced("daily", now), None);
+        // A later response of the same window with a higher count does not raise it.
+        limits.note_window(
+            "p",
+            WindowInfo {
+                remaining: 19,
+                limit: Some(20),
+                reset: S(8),
+            },
+            now,
+        );
+        assert_eq!(limits.snapshot("p").map(|i| i.remaining), Some(14));
+    }
+
+    #[test]
     fn an_exhausted_openai_window_asks_for_its_reset() {
         let h = window(&[
             ("x-ratelimit-remaining-requests", b"0"),
@@ -424,7 +734,7 @@ mod tests {
         assert_eq!(exhausted_window(&h, SystemTime::now()), None);
         let limits = RateLimits::default();
         limits.observe("p", &h);
-        assert_eq!(limits.wait_for("p"), None);
+        assert_eq!(limits.wait_for("p", true), None);
     }
 
     #[test]
@@ -435,9 +745,9 @@ mod tests {
             ("x-ratelimit-reset-requests", b"99999999999999999999h"),
         ]);
         limits.observe("a", &h);
-        assert!(limits.wait_for("a").is_some_and(|w| w > S(3600)));
-        assert_eq!(limits.wait_for("b"), None);
-        assert_eq!(limits.wait_for("a/"), None);
+        assert!(matches!(limits.wait_for("a", true), Some(Hold::Exhausted(w)) if w > S(3600)));
+        assert_eq!(limits.wait_for("b", true), None);
+        assert_eq!(limits.wait_for("a/", true), None);
     }
 
     #[test]
@@ -497,7 +807,7 @@ mod tests {
             }
             let limits = RateLimits::default();
             limits.observe("p", &h);
-            if let Some(w) = limits.wait_for("p") {
+            if let Some(Hold::Exhausted(w) | Hold::Paced(w)) = limits.wait_for("p", true) {
                 prop_assert!(w <= LONGEST_WAIT);
             }
         }

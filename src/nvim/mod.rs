@@ -213,7 +213,7 @@ fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
     start_job("health_check", move |providers| async move {
         crate::llm::health_check(&providers, &provider)
             .await
-            .map(|n| serde_json::json!({ "models": n }))
+            .map(|h| serde_json::to_value(h).unwrap_or_default())
     })
 }
 

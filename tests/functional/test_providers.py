@@ -2,6 +2,8 @@
 streaming, reasoning, tool calls, retries, rate limits and every error class,
 through a real Neovim against the scenario server speaking each format."""
 
+import re
+
 import pytest
 
 from conftest import KEYS, provider_config, scenario_setup
@@ -230,6 +232,47 @@ def test_setup_refuses_a_bad_retry_policy(editor_factory, retry, says):
     assert says in err, err
 
 
+BURST = """
+local model, workers, each = ...
+_G.burst = { done = 0, failed = {} }
+local function next_request(left)
+  if left == 0 then return end
+  require('mia').stream({ model = model, messages = { { role = 'user', content = 'window 8 3 150' } } }, {
+    on_done = function() burst.done = burst.done + 1; next_request(left - 1) end,
+    on_error = function(e) table.insert(burst.failed, e.message); next_request(left - 1) end,
+  })
+end
+for _ = 1, workers do next_request(each) end
+"""
+
+
+def burst_429s(editor_factory, server, fmt, pacing):
+    """Six workers send 24 requests against a window of 8 per 3 s, answers taking 150 ms: how many got a 429."""
+    ed = retry_editor(editor_factory, server, fmt, {"pacing": pacing, "max_retries": 6, "initial_delay_ms": 10})
+    before = len(chat_requests(server))
+    ed.lua(BURST, ed.model, 6, 4)
+    ed.wait("burst.done + #burst.failed == 24", 60000)
+    assert ed.lua("return burst.failed") == []
+    return len(chat_requests(server)) - before - 24
+
+
+def test_a_burst_is_spread_over_the_window_instead_of_running_into_429s(editor_factory, server, fmt):
+    paced = burst_429s(editor_factory, server, fmt, True)
+    unpaced = burst_429s(editor_factory, server, fmt, False)
+    assert paced <= 1 and unpaced >= 3, (paced, unpaced)
+
+
+def test_health_check_reports_connection_latency_models_and_the_window(editor_factory, server, fmt):
+    ed = retry_editor(editor_factory, server, fmt, {})
+    run(ed, "window 8 30")
+    h = ed.lua("_G.h = nil require('mia').health_check(..., function(err, r) _G.h = { err = err, r = r } end)"
+               " vim.wait(10000, function() return _G.h ~= nil end) return _G.h", f"{fmt}x")
+    r = h["r"]
+    assert r["connected"] is True and r["models"] > 0 and r["latency_ms"] >= 0, h
+    assert r["rate_limit"]["limit"] == 8 and r["rate_limit"]["remaining"] == 7, r
+    assert 0 < r["rate_limit"]["reset_ms"] <= 30000, r
+
+
 def test_auth_failure_names_the_variable(ed):
     r = run(ed, "http 401")
     assert r["err"]["class"] == "auth_failure"
@@ -392,6 +435,6 @@ def test_checkhealth_online_asks_each_provider(editor_factory, server):
     ed.nvim.command("Mia health online")
     report = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
     for f in FORMATS:
-        assert f"{f}x answers: " in report
-    assert "brokenx: " in report and "answers" not in report.split("brokenx: ")[1].split("\n")[0]
+        assert re.search(f"{f}x answers in \\d+ ms: \\d+ models", report), report
+    assert "brokenx: " in report and "answers" not in report.split("brokenx: ")[1].split("\n")[0], report
     assert "secret" not in report
