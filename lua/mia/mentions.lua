@@ -19,6 +19,7 @@ local api = vim.api
 --- @field name string
 --- @field parse fun(token: string): table? the mention, or nil when the token is not of this kind
 --- @field complete fun(prefix: string): table[] completion items (the text after `@`)
+--- @field complete_later? fun(prefix: string, cb: fun(items: table[])): boolean matches a large list in slices, then `cb`; false when `complete` answers now
 --- @field attach? fun(mention: table): table?, string? the attachment for the core, or nil and why not
 --- @field resolve? fun(mentions: table[], cb: fun(err: string?, context: string?))
 --- @field pending? fun(): boolean true while what completion offers is still being gathered
@@ -118,6 +119,80 @@ end
 
 local function configured(server)
   return vim.tbl_contains(require("mia.mcp").names(), server)
+end
+
+--- Lists longer than this are matched in slices across event-loop turns
+--- (fuzzy matching 100,000 paths takes ~65 ms: typing must not wait for it).
+M.SYNC_MAX = 20000
+local SLICE = 5000
+
+--- The latest sliced match: `{ words, prefix, items }` once done.
+local sliced = { job = 0 }
+
+--- Fuzzy matches of `prefix` in `words`, best first, at most `limit`, in
+--- slices of 5,000 with the loop free in between; `cb(matches)` runs at the
+--- end. A newer call abandons an older one.
+local function fuzzy_sliced(words, prefix, limit, cb)
+  sliced.job = sliced.job + 1
+  local me, best, i = sliced.job, {}, 1
+  local function step()
+    if me ~= sliced.job then
+      return
+    end
+    local r = vim.fn.matchfuzzypos(vim.list_slice(words, i, i + SLICE - 1), prefix, { limit = limit })
+    for k, w in ipairs(r[1]) do
+      best[#best + 1] = { w, r[3][k] }
+    end
+    table.sort(best, function(a, b)
+      return a[2] > b[2]
+    end)
+    for k = #best, limit + 1, -1 do
+      best[k] = nil
+    end
+    i = i + SLICE
+    if i <= #words then
+      vim.schedule(step)
+      return
+    end
+    local out = {}
+    for k, b in ipairs(best) do
+      out[k] = b[1]
+    end
+    sliced.done = { words = words, prefix = prefix, matches = out }
+    cb(out)
+  end
+  step()
+end
+
+--- Fuzzy matches of `prefix` in `words` now when the list is small or they
+--- were just computed; else nil (see [fuzzy_sliced]).
+local function fuzzy_now(words, prefix, limit)
+  if prefix == "" then
+    return vim.list_slice(words, 1, limit)
+  end
+  if #words <= M.SYNC_MAX then
+    return vim.fn.matchfuzzy(words, prefix, { limit = limit })
+  end
+  local d = sliced.done
+  if d and d.words == words and d.prefix == prefix then
+    return d.matches
+  end
+  return nil
+end
+
+local function path_items(files, dirs, prefix)
+  local items = {}
+  local function add(matched, kind)
+    for _, w in ipairs(matched or {}) do
+      if #items >= M.MAX_ITEMS then
+        return
+      end
+      items[#items + 1] = { word = "@" .. w, abbr = "@" .. w, kind = kind, menu = kind == "D" and "folder" or "file" }
+    end
+  end
+  add(files, "F")
+  add(dirs, "D")
+  return items
 end
 
 --- @type mia.MentionKind[]
@@ -270,29 +345,24 @@ M.kinds = {
     end,
     complete = function(prefix)
       local files = require("mia.mention_files")
-      local dir = cwd()
-      local list = files.files(dir)
-      local dirs = files.dirs(dir)
-      local items = {}
-      local function add(words, kind)
-        local matched
-        if prefix == "" then
-          matched = vim.list_slice(words, 1, M.MAX_ITEMS)
-        else
-          matched = vim.fn.matchfuzzy(words, prefix, { limit = M.MAX_ITEMS })
-        end
-        for _, w in ipairs(matched) do
-          if #items >= M.MAX_ITEMS then
-            return
-          end
-          items[#items + 1] = { word = "@" .. w, abbr = "@" .. w, kind = kind, menu = kind == "D" and "folder" or "file" }
-        end
+      local list = files.files(cwd())
+      local f = fuzzy_now(list, prefix, M.MAX_ITEMS)
+      local d = (not f or #f < M.MAX_ITEMS or prefix:find("/$")) and fuzzy_now(files.dirs(cwd()), prefix, M.MAX_ITEMS) or nil
+      return path_items(f, d, prefix)
+    end,
+    --- Matches in slices (a large list); `cb(items)` when they are in.
+    complete_later = function(prefix, cb)
+      local files = require("mia.mention_files")
+      local list = files.files(cwd())
+      if prefix == "" or #list <= M.SYNC_MAX then
+        return false
       end
-      add(list, "F")
-      if prefix:find("/$") or #items < M.MAX_ITEMS then
-        add(dirs, "D")
-      end
-      return items
+      fuzzy_sliced(list, prefix, M.MAX_ITEMS, function(matched)
+        local dirs = files.dirs(cwd())
+        local d = (#matched < M.MAX_ITEMS or prefix:find("/$")) and fuzzy_now(dirs, prefix, M.MAX_ITEMS) or nil
+        cb(path_items(matched, d, prefix))
+      end)
+      return true
     end,
     attach = function(m)
       return { kind = m.kind, path = m.path }
@@ -433,6 +503,28 @@ function M.complete(before, on_more)
     vim.list_extend(items, kind.complete(prefix))
   end
   return at - 1, items
+end
+
+--- Like [M.complete] for the mention being typed, when a kind matches a
+--- large list in slices: `cb(start_col, items)` runs once those are in
+--- (with every kind's items). False when nothing is computed later.
+--- @param before string
+--- @param cb fun(start: integer, items: table[])
+--- @return boolean
+function M.complete_later(before, cb)
+  local at, prefix = before:match("()@(%S*)$")
+  if not at or (at > 1 and not before:sub(at - 1, at - 1):match("%s")) then
+    return false
+  end
+  for _, kind in ipairs(M.kinds) do
+    if kind.complete_later and kind.complete_later(prefix, function()
+      local start, items = M.complete(before)
+      cb(start, items)
+    end) then
+      return true
+    end
+  end
+  return false
 end
 
 return M

@@ -32,6 +32,15 @@ local function complete_again(before)
     if not same then
       return
     end
+    if require("mia.mentions").complete_later(before, function(start, items)
+      local c = api.nvim_win_get_cursor(0)[2]
+      if api.nvim_get_current_line():sub(1, c) == before and start and #items > 0 then
+        completing = before
+        vim.fn.complete(start + 1, items)
+      end
+    end) then
+      return
+    end
     local start, items = require("mia.mentions").complete(before)
     if not start then
       start, items = require("mia.slash").complete(before)
@@ -177,11 +186,28 @@ function M.buffer()
         return
       end
       accepted = nil
-      local start, items = require("mia.mentions").complete(before)
-      if start and items and #items > 0 then
-        completing = before
-        vim.fn.complete(start + 1, items)
+      local function show(start, items)
+        if start and items and #items > 0 then
+          completing = before
+          vim.fn.complete(start + 1, items)
+        end
       end
+      -- A large file list is matched in slices: the menu follows when they are in.
+      local mentions = require("mia.mentions")
+      if
+        mentions.complete_later(before, function(start, items)
+          local now_col = api.nvim_win_get_cursor(0)[2]
+          local still = api.nvim_get_current_buf() == buf
+            and api.nvim_get_mode().mode:sub(1, 1) == "i"
+            and api.nvim_get_current_line():sub(1, now_col) == before
+          if still then
+            show(start, items)
+          end
+        end)
+      then
+        return
+      end
+      show(mentions.complete(before))
     end,
   })
   return buf

@@ -169,6 +169,22 @@ def test_typing_a_path_completes_the_git_visible_files_fuzzily(editor_factory, s
     assert "@diagnostics" in completion_words(ed) and "@buffer" in completion_words(ed)
 
 
+def test_a_large_file_list_is_matched_in_slices_and_the_menu_follows(editor_factory, server, project):
+    for i in range(30):
+        (project / "src" / f"gen_{i:02d}.rs").write_text("x\n")
+    ed = start(editor_factory, server, project)
+    # lists longer than SYNC_MAX are matched across loop turns; 2 makes this small project one
+    ed.lua("require('mia.mentions').SYNC_MAX = 2")
+    ed.nvim.command("Mia open")
+    ed.nvim.input("i@gen_2")
+    ed.wait("vim.tbl_contains(vim.tbl_map(function(i) return i.word end, "
+            "vim.fn.complete_info({ 'items' }).items), '@src/gen_27.rs')")
+    words = completion_words(ed)
+    assert "@src/main.rs" not in words and "@src/gen_07.rs" not in words, words
+    ed.nvim.input("<C-y>")
+    ed.wait("vim.api.nvim_get_current_line():find('^@src/gen_2%d.rs$') ~= nil")
+
+
 def test_buffer_selection_and_diagnostics_send_what_the_editor_holds(editor_factory, server, project):
     notes = project / "notes.txt"
     notes.write_text("".join(f"saved {i}\n" for i in range(1, 11)))
