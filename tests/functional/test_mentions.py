@@ -289,3 +289,21 @@ def test_mia_paste_says_when_the_clipboard_holds_no_image(editor_factory, server
     ed.nvim.command("Mia paste")
     ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('clipboard holds no image', 1, true) ~= nil")
     assert "target image/png not available" in ed.messages()
+
+
+def test_a_folder_mention_sends_a_listing_without_denied_entries(editor_factory, server, project):
+    (project / "src" / "secret.key").write_text("k\n")
+    ed = start(editor_factory, server, project,
+               permissions={"rules": [{"tool": "list_dir", "pattern": "**/*.key", "action": "deny"}]})
+    ed.nvim.command("Mia prompt what is in @src/")
+    done(ed)
+    sent = last_user_text(server)
+    assert '<folder path="src" entries="2">\nsrc/main.rs\nsrc/other.rs\n</folder>' in sent, sent
+    assert "📎 @src/ (2 entries)" in you_sections(ed)[0]
+
+
+def test_checkhealth_names_the_clipboard_tool(editor_factory, server, project, tmp_path):
+    ed = start(editor_factory, server, project, env=fake_clipboard(tmp_path, "exit 0\n"))
+    ed.nvim.command("checkhealth mia")
+    report = "\n".join(ed.nvim.current.buffer[:])
+    assert ":Mia paste reads images from the clipboard with wl-paste" in report, report
