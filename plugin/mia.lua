@@ -9,6 +9,7 @@ local names = {
   "prompt",
   "agent",
   "stop",
+  "paste",
   "open",
   "new",
   "sessions",

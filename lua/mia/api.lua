@@ -202,9 +202,12 @@ function M.register_transform_hook(hook)
   require("mia.hooks").register(hook)
 end
 
---- Sends `text` in the chat (what `:Mia prompt` does).
+--- Sends `text` in the chat (what `:Mia prompt` does). `attachments` are
+--- what @-mentions attach (|mia-mentions|): `{ kind = "file", path }`,
+--- `{ kind = "folder", path }`, `{ kind = "text", uri, name, text }`,
+--- `{ kind = "image", media_type, data }` (base64).
 --- @param text string
---- @param opts? { model?: string, context?: string }
+--- @param opts? { model?: string, context?: string, attachments?: table[] }
 function M.prompt(text, opts)
   require("mia.chat").prompt(text, opts)
 end

@@ -204,7 +204,7 @@ end
 
 --- Sends `text` as the next user turn and streams the answer.
 --- @param text string
---- @param opts? { model?: string, context?: string }
+--- @param opts? { model?: string, context?: string, attachments?: table[] }
 function M.prompt(text, opts)
   opts = opts or {}
   if text == nil or vim.trim(text) == "" then
@@ -228,6 +228,10 @@ function M.prompt(text, opts)
   local agents = package.loaded["mia.agents"]
   local native
   if agents and agents.external() then
+    if opts.attachments and #opts.attachments > 0 then
+      error("mia: @-mentions of files, buffers and images are sent by mia's own agent only; "
+        .. agents.current() .. " gets text. Switch back with :Mia agent mia, or remove the mentions.", 0)
+    end
     -- An external ACP agent answers; its updates draw the same way.
     M.open()
     model = agents.current()
@@ -243,6 +247,7 @@ function M.prompt(text, opts)
       title = session.title,
       utc_offset_s = require("mia.costs").utc_offset(),
       focus = M.focus_file(),
+      attachments = opts.attachments,
     })
   end
   local entry = { model = model, retries = 0 }
@@ -300,7 +305,7 @@ function M.load(data)
   local prompts = 0
   local commands = {}
   for _, item in ipairs(data.items) do
-    if item.update and item.update.sessionUpdate == "user_message_chunk" then
+    if item.update and item.update.sessionUpdate == "user_message_chunk" and not render.is_mention(item.update) then
       prompts = prompts + 1
     elseif item.update and item.update.sessionUpdate == "available_commands_update" then
       commands = item.update.availableCommands

@@ -34,13 +34,31 @@ M.subcommands = {
       if not context and require("mia.slash").dispatch(args) then
         return
       end
-      require("mia.chat").prompt(args, { context = context })
+      -- @-mentions attach what they name (|mia-mentions|); with none, or only
+      -- editor text and files, this runs at once and errors reach the caller.
+      local mentions = require("mia.mentions")
+      mentions.expand(args, function(err, mentioned, attachments)
+        if err then
+          error("mia: " .. err .. " (the message was not sent)", 0)
+        end
+        if mentioned then
+          context = context and (context .. "\n\n" .. mentioned) or mentioned
+        end
+        require("mia.chat").prompt(args, { context = context, attachments = attachments })
+        mentions.sent(attachments)
+      end)
     end,
   },
   agent = {
     desc = "switch the chat to an external ACP agent: :Mia agent {name} (`mia` switches back)",
     run = function(args)
       require("mia.agents").switch(args)
+    end,
+  },
+  paste = {
+    desc = "attach the clipboard's image to the next message (needs wl-paste, xclip or pngpaste)",
+    run = function()
+      require("mia.paste").paste()
     end,
   },
   stop = {

@@ -106,6 +106,14 @@ function M.check()
     st and string.format("%.1f MB", st.size / 1e6) or "created on the first prompt"
   ))
   health.info("log file: " .. cfg.log_file)
+  local clip = require("mia.paste").tool()
+  if clip then
+    health.ok(":Mia paste reads images from the clipboard with " .. clip.name)
+  else
+    health.warn(":Mia paste has no clipboard tool for images", {
+      "install wl-paste (Wayland), xclip (X11) or pngpaste (macOS)",
+    })
+  end
 
   M.check_mia_acp()
 end

@@ -21,10 +21,24 @@ local function complete_again(before)
       return
     end
     local col = api.nvim_win_get_cursor(0)[2]
+    local now = api.nvim_get_current_line():sub(1, col)
     -- With the list open, the line shows the selected item: the completion
-    -- must still be the one that started from `before`.
-    local same = vim.fn.pumvisible() == 1 and completing == before or api.nvim_get_current_line():sub(1, col) == before
+    -- must still be the one that started from `before`. A mention typed on
+    -- since is completed as it stands now (the list arrived while typing).
+    local same = vim.fn.pumvisible() == 1 and completing == before or now == before
+    if not same and (" " .. now):match("%s@%S*$") then
+      before, same = now, true
+    end
     if not same then
+      return
+    end
+    if require("mia.mentions").complete_later(before, function(start, items)
+      local c = api.nvim_win_get_cursor(0)[2]
+      if api.nvim_get_current_line():sub(1, c) == before and start and #items > 0 then
+        completing = before
+        vim.fn.complete(start + 1, items)
+      end
+    end) then
       return
     end
     local start, items = require("mia.mentions").complete(before)
@@ -32,6 +46,7 @@ local function complete_again(before)
       start, items = require("mia.slash").complete(before)
     end
     if start and start >= 0 and items and #items > 0 then
+      completing = before
       vim.fn.complete(start + 1, items)
     end
   end
@@ -89,17 +104,18 @@ function M.send()
       return
     end
     resolving = true
-    require("mia.mentions").expand(text, function(read_err, context)
+    require("mia.mentions").expand(text, function(read_err, context, attachments)
       resolving = false
       if read_err then
         vim.notify("mia: " .. read_err .. " (the message was not sent)", vim.log.levels.ERROR)
         return
       end
-      local sent_ok, send_err = pcall(require("mia.chat").prompt, text, { context = context })
+      local sent_ok, send_err = pcall(require("mia.chat").prompt, text, { context = context, attachments = attachments })
       if not sent_ok then
         vim.notify(tostring(send_err), vim.log.levels.ERROR)
         return
       end
+      require("mia.mentions").sent(attachments)
       clear()
     end)
   end)
@@ -141,15 +157,59 @@ function M.buffer()
     end
     return "/"
   end, { buffer = buf, expr = true, desc = "mia: slash command completion" })
-  -- typing "@" at the start of a word opens mention completion (when MCP servers are configured)
+  -- typing "@" at the start of a word opens mention completion
   vim.keymap.set("i", "@", function()
     local col = api.nvim_win_get_cursor(0)[2]
     local prev = api.nvim_get_current_line():sub(col, col)
-    if (col == 0 or prev:match("%s")) and #require("mia.mcp").names() > 0 then
+    if col == 0 or prev:match("%s") then
       return "@<C-x><C-o>"
     end
     return "@"
   end, { buffer = buf, expr = true, desc = "mia: @-mention completion" })
+  -- typing on in a mention completes again (paths hold `/` and `.`, which end Vim's own filtering)
+  local accepted = nil -- the text before the cursor just after an item was taken
+  api.nvim_create_autocmd("CompleteDone", {
+    buffer = buf,
+    callback = function()
+      local item = vim.v.completed_item
+      if item and item.word and item.word ~= "" then
+        accepted = api.nvim_get_current_line():sub(1, api.nvim_win_get_cursor(0)[2])
+      end
+    end,
+  })
+  api.nvim_create_autocmd({ "TextChangedI", "TextChangedP" }, {
+    buffer = buf,
+    callback = function()
+      local col = api.nvim_win_get_cursor(0)[2]
+      local before = api.nvim_get_current_line():sub(1, col)
+      if before == accepted or not (" " .. before):match("%s@%S+$") then
+        return
+      end
+      accepted = nil
+      local function show(start, items)
+        if start and items and #items > 0 then
+          completing = before
+          vim.fn.complete(start + 1, items)
+        end
+      end
+      -- A large file list is matched in slices: the menu follows when they are in.
+      local mentions = require("mia.mentions")
+      if
+        mentions.complete_later(before, function(start, items)
+          local now_col = api.nvim_win_get_cursor(0)[2]
+          local still = api.nvim_get_current_buf() == buf
+            and api.nvim_get_mode().mode:sub(1, 1) == "i"
+            and api.nvim_get_current_line():sub(1, now_col) == before
+          if still then
+            show(start, items)
+          end
+        end)
+      then
+        return
+      end
+      show(mentions.complete(before))
+    end,
+  })
   return buf
 end
 

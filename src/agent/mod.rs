@@ -5,6 +5,7 @@
 //! and a retry.
 
 mod compaction;
+pub mod mentions;
 pub mod record;
 pub mod rules;
 mod tool_round;
@@ -103,6 +104,8 @@ pub struct Prompt {
     /// The file being discussed (the editor's current file): rules files
     /// nested on its path apply.
     pub focus: Option<String>,
+    /// What the prompt's @-mentions attach ([`mentions::Attachment`]).
+    pub attachments: Vec<mentions::Attachment>,
 }
 
 /// What a run needs from the rest of the core.
@@ -171,6 +174,65 @@ async fn turn_rules(deps: &AgentDeps, root: &std::path::Path, agent: &AgentInfo,
     .unwrap_or_default()
 }
 
+/// Reads the prompt's attachments off the async threads. A refused one (a
+/// deny rule, outside the project, too large, an image for a model that
+/// takes none) fails the turn before anything is recorded or sent.
+async fn turn_mentions(
+    deps: &AgentDeps,
+    session: &Session,
+    root: &std::path::Path,
+    agent: &AgentInfo,
+    prompt: &Prompt,
+) -> Result<mentions::Resolved, LlmError> {
+    if prompt.attachments.is_empty() {
+        return Ok(mentions::Resolved::default());
+    }
+    let (seen, turn) = session.mentions_seen();
+    let attachments = prompt.attachments.clone();
+    let permissions = deps.settings.permissions.clone();
+    let secrets = deps.providers.secrets();
+    let root = root.to_path_buf();
+    let mode = agent.mode.clone();
+    let resolved = tokio::task::spawn_blocking(move || {
+        let cx = mentions::Context {
+            root: &root,
+            permissions: &permissions,
+            mode: &mode,
+            secrets: &secrets,
+            seen: &seen,
+            turn,
+        };
+        mentions::resolve(&attachments, &cx)
+    })
+    .await
+    .map_err(|e| {
+        LlmError::new(
+            ErrorClass::Internal,
+            None,
+            format!("mia: reading the mentions failed: {e}"),
+        )
+    })?
+    .map_err(|e| LlmError::new(ErrorClass::InvalidRequest, None, e.to_string()))?;
+    let images = resolved.image_names();
+    if let Some(name) = images.first() {
+        let model = prompt.model.clone().unwrap_or_else(|| session.info().model);
+        if let Ok((provider, id)) = deps.providers.resolve(&model) {
+            if deps.providers.pricing.price(&provider.name, &id).and_then(|p| p.images) == Some(false) {
+                let e = mentions::MentionError::NoImages {
+                    model,
+                    name: name.clone(),
+                };
+                return Err(LlmError::new(
+                    ErrorClass::InvalidRequest,
+                    Some(&provider.name),
+                    e.to_string(),
+                ));
+            }
+        }
+    }
+    Ok(resolved)
+}
+
 /// Prunes old checkpoints once per process, in the background.
 fn prune_once(store: &crate::checkpoint::Checkpoints) {
     static PRUNED: std::sync::Once = std::sync::Once::new();
@@ -229,8 +291,9 @@ pub async fn run(
         known: true,
         ..Default::default()
     };
+    let attached = turn_mentions(&deps, &session, &root, &agent, &prompt).await?;
     let rules = turn_rules(&deps, &root, &agent, prompt.focus.as_deref()).await;
-    let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt, &rules.files).await;
+    let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt, &rules.files, attached).await;
     // Edits of this turn: the session's file ledger and a checkpoint taken at the first change.
     let scope = Arc::new(EditScope {
         ledger: session.files.clone(),

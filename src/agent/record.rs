@@ -190,6 +190,7 @@ impl Recorder {
         session: Arc<Session>,
         prompt: &Prompt,
         rules: &[String],
+        attached: super::mentions::Resolved,
     ) -> Recorder {
         session.update_info(prompt.mode.as_deref(), prompt.model.as_deref(), None);
         let new_title = match (session.info().title, prompt.title.as_deref()) {
@@ -212,19 +213,33 @@ impl Recorder {
         };
         session.persist().await;
         let model = session.info().model;
+        let mut parts = vec![Part::Text {
+            text: prompt.content.clone(),
+        }];
+        parts.extend(attached.parts);
         let mut row = message_row(
             &r.session_id,
             new_message_id(&r.session_id),
             Role::User,
-            json!([{ "type": "text", "text": prompt.content }]),
+            serde_json::to_value(&parts).unwrap_or(json!([])),
             MessageState::Complete,
         );
         row.meta = json!({ "model": model });
         if !rules.is_empty() {
             row.meta["rules"] = json!(rules);
         }
+        if !attached.records.is_empty() {
+            row.meta["mentions"] = json!(attached.records);
+        }
         session.append(row).await;
-        update(&deps.queue, stream, updates::user_chunk(&prompt.content, &model, rules));
+        update(
+            &deps.queue,
+            stream,
+            updates::user_chunk(&prompt.content, &model, rules, &attached.records),
+        );
+        for m in &attached.records {
+            update(&deps.queue, stream, updates::mention_chunk(m));
+        }
         if let Some(title) = new_title {
             update(&deps.queue, stream, updates::session_title(&title));
         }

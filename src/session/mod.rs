@@ -384,6 +384,20 @@ impl Session {
             .collect()
     }
 
+    /// What the model has seen of each mentioned file in the messages the
+    /// next request sends, and the number the next user turn will have.
+    pub fn mentions_seen(&self) -> (HashMap<String, crate::agent::mentions::Seen>, usize) {
+        let s = self.lock();
+        let turn = s
+            .log
+            .iter()
+            .filter(|r| r.role == Role::User && r.kind == MessageKind::Message && r.meta.get("model").is_some())
+            .count()
+            + 1;
+        let rows = crate::store::request_rows(&s.log);
+        (crate::agent::mentions::seen_in(&rows, turn), turn)
+    }
+
     /// How many rows the log holds (for tests and `:checkhealth`).
     pub fn len(&self) -> usize {
         self.lock().log.len()

@@ -27,12 +27,39 @@ fn mia_meta(value: Value) -> acp::Meta {
 
 /// The user's prompt, echoed as ACP's `session/load` replays it; `_meta.mia.model`
 /// names the model that answers it, `_meta.mia.rules` the rules files applied.
-pub fn user_chunk(text: &str, model: &str, rules: &[String]) -> acp::SessionUpdate {
+/// `_meta.mia.mentions` lists what the prompt's @-mentions attached (label and summary, for the chat).
+pub fn user_chunk(text: &str, model: &str, rules: &[String], mentions: &[Value]) -> acp::SessionUpdate {
     let mut meta = json!({ "model": model });
     if !rules.is_empty() {
         meta["rules"] = json!(rules);
     }
+    if !mentions.is_empty() {
+        let shown: Vec<Value> = mentions
+            .iter()
+            .map(|m| json!({ "kind": m["kind"], "label": m["label"], "summary": m["summary"] }))
+            .collect();
+        meta["mentions"] = json!(shown);
+    }
     acp::SessionUpdate::UserMessageChunk(acp::ContentChunk::new(text.to_string().into()).meta(mia_meta(meta)))
+}
+
+/// One attachment of the user's prompt, as ACP content after the prompt's
+/// text: a `resource_link` naming it (the chat draws the prompt's
+/// `_meta.mia.mentions`; other clients see what was attached, not its bytes).
+/// `_meta.mia.mention` marks it as part of the prompt just echoed.
+pub fn mention_chunk(m: &Value) -> acp::SessionUpdate {
+    let label = m["label"].as_str().unwrap_or("");
+    let uri = m["uri"].as_str().unwrap_or(label);
+    let mut link = acp::ResourceLink::new(label.to_string(), uri.to_string());
+    if let Some(summary) = m["summary"].as_str() {
+        link = link.description(summary.to_string());
+    }
+    if let Some(mime) = m["mime"].as_str() {
+        link = link.mime_type(mime.to_string());
+    }
+    acp::SessionUpdate::UserMessageChunk(
+        acp::ContentChunk::new(acp::ContentBlock::ResourceLink(link)).meta(mia_meta(json!({ "mention": true }))),
+    )
 }
 
 pub fn agent_text(text: &str) -> acp::SessionUpdate {
@@ -283,8 +310,17 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
             if let Some(m) = row.meta.get("model").and_then(Value::as_str) {
                 *model = m.to_string();
             }
+            let mentions: Vec<Value> = row
+                .meta
+                .get("mentions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            // With mentions, the parts after the first are theirs: the typed text is the first.
+            let typed = if mentions.is_empty() { parts.len() } else { 1 };
             let text: String = parts
                 .iter()
+                .take(typed)
                 .filter_map(|p| match p {
                     Part::Text { text } => Some(text.as_str()),
                     _ => None,
@@ -297,7 +333,12 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
                 .unwrap_or_default();
-            out.push(ReplayItem::Update(Box::new(user_chunk(&text, model, &rules))));
+            out.push(ReplayItem::Update(Box::new(user_chunk(
+                &text, model, &rules, &mentions,
+            ))));
+            for m in &mentions {
+                out.push(ReplayItem::Update(Box::new(mention_chunk(m))));
+            }
         }
         Role::Assistant => {
             for p in &parts {

@@ -57,6 +57,11 @@ local function mia_meta(u)
   return type(meta) == "table" and meta or {}
 end
 
+--- True for an update that echoes one attachment of the prompt (drawn with the prompt).
+function M.is_mention(u)
+  return mia_meta(u).mention == true
+end
+
 --- The tool block event for one ACP tool update.
 local function tool_event(s, u)
   local meta = mia_meta(u)
@@ -93,11 +98,21 @@ end
 function M.update(buf, u)
   local s = st(buf)
   local kind = u.sessionUpdate
-  if kind == "user_message_chunk" then
+  if kind == "user_message_chunk" and mia_meta(u).mention then
+    return -- an attachment of the prompt just drawn (its `_meta.mia.mentions` line)
+  elseif kind == "user_message_chunk" then
     local meta = mia_meta(u)
     local model = meta.model or ""
     local who = meta.agent and meta.agent ~= model and (meta.agent .. " · " .. model) or meta.agent or ("mia · " .. model)
-    local header = string.format("## You\n\n%s\n\n## %s\n\n", text_of(u.content), who)
+    local attached = ""
+    if type(meta.mentions) == "table" and #meta.mentions > 0 then
+      local lines = {}
+      for _, m in ipairs(meta.mentions) do
+        lines[#lines + 1] = string.format("📎 @%s (%s)", tostring(m.label), tostring(m.summary))
+      end
+      attached = table.concat(lines, "\n") .. "\n\n"
+    end
+    local header = string.format("## You\n\n%s\n\n%s## %s\n\n", text_of(u.content), attached, who)
     if type(meta.rules) == "table" and #meta.rules > 0 then
       header = header .. "_rules: " .. table.concat(vim.tbl_map(tostring, meta.rules), ", ") .. "_\n\n"
     end
