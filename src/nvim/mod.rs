@@ -633,6 +633,12 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
 /// The longest note `exit_note` keeps.
 const MAX_EXIT_NOTE: usize = 8 * 1024;
 
+/// The write `exit_note` started, which `shutdown` lets finish (bounded).
+static EXIT_NOTE: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
+/// How long `shutdown` waits for the exit note to be written.
+const EXIT_NOTE_WAIT: Duration = Duration::from_millis(500);
+
 /// `exit_note(path, text)`: logs `text` and leaves it in `path` for the next
 /// start to show (the summary of a session Neovim is leaving). The write runs
 /// on the runtime's blocking pool, which `shutdown` waits for (bounded), so
@@ -648,7 +654,7 @@ fn exit_note(_: &Lua, (path, text): (String, String)) -> LuaResult<()> {
             }
             text.truncate(cut);
         }
-        rt.spawn_blocking(move || {
+        let write = rt.spawn_blocking(move || {
             tracing::info!("{text}");
             let path = PathBuf::from(path);
             let tmp = path.with_extension(format!("tmp{}", std::process::id()));
@@ -664,6 +670,7 @@ fn exit_note(_: &Lua, (path, text): (String, String)) -> LuaResult<()> {
                 );
             }
         });
+        *EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()) = Some(write);
         Ok(())
     })
 }
@@ -672,6 +679,11 @@ fn exit_note(_: &Lua, (path, text): (String, String)) -> LuaResult<()> {
 fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
     guarded("shutdown", || {
         let wait = Duration::from_millis(ms.unwrap_or(100)).min(MAX_SHUTDOWN);
+        // Leaving Neovim: the session summary's write gets a short bound to land.
+        let note = EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(note), Ok(rt)) = (note, runtime::handle()) {
+            let _ = rt.block_on(tokio::time::timeout(EXIT_NOTE_WAIT, note));
+        }
         crate::reaper::kill_all();
         runtime::shutdown(wait);
         logging::flush();

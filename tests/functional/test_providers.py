@@ -237,7 +237,7 @@ local model, workers, each = ...
 _G.burst = { done = 0, failed = {} }
 local function next_request(left)
   if left == 0 then return end
-  require('mia').stream({ model = model, messages = { { role = 'user', content = 'window 8 3 150' } } }, {
+  require('mia').stream({ model = model, messages = { { role = 'user', content = 'window 8 3 300' } } }, {
     on_done = function() burst.done = burst.done + 1; next_request(left - 1) end,
     on_error = function(e) table.insert(burst.failed, e.message); next_request(left - 1) end,
   })
@@ -247,7 +247,7 @@ for _ = 1, workers do next_request(each) end
 
 
 def burst_429s(editor_factory, server, fmt, pacing):
-    """Six workers send 24 requests against a window of 8 per 3 s, answers taking 150 ms: how many got a 429."""
+    """Six workers send 24 requests against a window of 8 per 3 s, answers taking 300 ms: how many got a 429."""
     ed = retry_editor(editor_factory, server, fmt, {"pacing": pacing, "max_retries": 6, "initial_delay_ms": 10})
     before = len(chat_requests(server))
     ed.lua(BURST, ed.model, 6, 4)
