@@ -15,6 +15,7 @@ local names = {
   "rename",
   "mode",
   "tools",
+  "context",
   "costs",
   "clear",
   "health",

@@ -296,6 +296,31 @@ fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Stre
     })
 }
 
+/// `session_context(id, prompt)` -> handle whose result is what the
+/// session's next request would carry if `prompt` (the table
+/// `session_prompt` takes) were sent now, part by part with token counts
+/// (`:Mia context`). Nothing is sent to the model or stored.
+fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
+    guarded("session_context", || {
+        let prompt: crate::agent::Prompt = lua.from_value(prompt).map_err(|e| {
+            lua_error(format!(
+                "mia.context: invalid request: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
+        let session = open_session(&id)?;
+        let (rt, queue) = runtime_and_queue()?;
+        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let deps = agent_deps(queue.clone());
+        stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
+            let report = crate::agent::context::report(&deps, stream, &session, &prompt).await?;
+            Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null))
+        });
+        Ok(StreamHandle { id: stream, cancel })
+    })
+}
+
 /// `session_set(id, { mode?, model?, title? })`: later requests of the
 /// session (the turn in flight included) use them.
 fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
@@ -633,6 +658,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("session_new", lua.create_function(session_new)?)?;
     m.set("session_prompt", lua.create_function(session_prompt)?)?;
     m.set("session_set", lua.create_function(session_set)?)?;
+    m.set("session_context", lua.create_function(session_context)?)?;
     m.set("session_compact", lua.create_function(session_compact)?)?;
     m.set("session_open", lua.create_function(session_open)?)?;
     m.set("session_close", lua.create_function(session_close)?)?;
