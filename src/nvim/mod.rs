@@ -321,6 +321,28 @@ fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Str
     })
 }
 
+/// `model_info("provider/model", pricing)` -> `{ context?, input, output }`
+/// from the price table with the user's `pricing` overrides, or nil when
+/// the model has no price: `:checkhealth` says what `:Mia context` and the
+/// statusline's context fill can show. Starts nothing.
+fn model_info(lua: &Lua, (model, pricing): (String, LuaValue)) -> LuaResult<LuaValue> {
+    guarded("model_info", || {
+        let Some((provider, id)) = model.split_once('/') else {
+            return Ok(LuaValue::Nil);
+        };
+        let overrides = lua.from_value(pricing).unwrap_or_default();
+        let registry = crate::cost::PricingRegistry::with_overrides(overrides)
+            .unwrap_or_else(|_| crate::cost::PricingRegistry::builtin().clone());
+        match registry.price(provider, id) {
+            Some(p) => to_lua(
+                lua,
+                &serde_json::json!({ "context": p.context, "input": p.input, "output": p.output }),
+            ),
+            None => Ok(LuaValue::Nil),
+        }
+    })
+}
+
 /// `session_set(id, { mode?, model?, title? })`: later requests of the
 /// session (the turn in flight included) use them.
 fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
@@ -659,6 +681,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("session_prompt", lua.create_function(session_prompt)?)?;
     m.set("session_set", lua.create_function(session_set)?)?;
     m.set("session_context", lua.create_function(session_context)?)?;
+    m.set("model_info", lua.create_function(model_info)?)?;
     m.set("session_compact", lua.create_function(session_compact)?)?;
     m.set("session_open", lua.create_function(session_open)?)?;
     m.set("session_close", lua.create_function(session_close)?)?;

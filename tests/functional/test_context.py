@@ -184,3 +184,14 @@ def test_the_footer_climbs_while_the_answer_streams_and_ends_exact(make):
     tokens = done["usage"]["input_tokens"] + done["usage"]["output_tokens"]
     pct = round(tokens * 100 / 200000)
     assert status.endswith(f" tok {pct}% ctx"), status
+
+
+def test_checkhealth_says_whether_the_context_window_is_known(make, editor_factory, counting_server, tmp_path):
+    ed = make("anthropic")
+    ed.nvim.command("checkhealth mia")
+    section = "\n".join(ed.nvim.current.buffer[:]).split("context window and prices", 1)[1]
+    assert "anth/echo: 200,000 tokens of context" in section, section
+    bare = editor_factory(name="bare", setup={"model": "scn/unpriced", "providers": {"scn": provider_config("openai", counting_server)}})
+    bare.nvim.command("checkhealth mia")
+    section = "\n".join(bare.nvim.current.buffer[:]).split("context window and prices", 1)[1]
+    assert "no price for scn/unpriced" in section, section
