@@ -195,3 +195,16 @@ def test_checkhealth_says_whether_the_context_window_is_known(make, editor_facto
     bare.nvim.command("checkhealth mia")
     section = "\n".join(bare.nvim.current.buffer[:]).split("context window and prices", 1)[1]
     assert "no price for scn/unpriced" in section, section
+
+
+def test_the_live_footer_uses_the_input_anthropic_reports_at_the_start(make):
+    # Anthropic's message_start carries the real input count: the live line
+    # shows it at once; only the output so far is estimated.
+    ed = make("anthropic")
+    ed.nvim.command("Mia prompt slow 40 20")
+    ed.wait("require('mia.chat').live_text() ~= nil")
+    live = ed.lua("return require('mia.chat').live_text()")
+    ed.wait("require('mia.chat').state() == 'done'")
+    done = ed.lua("return require('mia.chat')._last_done()")
+    shown = int(re.search(r"~?([\d,]+) in", live)[1].replace(",", ""))
+    assert shown == done["usage"]["input_tokens"], (live, done["usage"])
