@@ -16,6 +16,7 @@ local names = {
   "rename",
   "mode",
   "tools",
+  "context",
   "costs",
   "clear",
   "health",

@@ -18,6 +18,9 @@ Content-Length only (chunked ones get 411).  Three wire formats:
                                       Gemini, SSE stream (400 without alt=sse)
     POST /v1beta/models/M:generateContent
                                       Gemini, one JSON response
+    POST /v1/messages/count_tokens    Anthropic's token count: {"input_tokens": n}
+    POST /v1beta/models/M:countTokens Gemini's token count of {"generateContentRequest":
+                                      {...}} or {"contents": [...]}: {"totalTokens": n}
     GET  /v1/models                   Anthropic's list shape when the request has
                                       an anthropic-version or x-api-key header,
                                       else OpenAI's {"object":"list","data":[...]}
@@ -147,7 +150,14 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
 Non-streaming requests get the same content in one reply (reset and stall
 misbehave the same way; truncate, malformed, unicode answer normally).
 "Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
-count whitespace-split words of every message (and system text).
+count whitespace-split words of every message (and system text).  With
+``--prompt-tokens pieces`` they are counted by a tokenizer-like rule instead,
+over everything the model reads: the system text, every message's text, tool
+calls (name and JSON arguments), tool results, and each offered tool's name,
+description and JSON schema.  A piece is a non-ASCII character, a run of up
+to 8 ASCII letters, up to 3 digits, or up to 2 other ASCII non-space
+characters (PIECE below); whitespace counts nothing.  The counting endpoints
+answer with the same count the usage of that request would report.
 
 OPENAI.  A stream: role chunk (delta {"role":"assistant","content":""}), one
 chunk per token (delta {"reasoning_content":...} for reasoning, then
@@ -234,10 +244,13 @@ SECRET_HEADERS = {"authorization", "x-api-key", "x-goog-api-key"}
 BATCH = 512           # token events per write in fast scenarios
 MAX_BODY = 64 << 20
 PHRASES = {s.value: s.phrase for s in HTTPStatus}
+GEMINI_COUNT = re.compile(r"/v1beta/models/([^/:]+):countTokens")
 GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)")
 MARK = "\x00token\x00"  # stands in for a token while pre-rendering an event
 HUGE_MARK = "\x00huge\x00"  # stands in for the hugeline token
 HUGE_PIECE = 64 << 10
+PIECE = re.compile(r"[^\x00-\x7f]|[A-Za-z]{1,8}|[0-9]{1,3}|[!-/:-@\[-`{-~]{1,2}")
+PROMPT_TOKENS = "words"  # or "pieces" (--prompt-tokens)
 HUGE_FRAMINGS = {"sse": "text/event-stream", "ndjson": "application/x-ndjson",
                  "array": "application/json"}
 
@@ -992,6 +1005,82 @@ SSE_FIELDS = ["Content-Type: text/event-stream", "Cache-Control: no-cache",
               "Transfer-Encoding: chunked"]
 
 
+def read_texts(fmt, body):
+    """Everything the model reads in a request body, as text pieces (see
+    --prompt-tokens): system, messages, tool calls and results, tools."""
+    out = []
+
+    def add(v):
+        if isinstance(v, str):
+            out.append(v)
+        elif v is not None:
+            out.append(dumps(v))
+
+    if fmt == "gemini":
+        if isinstance(body.get("generateContentRequest"), dict):
+            body = body["generateContentRequest"]
+        for content in [body.get("systemInstruction")] + list(body.get("contents") or []):
+            for p in parts_of(content):
+                if isinstance(p.get("text"), str):
+                    add(p["text"])
+                if isinstance(p.get("functionCall"), dict):
+                    add(p["functionCall"].get("name"))
+                    add(p["functionCall"].get("args", {}))
+                if isinstance(p.get("functionResponse"), dict):
+                    add(p["functionResponse"].get("response", {}))
+        for tool in body.get("tools") or []:
+            for d in (tool.get("functionDeclarations") or []) if isinstance(tool, dict) else []:
+                add(d.get("name"))
+                add(d.get("description"))
+                add(d.get("parameters"))
+        return out
+    if fmt == "anthropic":
+        system = body.get("system")
+        add(system if isinstance(system, str) else blocks_text(system))
+        for m in body.get("messages") or []:
+            content = m.get("content") if isinstance(m, dict) else None
+            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+            for b in blocks:
+                if not isinstance(b, dict):
+                    continue
+                if b.get("type") == "text":
+                    add(b.get("text"))
+                elif b.get("type") == "tool_use":
+                    add(b.get("name"))
+                    add(b.get("input", {}))
+                elif b.get("type") == "tool_result":
+                    add(blocks_text(b.get("content")))
+        for t in body.get("tools") or []:
+            if isinstance(t, dict):
+                add(t.get("name"))
+                add(t.get("description"))
+                add(t.get("input_schema"))
+        return out
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        add(message_text(m))
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                add(fn.get("name"))
+                add(fn.get("arguments"))
+    for t in body.get("tools") or []:
+        fn = t.get("function") if isinstance(t, dict) else None
+        if isinstance(fn, dict):
+            add(fn.get("name"))
+            add(fn.get("description"))
+            add(fn.get("parameters"))
+    return out
+
+
+def prompt_tokens(fmt, body, words_count):
+    """A request's prompt tokens under the --prompt-tokens rule."""
+    if PROMPT_TOKENS != "pieces":
+        return words_count
+    return sum(len(PIECE.findall(t)) for t in read_texts(fmt, body))
+
+
 # ---- HTTP plumbing ----------------------------------------------------------
 class Gone(Exception):
     """The client closed the connection."""
@@ -1121,6 +1210,19 @@ class Server:
             return await self.generate(out, seq, OPENAI, body, close, headers)
         if method == "POST" and path == "/v1/messages":
             return await self.generate(out, seq, ANTHROPIC, body, close, headers)
+        if method == "POST" and path == "/v1/messages/count_tokens":
+            if not isinstance(body, dict):
+                return await self.reply(out, ANTHROPIC.bad_json(), close)
+            n = prompt_tokens("anthropic", body, ANTHROPIC.parse(body).prompt)
+            return await self.reply(out, (200, {"input_tokens": n}, []), close)
+        counting = GEMINI_COUNT.fullmatch(path)
+        if method == "POST" and counting:
+            if not isinstance(body, dict):
+                return await self.reply(out, GEMINI.bad_json(), close)
+            inner = body.get("generateContentRequest")
+            inner = inner if isinstance(inner, dict) else {"contents": body.get("contents") or []}
+            n = prompt_tokens("gemini", inner, GEMINI.parse(inner).prompt)
+            return await self.reply(out, (200, {"totalTokens": n}, []), close)
         gemini = GEMINI_PATH.fullmatch(path)
         if method == "POST" and gemini:
             stream = gemini.group(2) == "streamGenerateContent"
@@ -1219,6 +1321,7 @@ class Server:
         if not isinstance(body, dict):
             return await self.reply(out, fmt.bad_json(), close)
         req = fmt.parse(body, **route)
+        req.prompt = prompt_tokens(fmt.name, body, req.prompt)
         plan = self.plan(fmt, req, seq)
         if plan.late:
             await asyncio.sleep(plan.late)
@@ -1438,7 +1541,11 @@ def main():
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--log-sends", metavar="FILE")
+    parser.add_argument("--prompt-tokens", choices=["words", "pieces"], default="words",
+                        help="how prompt tokens are counted (see the module's notes)")
     args = parser.parse_args()
+    global PROMPT_TOKENS
+    PROMPT_TOKENS = args.prompt_tokens
     if args.host not in ("127.0.0.1", "::1"):
         parser.error("only loopback hosts are allowed")
     asyncio.run(serve(args))

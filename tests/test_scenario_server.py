@@ -1380,3 +1380,41 @@ def test_bad_json_in_other_formats(server):
         c.sock.sendall(b"POST %s HTTP/1.1\r\nContent-Length: 5\r\n\r\n{nope" % path.encode())
         status, _, body, _ = c.response()
         assert status == 400 and check(json.loads(body))
+
+
+def test_counting_endpoints_answer_what_the_usage_of_the_same_request_reports(tmp_path):
+    srv = Server(tmp_path, "--prompt-tokens", "pieces")
+    try:
+        tools = [{"name": "read_file", "description": "Reads a file.",
+                  "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+        body = {"model": "echo", "system": "Be brief.", "tools": tools,
+                "messages": [{"role": "user", "content": "echo hello, world"}]}
+        # Pieces: Be brief . | echo hello , world | read_file: read _ file | Reads a file . |
+        # {" type ":" object "," properties ":{" path ":{" type ":" string "}}}
+        schema = dumps(tools[0]["input_schema"])
+        expected = 3 + 4 + 3 + 4 + len(re.findall(r"[A-Za-z]{1,8}|[0-9]{1,3}|[!-/:-@\[-`{-~]{1,2}", schema))
+        c = Conn(srv.port)
+        c.send("POST", "/v1/messages/count_tokens", body)
+        status, _, raw, _ = c.response()
+        assert status == 200 and json.loads(raw) == {"input_tokens": expected}
+        c.send("POST", "/v1/messages", {**body, "max_tokens": 100})
+        status, _, raw, _ = c.response()
+        assert json.loads(raw)["usage"]["input_tokens"] == expected
+        gemini = {"contents": [{"role": "user", "parts": [{"text": "echo hello, world"}]}],
+                  "systemInstruction": {"parts": [{"text": "Be brief."}]}}
+        c.send("POST", "/v1beta/models/echo:countTokens", {"generateContentRequest": gemini})
+        status, _, raw, _ = c.response()
+        assert status == 200 and json.loads(raw) == {"totalTokens": 7}
+        c.close()
+    finally:
+        rc, err = srv.stop()
+    assert rc == 0, err
+
+
+def test_counting_endpoints_count_words_by_default(server):
+    c = Conn(server.port)
+    c.send("POST", "/v1/messages/count_tokens",
+           {"model": "echo", "system": "Be brief.", "messages": [{"role": "user", "content": "echo hello, world"}]})
+    status, _, raw, _ = c.response()
+    assert status == 200 and json.loads(raw) == {"input_tokens": 5}
+    c.close()

@@ -222,28 +222,70 @@ function M.open()
   require("mia.chat").open()
 end
 
+local function short_tokens(n)
+  if n >= 1e6 then
+    return string.format("%.1fM", n / 1e6)
+  elseif n >= 1e4 then
+    return string.format("%.0fk", n / 1e3)
+  elseif n >= 1e3 then
+    return string.format("%.1fk", n / 1e3)
+  end
+  return tostring(math.floor(n))
+end
+
+--- @class mia.StatuslineOpts
+--- @field tokens? boolean also show the session's tokens (`12.3k tok`; `~` while an answer streams)
+--- @field context? boolean also show how full the model's context window was at the last request (`42% ctx`)
+
 --- A short statusline string: mode, model and the session's cost so far
---- ("…" while an answer streams). Never loads the native library.
+--- ("…" while an answer streams; the cost climbs with it, `~` marking an
+--- estimate). Never loads the native library.
+--- @param opts? mia.StatuslineOpts
 --- @return string
-function M.statusline()
+function M.statusline(opts)
   local cfg = require("mia.config").get()
   local chat = package.loaded["mia.chat"]
   local state = chat and chat.state() or "idle"
   local model = (cfg.model:match("/(.+)$") or cfg.model)
-  local cost, unknown = 0, false
+  local cost, unknown, live = 0, false, false
   if chat then
-    cost, unknown = chat.session_cost()
+    cost, unknown, live = chat.session_cost()
   end
   local mode = chat and chat.mode() or cfg.mode
   local money = require("mia.costs").usd(cost)
   if unknown then
     money = cost > 0 and (money .. "+?") or "cost unknown"
+  elseif live then
+    money = "~" .. money
   end
   local s = string.format("mia %s %s %s", mode, model, money)
+  if type(opts) == "table" and (opts.tokens or opts.context) then
+    local f = chat and chat.figures() or { tokens = 0 }
+    local mark = f.estimated and "~" or ""
+    if opts.tokens then
+      s = s .. " " .. mark .. short_tokens(f.tokens or 0) .. " tok"
+    end
+    if opts.context and type(f.size) == "number" and f.size > 0 and type(f.used) == "number" then
+      s = s .. string.format(" %s%d%% ctx", mark, math.floor(f.used * 100 / f.size + 0.5))
+    end
+  end
   if state == "streaming" then
     s = s .. " …"
   end
   return s
+end
+
+--- What the chat session's next request would carry if the prompt
+--- buffer's text were sent now: system prompt, rules files, tool
+--- definitions, history and the prompt, each with its tokens (counted by
+--- the provider where it can, else estimated), share of the context window
+--- and input price. `cb(err, report)` runs on the main thread. `:Mia context`
+--- shows it in a float.
+--- @param cb fun(err: table?, report: table?)
+--- @return mia.StreamHandle
+function M.context(cb)
+  vim.validate({ cb = { cb, "function" } })
+  return require("mia.context").fetch(cb)
 end
 
 --- The session's modes in ACP's SessionModeState shape.

@@ -80,7 +80,10 @@ end
 --- What the statusline shows of the session's cost: known dollars, and
 --- whether some answers had no price (then it never reads as $0.00).
 function M.session_cost()
-  return session.cost_usd, session.unknown_cost == true
+  if session.live and session.live_cost_usd then
+    return session.live_cost_usd, session.unknown_cost == true, true
+  end
+  return session.cost_usd, session.unknown_cost == true, false
 end
 
 --- The status text shown under the answer, or nil (for tests and statuslines).
@@ -109,8 +112,47 @@ local function end_session()
   session.prompts = 0
 end
 
+local function thousands(n)
+  return require("mia.costs").int(math.floor(n or 0))
+end
+
+--- The live figures line under a streaming answer:
+--- `── model · ~1,247 in · ~832 out · ~$0.031 ──` (`~`: estimated so far).
+--- @return string
+function M.live_line(model, usage, cost)
+  usage = type(usage) == "table" and usage or {}
+  local mark = usage.estimated and "~" or ""
+  local input = (usage.input_tokens or 0) + (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+  local parts = { model and (model:match("/(.+)$") or model) or nil }
+  parts[#parts + 1] = mark .. thousands(input) .. " in"
+  parts[#parts + 1] = mark .. thousands(usage.output_tokens) .. " out"
+  if type(cost) == "table" and cost.known and cost.total_usd then
+    parts[#parts + 1] = mark .. require("mia.costs").usd(cost.total_usd)
+  end
+  return "── " .. table.concat(parts, " · ") .. " … ──"
+end
+
+--- The live figures line shown under the streaming answer, or nil.
+function M.live_text()
+  return status.live_text(window.existing())
+end
+
+--- What the statusline shows of the session's tokens and context fill:
+--- `{ tokens, used, size, estimated }` (`estimated` while an answer streams).
+function M.figures()
+  local live = session.live
+  if live then
+    local u = type(live.usage) == "table" and live.usage or {}
+    local now = (u.input_tokens or 0) + (u.output_tokens or 0) + (u.cache_read_tokens or 0) + (u.cache_write_tokens or 0)
+    return { tokens = (session.tokens or 0) + now, used = live.used, size = live.size, estimated = u.estimated == true }
+  end
+  return { tokens = session.tokens or 0, used = session.used, size = session.size, estimated = false }
+end
+
 local function finish(state)
   status.clear()
+  status.clear_live()
+  session.live = nil
   current = nil
   last_state = state
   refresh_summary()
@@ -141,6 +183,22 @@ local function on_update(u)
   local buf = M.buffer()
   if u.sessionUpdate == "usage_update" then
     local meta = type(u._meta) == "table" and u._meta.mia or {}
+    if meta.live then
+      -- At most one every ~100 ms (the core throttles): one extmark move.
+      session.live = { usage = meta.usage, cost = meta.cost, used = u.used, size = u.size }
+      session.live_cost_usd = meta.session_cost_usd
+      status.live(buf, M.live_line(current and current.model, meta.usage, meta.cost))
+      vim.cmd.redrawstatus({ bang = true })
+      return
+    end
+    session.live = nil
+    local usage = type(meta.usage) == "table" and meta.usage or {}
+    session.tokens = (session.tokens or 0)
+      + (usage.input_tokens or 0)
+      + (usage.output_tokens or 0)
+      + (usage.cache_read_tokens or 0)
+      + (usage.cache_write_tokens or 0)
+    session.used, session.size = u.used, u.size
     session.cost_usd = meta.session_cost_usd or session.cost_usd
     if type(meta.cost) == "table" and meta.cost.known == false then
       session.unknown_cost = true
@@ -202,6 +260,37 @@ function M.focus_file()
   return best
 end
 
+--- The table `session_prompt` takes for `content` (and `:Mia context`
+--- counts): one place builds it, so the count is of what is sent.
+--- @param content string
+--- @param model? string
+--- @return table
+function M.prompt_table(content, model)
+  local cfg = require("mia.config").get()
+  return {
+    content = content,
+    model = model or cfg.model,
+    mode = M.mode(),
+    system = cfg.system,
+    title = session.title,
+    utc_offset_s = require("mia.costs").utc_offset(),
+    focus = M.focus_file(),
+  }
+end
+
+--- What the session's next request would carry if `content` were sent
+--- now (`:Mia context`); `cb(err, report)` on the main thread.
+--- @param content string
+--- @param cb fun(err: table?, report: table?)
+function M.context(content, cb)
+  local agents = package.loaded["mia.agents"]
+  if agents and agents.external() then
+    error("mia: :Mia context counts mia's own requests; an external agent builds its own", 0)
+  end
+  require("mia.tools.project").load(vim.fn.getcwd())
+  return require("mia")._job("session_context", cb, M.session_id(), M.prompt_table(content))
+end
+
 --- Sends `text` as the next user turn and streams the answer.
 --- @param text string
 --- @param opts? { model?: string, context?: string, attachments?: table[] }
@@ -239,16 +328,9 @@ function M.prompt(text, opts)
   else
     require("mia.tools.project").load(vim.fn.getcwd())
     M.open()
-    native = require("mia.core").call(c.session_prompt, id, {
-      content = content,
-      model = model,
-      mode = M.mode(),
-      system = cfg.system,
-      title = session.title,
-      utc_offset_s = require("mia.costs").utc_offset(),
-      focus = M.focus_file(),
-      attachments = opts.attachments,
-    })
+    local table_ = M.prompt_table(content, model)
+    table_.attachments = opts.attachments
+    native = require("mia.core").call(c.session_prompt, id, table_)
   end
   local entry = { model = model, retries = 0 }
   entry.handle = require("mia")._handle_of(native)
@@ -302,6 +384,7 @@ function M.load(data)
   window.clear()
   render.reset(b)
   status.clear()
+  status.clear_live()
   local prompts = 0
   local commands = {}
   for _, item in ipairs(data.items) do
@@ -443,6 +526,7 @@ function M.clear()
     render.reset(b)
   end
   status.clear()
+  status.clear_live()
   last_state = "idle"
 end
 

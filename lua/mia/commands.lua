@@ -85,6 +85,12 @@ M.subcommands = {
       require("mia.slash").dispatch("/mode " .. args)
     end,
   },
+  context = {
+    desc = "what the next request carries (system prompt, rules, tools, history, prompt): tokens, % of the context window, price",
+    run = function()
+      require("mia.context").open()
+    end,
+  },
   tools = {
     desc = "list every tool the model can call, grouped by source",
     run = function()

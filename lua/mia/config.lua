@@ -104,7 +104,7 @@
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
 --- @field costs? mia.CostsConfig Cost warnings and limits.
---- @field pricing? table<string, { input: number, output: number, cache_read?: number, cache_write?: number }> USD per million tokens, by "provider/model"; overrides the built-in price list.
+--- @field pricing? table<string, { input: number, output: number, cache_read?: number, cache_write?: number, context?: integer }> USD per million tokens (and the context window in tokens, for :Mia context and the statusline), by "provider/model"; overrides the built-in price list.
 --- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
 --- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
 --- @field log_level? "error"|"warn"|"info"|"debug"|"trace" How much goes to the log (default "info").

@@ -78,6 +78,7 @@ function M.check()
     health.info("run `:Mia health online` to also ask each provider with a key whether it answers")
   end
 
+  M.check_context(core, cfg.model)
   M.check_agents(core ~= nil)
   M.check_mcp()
 
@@ -333,6 +334,38 @@ function M.check_online(providers, names)
     elseif res == nil and pending > 0 then
       health.warn(name .. ": no answer within 10 s")
     end
+  end
+end
+
+--- What :Mia context and the statusline's `ctx` know of the default model.
+function M.check_context(core, model)
+  health.start("mia: context window and prices (:Mia context, live cost)")
+  if not (core and core.model_info) then
+    health.info("the native library is not loaded: nothing to check")
+    return
+  end
+  local ok, info = pcall(core.model_info, model, require("mia.config").core().pricing or vim.empty_dict())
+  if not ok or type(info) ~= "table" then
+    health.warn(
+      string.format("no price for %s: :Mia context and the live footer show tokens but no dollars", model),
+      { string.format("add its prices: setup({ pricing = { [%q] = { input = 3, output = 15, context = 200000 } } })", model) }
+    )
+    return
+  end
+  local window = type(info.context) == "number" and info.context or nil
+  if window then
+    health.ok(string.format(
+      "%s: %s tokens of context, $%s / $%s per million input / output tokens",
+      model,
+      require("mia.costs").int(window),
+      tostring(info.input),
+      tostring(info.output)
+    ))
+  else
+    health.warn(
+      string.format("%s has prices but no known context window: :Mia context shows no shares and the statusline no `ctx`", model),
+      { string.format("add it: setup({ pricing = { [%q] = { input = …, output = …, context = 200000 } } })", model) }
+    )
   end
 end
 

@@ -232,4 +232,13 @@ function M.open()
   return win
 end
 
+--- What the prompt buffer holds now ("" when it was never opened).
+--- @return string
+function M.text()
+  if not (buf and api.nvim_buf_is_valid(buf)) then
+    return ""
+  end
+  return vim.trim(table.concat(api.nvim_buf_get_lines(buf, 0, -1, false), "\n"))
+end
+
 return M

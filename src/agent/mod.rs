@@ -5,6 +5,8 @@
 //! and a retry.
 
 mod compaction;
+pub mod context;
+mod live;
 pub mod mentions;
 pub mod record;
 pub mod rules;
@@ -144,12 +146,81 @@ fn system_prompt(parts: &[Option<&str>], tools: &[ToolDef], root: &std::path::Pa
     if !tools.is_empty() {
         s.push_str("\nTools you can call:\n");
         for t in tools {
-            // The whole description: later lines say when (not) to use it.
-            let described = t.description.trim().replace('\n', "\n  ");
-            s.push_str(&format!("- {}: {}\n", t.name, described));
+            s.push_str(&tool_line(t));
         }
     }
     s
+}
+
+/// One tool's line in the system prompt: the whole description (later
+/// lines say when, or when not, to use it).
+fn tool_line(t: &ToolDef) -> String {
+    let described = t.description.trim().replace('\n', "\n  ");
+    format!("- {}: {}\n", t.name, described)
+}
+
+/// The tools offered to the model in `mode`, as it sees them.
+fn tool_defs(deps: &AgentDeps, mode: &str) -> Vec<ToolDef> {
+    let mut tools = deps.registry.available(mode, &deps.settings.permissions);
+    if let Some(only) = deps.settings.mode_tools.get(mode) {
+        tools.retain(|t| only.iter().any(|name| name == t.name()));
+    }
+    tools
+        .iter()
+        .map(|t| ToolDef {
+            name: t.name().to_string(),
+            description: t.description().to_string(),
+            parameters: t.parameters(),
+        })
+        .collect()
+}
+
+/// What a request is built from besides the history: the prompt's
+/// settings, the mode, model and project, and the turn's rules.
+struct RequestBase<'a> {
+    deps: &'a AgentDeps,
+    prompt: &'a Prompt,
+    mode: &'a str,
+    model: &'a str,
+    root: &'a std::path::Path,
+    rules: &'a rules::Rules,
+}
+
+impl RequestBase<'_> {
+    /// The system prompt's own parts (the prompt's `system`, the mode's
+    /// prompt, the rules), in order.
+    fn system_parts(&self) -> [Option<&str>; 3] {
+        [
+            self.prompt.system.as_deref(),
+            self.deps.settings.mode_prompts.get(self.mode).map(String::as_str),
+            Some(self.rules.text.as_str()).filter(|t| !t.is_empty()),
+        ]
+    }
+
+    /// The request the model receives, over `messages` (the session's
+    /// history, the new prompt last). The agent loop sends it;
+    /// `:Mia context` counts it.
+    fn request(&self, defs: Vec<ToolDef>, messages: Vec<crate::llm::message::Message>) -> ChatRequest {
+        ChatRequest {
+            model: self.model.to_string(),
+            system: Some(system_prompt(&self.system_parts(), &defs, self.root)),
+            messages,
+            tools: defs,
+            max_tokens: self.prompt.max_tokens,
+            temperature: self.prompt.temperature,
+            extra_body: None,
+        }
+    }
+}
+
+/// Starts the configured MCP servers a turn needs (warnings go to the UI).
+async fn start_mcp(deps: &AgentDeps, stream: StreamId) {
+    if !deps.settings.mcp.is_empty() {
+        let scope = &deps.settings.mcp_scope;
+        for text in crate::mcp::ensure_started_in(scope, &deps.registry, &deps.settings.mcp).await {
+            mia_event(&deps.queue, stream, MiaEvent::Warning { text });
+        }
+    }
 }
 
 /// This turn's rules files, read off the async threads; deny rules on
@@ -332,46 +403,22 @@ pub async fn run(
         }
         agent.mode = info.mode.clone();
         let model = info.model.clone();
-        if !deps.settings.mcp.is_empty() {
-            let scope = &deps.settings.mcp_scope;
-            for text in crate::mcp::ensure_started_in(scope, &deps.registry, &deps.settings.mcp).await {
-                mia_event(&deps.queue, stream, MiaEvent::Warning { text });
-            }
-        }
-        let mut tools = deps.registry.available(&agent.mode, &deps.settings.permissions);
-        if let Some(only) = deps.settings.mode_tools.get(&agent.mode) {
-            tools.retain(|t| only.iter().any(|name| name == t.name()));
-        }
-        let defs: Vec<ToolDef> = tools
-            .iter()
-            .map(|t| ToolDef {
-                name: t.name().to_string(),
-                description: t.description().to_string(),
-                parameters: t.parameters(),
-            })
-            .collect();
-        let chat = ChatRequest {
-            model: model.clone(),
-            system: Some(system_prompt(
-                &[
-                    prompt.system.as_deref(),
-                    deps.settings.mode_prompts.get(&agent.mode).map(String::as_str),
-                    Some(rules.text.as_str()).filter(|t| !t.is_empty()),
-                ],
-                &defs,
-                &root,
-            )),
-            messages: session.request_messages(),
-            tools: defs,
-            max_tokens: prompt.max_tokens,
-            temperature: prompt.temperature,
-            extra_body: None,
+        start_mcp(&deps, stream).await;
+        let base = RequestBase {
+            deps: &deps,
+            prompt: &prompt,
+            mode: &agent.mode,
+            model: &model,
+            root: &root,
+            rules: &rules,
         };
+        let chat = base.request(tool_defs(&deps, &agent.mode), session.request_messages());
         recorder.gate(&deps, stream, &cancel).await?;
         let q = deps.queue.clone();
         let mut partial = recorder.partial();
         let started_ms = record::now_ms();
-        let mut emit = |delta: crate::llm::delta::Delta| match delta {
+        let mut live = live::LiveMeter::new(&deps.providers, &chat, total, &total_cost, recorder.session_cost_usd);
+        let mut on_delta = |delta: crate::llm::delta::Delta| match delta {
             crate::llm::delta::Delta::Text { text } => {
                 partial.push(&text);
                 update(&q, stream, updates::agent_text(&text));
@@ -396,6 +443,12 @@ pub async fn run(
                 },
             ),
             _ => {}
+        };
+        let mut emit = |delta: crate::llm::delta::Delta| {
+            if let Some(u) = live.as_mut().and_then(|l| l.on_delta(&delta)) {
+                update(&q, stream, u);
+            }
+            on_delta(delta)
         };
         let result = tokio::select! {
             r = crate::hooks::call_model(&caller, &deps.providers, &chat, true, &mut emit) => r,

@@ -353,13 +353,19 @@ impl Recorder {
         } else if let Some(total) = done.cost.total_usd {
             self.session_cost_usd += total;
         }
+        let window = deps
+            .providers
+            .pricing
+            .price(&done.provider, &done.model)
+            .and_then(|p| p.context)
+            .unwrap_or(0);
         update(
             &deps.queue,
             stream,
             updates::usage(
                 &done.usage,
                 &done.cost,
-                0,
+                window,
                 self.session_cost_usd,
                 after.map(|a| a.day_usd),
             ),

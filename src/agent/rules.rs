@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+/// What the rules text starts with, before the files' sections.
+pub const RULES_HEADER: &str = "Rules for this project, from its rules files (follow them):\n\n";
+
 /// Most rules files in one turn.
 pub const MAX_FILES: usize = 20;
 /// Most files one pattern (`.cursor/rules/*.mdc`) may name.
@@ -61,6 +64,8 @@ impl Default for RulesSettings {
 pub struct Rules {
     pub text: String,
     pub files: Vec<String>,
+    /// Each file's section of `text`, in the order of `files` (`:Mia context` counts them apart).
+    pub sections: Vec<String>,
 }
 
 /// What may stop a project file from being sent: a deny rule on reading
@@ -139,11 +144,9 @@ pub fn load(root: &Path, focus: Option<&Path>, settings: &RulesSettings, guard: 
         }
     }
     if !parts.is_empty() {
-        rules.text = format!(
-            "Rules for this project, from its rules files (follow them):\n\n{}",
-            parts.join("\n\n")
-        );
+        rules.text = format!("{RULES_HEADER}{}", parts.join("\n\n"));
     }
+    rules.sections = parts;
     rules
 }
 

@@ -296,6 +296,53 @@ fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Stre
     })
 }
 
+/// `session_context(id, prompt)` -> handle whose result is what the
+/// session's next request would carry if `prompt` (the table
+/// `session_prompt` takes) were sent now, part by part with token counts
+/// (`:Mia context`). Nothing is sent to the model or stored.
+fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
+    guarded("session_context", || {
+        let prompt: crate::agent::Prompt = lua.from_value(prompt).map_err(|e| {
+            lua_error(format!(
+                "mia.context: invalid request: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
+        let session = open_session(&id)?;
+        let (rt, queue) = runtime_and_queue()?;
+        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let cancel = CancellationToken::new();
+        let deps = agent_deps(queue.clone());
+        stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
+            let report = crate::agent::context::report(&deps, stream, &session, &prompt).await?;
+            Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null))
+        });
+        Ok(StreamHandle { id: stream, cancel })
+    })
+}
+
+/// `model_info("provider/model", pricing)` -> `{ context?, input, output }`
+/// from the price table with the user's `pricing` overrides, or nil when
+/// the model has no price: `:checkhealth` says what `:Mia context` and the
+/// statusline's context fill can show. Starts nothing.
+fn model_info(lua: &Lua, (model, pricing): (String, LuaValue)) -> LuaResult<LuaValue> {
+    guarded("model_info", || {
+        let Some((provider, id)) = model.split_once('/') else {
+            return Ok(LuaValue::Nil);
+        };
+        let overrides = lua.from_value(pricing).unwrap_or_default();
+        let registry = crate::cost::PricingRegistry::with_overrides(overrides)
+            .unwrap_or_else(|_| crate::cost::PricingRegistry::builtin().clone());
+        match registry.price(provider, id) {
+            Some(p) => to_lua(
+                lua,
+                &serde_json::json!({ "context": p.context, "input": p.input, "output": p.output }),
+            ),
+            None => Ok(LuaValue::Nil),
+        }
+    })
+}
+
 /// `session_set(id, { mode?, model?, title? })`: later requests of the
 /// session (the turn in flight included) use them.
 fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
@@ -719,6 +766,8 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("session_new", lua.create_function(session_new)?)?;
     m.set("session_prompt", lua.create_function(session_prompt)?)?;
     m.set("session_set", lua.create_function(session_set)?)?;
+    m.set("session_context", lua.create_function(session_context)?)?;
+    m.set("model_info", lua.create_function(model_info)?)?;
     m.set("session_compact", lua.create_function(session_compact)?)?;
     m.set("session_open", lua.create_function(session_open)?)?;
     m.set("session_close", lua.create_function(session_close)?)?;

@@ -235,6 +235,28 @@ pub fn usage(
     acp::SessionUpdate::UsageUpdate(u)
 }
 
+/// The figures of an answer still streaming (`_meta.mia.live`): the
+/// turn's usage and cost so far, this answer's output estimated from its
+/// text where the provider has not reported it yet (`usage.estimated`).
+/// Sent at most every ~100 ms; the next plain [`usage`] replaces them.
+pub fn live_usage(
+    usage: &Usage,
+    cost: &Cost,
+    used: u64,
+    context_window: u64,
+    session_cost_usd: f64,
+) -> acp::SessionUpdate {
+    let mut u = acp::UsageUpdate::new(used, context_window);
+    u.cost = Some(acp::Cost::new(session_cost_usd, "USD"));
+    u.meta = Some(mia_meta(json!({
+        "live": true,
+        "usage": usage,
+        "cost": cost,
+        "session_cost_usd": session_cost_usd,
+    })));
+    acp::SessionUpdate::UsageUpdate(u)
+}
+
 /// Why a prompt turn ended: ACP's stop reasons, plus `error` (where ACP
 /// answers the prompt request with an error instead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -76,6 +76,43 @@ function M.show(buf, text)
   status.mark = api.nvim_buf_set_extmark(buf, ns, last, 0, { virt_lines = { { { text, "MiaStatus" } } } })
 end
 
+local live_ns = api.nvim_create_namespace("mia_chat_live")
+local live = { buf = nil, mark = nil }
+
+--- Shows the live figures line (tokens and cost so far) below the last
+--- line of `buf`; moves the one mark, so a redraw costs one extmark call.
+function M.live(buf, text)
+  if not api.nvim_buf_is_valid(buf) then
+    return
+  end
+  if live.buf ~= buf then
+    M.clear_live()
+    live.buf = buf
+  end
+  local last = api.nvim_buf_line_count(buf) - 1
+  live.mark = api.nvim_buf_set_extmark(buf, live_ns, last, 0, {
+    id = live.mark,
+    virt_lines = { { { text, "MiaCost" } } },
+  })
+end
+
+--- Removes the live figures line.
+function M.clear_live()
+  if live.buf and api.nvim_buf_is_valid(live.buf) then
+    api.nvim_buf_clear_namespace(live.buf, live_ns, 0, -1)
+  end
+  live.buf, live.mark = nil, nil
+end
+
+--- The live figures line shown under the answer in `buf`, or nil.
+function M.live_text(buf)
+  if not (buf and api.nvim_buf_is_valid(buf)) then
+    return nil
+  end
+  local m = api.nvim_buf_get_extmarks(buf, live_ns, 0, -1, { details = true })[1]
+  return m and m[4].virt_lines and m[4].virt_lines[1][1][1] or nil
+end
+
 --- The status text shown under the answer in `buf`, or nil.
 function M.text(buf)
   if not (buf and api.nvim_buf_is_valid(buf)) then
