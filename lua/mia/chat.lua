@@ -282,13 +282,16 @@ end
 --- now (`:Mia context`); `cb(err, report)` on the main thread.
 --- @param content string
 --- @param cb fun(err: table?, report: table?)
-function M.context(content, cb)
+--- @param attachments? table[] what the text's @-mentions attach (|mia-mentions|)
+function M.context(content, cb, attachments)
   local agents = package.loaded["mia.agents"]
   if agents and agents.external() then
     error("mia: :Mia context counts mia's own requests; an external agent builds its own", 0)
   end
   require("mia.tools.project").load(vim.fn.getcwd())
-  return require("mia")._job("session_context", cb, M.session_id(), M.prompt_table(content))
+  local t = M.prompt_table(content)
+  t.attachments = attachments
+  return require("mia")._job("session_context", cb, M.session_id(), t)
 end
 
 --- Sends `text` as the next user turn and streams the answer.

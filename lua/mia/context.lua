@@ -1,5 +1,6 @@
 --- `:Mia context`: what the next request will carry (system prompt, rules
---- files, tool definitions, history, the prompt buffer's text), each part
+--- files, tool definitions, history, the prompt buffer's text and what its
+--- @-mentions attach), each part
 --- with its tokens, its share of the model's context window and its price
 --- at the model's input rate. The core builds the request as the agent
 --- would and counts it; the float opens when the count is back.
@@ -22,7 +23,18 @@ end
 --- @param cb fun(err: table?, report: table?)
 function M.fetch(cb)
   local text = package.loaded["mia.prompt"] and require("mia.prompt").text() or ""
-  return require("mia.chat").context(text, cb)
+  -- The prompt's @-mentions count as they would be sent (read by the core).
+  require("mia.mentions").expand(text, function(err, extra, attachments)
+    if err then
+      cb({ message = "mia: " .. err }, nil)
+      return
+    end
+    local content = extra and extra ~= "" and (text .. "\n\n" .. extra) or text
+    local ok, e = pcall(require("mia.chat").context, content, cb, attachments)
+    if not ok then
+      cb({ message = tostring(e) }, nil)
+    end
+  end)
 end
 
 --- The float's lines for `report` (what `session_context` returns).

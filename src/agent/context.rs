@@ -11,16 +11,20 @@
 
 use serde::Serialize;
 
-use super::{rules, tool_defs, tool_line, turn_rules, AgentDeps, Prompt, RequestBase};
+use super::{mentions, rules, tool_defs, tool_line, turn_mentions, turn_rules, AgentDeps, Prompt, RequestBase};
 use crate::events::StreamId;
 use crate::llm::count::{count_tokens, estimate_tokens, message_text, ESTIMATE_ERROR_PERCENT};
 use crate::llm::error::LlmError;
-use crate::llm::message::{Message, Role, ToolDef};
+use crate::llm::message::{Message, Part, Role, ToolDef};
 use crate::session::Session;
 use crate::tools::AgentInfo;
 
 /// How many of the largest tools the report names one by one.
 const LARGEST_TOOLS: usize = 3;
+
+/// What an attached image is estimated at: about a megapixel, as providers
+/// count it (Anthropic: width × height / 750 tokens).
+const IMAGE_ESTIMATE: u64 = 1_600;
 
 /// One line of the report.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -130,9 +134,21 @@ pub async fn report(
     super::start_mcp(deps, stream).await;
     let defs = tool_defs(deps, &mode);
     let history = session.request_messages();
+    // The mentions as the turn would read them (refusals are the same error).
+    let attached = turn_mentions(deps, session, &root, &agent, prompt).await?;
     let mut messages = history.clone();
+    let mut user = Vec::new();
     if !prompt.content.is_empty() {
-        messages.push(Message::text(Role::User, prompt.content.clone()));
+        user.push(Part::Text {
+            text: prompt.content.clone(),
+        });
+    }
+    user.extend(attached.parts.iter().cloned());
+    if !user.is_empty() {
+        messages.push(Message {
+            role: Role::User,
+            parts: user,
+        });
     }
     let base = RequestBase {
         deps,
@@ -142,7 +158,7 @@ pub async fn report(
         root: &root,
         rules: &rules,
     };
-    let estimates = estimate_parts(&base, &defs, &history, prompt);
+    let estimates = estimate_parts(&base, &defs, &history, prompt, &attached);
     let request = base.request(defs, messages);
     let (total, counted, note) = match count_tokens(&deps.providers, &request).await {
         Ok(Some(n)) => (n, true, None),
@@ -184,7 +200,13 @@ pub async fn report(
 
 /// Each part's estimate: the system prompt (with the rules' heading), each
 /// rules file, the tools (and the largest few), the history, the prompt.
-fn estimate_parts(base: &RequestBase, defs: &[ToolDef], history: &[Message], prompt: &Prompt) -> Estimates {
+fn estimate_parts(
+    base: &RequestBase,
+    defs: &[ToolDef],
+    history: &[Message],
+    prompt: &Prompt,
+    attached: &mentions::Resolved,
+) -> Estimates {
     let mut e = Estimates(Vec::new());
     let no_rules = rules::Rules::default();
     let bare = RequestBase {
@@ -214,6 +236,15 @@ fn estimate_parts(base: &RequestBase, defs: &[ToolDef], history: &[Message], pro
         e.push("history", format!("history ({} messages)", history.len()), n, false);
     }
     e.push("prompt", "prompt", estimate_tokens(&prompt.content), false);
+    for (part, record) in attached.parts.iter().zip(&attached.records) {
+        let tokens = match part {
+            Part::Text { text } => estimate_tokens(text),
+            Part::Image { .. } => IMAGE_ESTIMATE,
+            _ => 0,
+        };
+        let label = record["label"].as_str().unwrap_or("attachment");
+        e.push("mention", format!("@{}", label.trim_start_matches('@')), tokens, false);
+    }
     e
 }
 

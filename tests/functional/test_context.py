@@ -208,3 +208,28 @@ def test_the_live_footer_uses_the_input_anthropic_reports_at_the_start(make):
     done = ed.lua("return require('mia.chat')._last_done()")
     shown = int(re.search(r"~?([\d,]+) in", live)[1].replace(",", ""))
     assert shown == done["usage"]["input_tokens"], (live, done["usage"])
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "openai"])
+def test_the_prompts_mentions_are_parts_of_their_own_and_are_counted(make, counting_server, tmp_path, fmt):
+    ed = make(fmt)
+    notes = "Remember the milk. " * 200
+    (tmp_path / "project" / "notes.txt").write_text(notes)
+    type_prompt(ed, "echo summarize @notes.txt please")
+    lines = open_context(ed)
+    parts, total = rows(lines)
+    mention = [p for p in parts if p[0] == "@notes.txt"]
+    assert len(mention) == 1, lines
+    top = [p for p in parts if not p[0].startswith("  ")]
+    assert sum(p[1] for p in top) == total[1], lines
+    # The file is most of the prompt's weight: far more than the typed line.
+    prompt_row = next(p for p in parts if p[0] == "prompt")
+    assert mention[0][1] > 20 * prompt_row[1], lines
+    if fmt == "anthropic":
+        (seen,) = counts(counting_server, "/v1/messages/count_tokens")
+        assert "Remember the milk." in str(seen["body"]["messages"][-1]), "the counted request carries the file"
+    # A mention the send would refuse is refused here too, with the same reason.
+    (tmp_path / "outside.txt").write_text("not the project's\n")
+    type_prompt(ed, "echo @../outside.txt")
+    ed.nvim.command("Mia context")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('outside', 1, true) ~= nil")
