@@ -344,6 +344,7 @@ function M.prompt(text, opts)
   require("mia.bridge").watch(native.id, {
     on_update = function(u)
       if current == entry then
+        entry.recorded = entry.recorded or u.sessionUpdate == "user_message_chunk"
         on_update(u)
       end
     end,
@@ -362,6 +363,11 @@ function M.prompt(text, opts)
         finish("cancelled")
       elseif e.stopReason == "error" then
         entry.error = e.error
+        if not entry.recorded and package.loaded["mia.prompt"] then
+          -- Refused before it was recorded (a mention the core would not
+          -- read): the text goes back to the prompt to fix and send again.
+          require("mia.prompt").restore(text)
+        end
         finish("error")
       else
         entry.done = e

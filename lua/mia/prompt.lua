@@ -241,4 +241,13 @@ function M.text()
   return vim.trim(table.concat(api.nvim_buf_get_lines(buf, 0, -1, false), "\n"))
 end
 
+--- Puts `text` back in the prompt buffer when the message was refused
+--- before it was recorded (the buffer is left alone when you typed since).
+--- @param text string
+function M.restore(text)
+  if buf and api.nvim_buf_is_valid(buf) and M.text() == "" then
+    api.nvim_buf_set_lines(buf, 0, -1, false, vim.split(text, "\n", { plain = true }))
+  end
+end
+
 return M

@@ -101,6 +101,9 @@ def test_a_denied_file_is_refused_in_every_spelling_and_nothing_is_sent(editor_f
         ed.wait("require('mia.chat').state() == 'error'")
         shown = ed.chat_text() + ed.messages()
         assert f"@{spelling} is not sent: reading it is denied by the rule `read_file` on `.env`" in shown, shown
+        if i == 0:
+            # Nothing is lost: the refused text is back in the prompt to fix.
+            assert ed.lua("return require('mia.prompt').text()") == "read @.env"
     assert posts(server) == []
     assert "DENIED_MARKER" not in ed.chat_text()
 
