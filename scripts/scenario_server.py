@@ -25,7 +25,9 @@ Content-Length only (chunked ones get 411).  Three wire formats:
                                       an anthropic-version or x-api-key header,
                                       else OpenAI's {"object":"list","data":[...]}
     GET  /v1beta/models               Gemini's {"models":[{"name":"models/<id>",...}]}
-    GET  /_requests                   requests so far: seq, method, path (the
+    GET  /_requests                   requests so far: seq, conn (the number of
+                                      the TCP connection it came on, from 1),
+                                      method, path (the
                                       whole target), query, JSON body or null,
                                       headers (authorization, x-api-key,
                                       x-goog-api-key values -> "<redacted>"); a
@@ -1151,6 +1153,7 @@ class Server:
         self.requests = []
         self.attempts = {}  # (format name, user text) -> attempts so far
         self.request_windows = {}  # format name -> (window start, requests in it)
+        self.connections = 0  # TCP connections accepted so far (a request's "conn")
         self.tasks = set()
         self.sends = open(log_path, "a", buffering=1 << 16) if log_path else None
 
@@ -1158,12 +1161,14 @@ class Server:
     async def on_connect(self, reader, writer):
         task = asyncio.current_task()
         self.tasks.add(task)
+        self.connections += 1
+        conn = self.connections
         sock = writer.get_extra_info("socket")
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # drain() now waits until everything reached the kernel.
             writer.transport.set_write_buffer_limits(high=0)
-            while await self.one_request(reader, writer):
+            while await self.one_request(reader, writer, conn):
                 pass
         except (ConnectionError, Gone, asyncio.IncompleteReadError):
             pass
@@ -1175,7 +1180,7 @@ class Server:
             self.tasks.discard(task)
             writer.close()
 
-    async def one_request(self, reader, writer):
+    async def one_request(self, reader, writer, conn=0):
         """Serve one request; return True to keep the connection open."""
         out = Out(reader, writer)
         try:
@@ -1198,7 +1203,7 @@ class Server:
                 return await self.reply(out, (200, self.requests, []), close)
         self.seq += 1
         seq = self.seq
-        target = self.record(seq, method, target, headers, body)
+        target = self.record(seq, method, target, headers, body, conn)
 
         if method == "GET" and path == "/v1/models":
             anthropic = "anthropic-version" in headers or "x-api-key" in headers
@@ -1239,7 +1244,7 @@ class Server:
             404, f"Unknown request URL: {method} {target}.",
             kind="invalid_request_error", code="unknown_url"), close)
 
-    def record(self, seq, method, target, headers, body):
+    def record(self, seq, method, target, headers, body, conn=0):
         """Log a request with its secrets redacted; return the safe target."""
         path, question, query = target.partition("?")
         pieces, key_in_url = [], False
@@ -1249,7 +1254,7 @@ class Server:
                 piece, key_in_url = name + "=<redacted>", True
             pieces.append(piece)
         query = "&".join(pieces)
-        entry = {"seq": seq, "method": method, "path": path + question + query,
+        entry = {"seq": seq, "conn": conn, "method": method, "path": path + question + query,
                  "query": query, "body": body,
                  "headers": {k: "<redacted>" if k in SECRET_HEADERS else v
                              for k, v in headers.items()}}

@@ -55,6 +55,7 @@ function M.core()
     timeouts = c.timeouts,
     retry = c.retry,
     limits = c.limits,
+    http = c.http,
     pricing = (c.pricing and next(c.pricing)) and c.pricing or nil,
   }
 end

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::error::{classify_http, gemini_retry_delay_ms, redact, ErrorClass, HttpFailure, LlmError};
-use super::providers::{ResolvedProvider, Timeouts};
+use super::providers::{HttpConfig, ResolvedProvider, Timeouts};
 use super::ratelimit::{self, RateLimits};
 
 /// A request a wire format wants sent: where, with which headers, what body
@@ -19,11 +19,15 @@ pub struct WireRequest {
 
 /// One pooled client with mia's connect timeout. Installs the ring crypto
 /// provider for rustls once per process (it builds faster than aws-lc-rs).
-pub fn build_client(timeouts: &Timeouts) -> reqwest::Result<reqwest::Client> {
+pub fn build_client(timeouts: &Timeouts, http: &HttpConfig) -> reqwest::Result<reqwest::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let ms = |v: u64| (v > 0).then(|| Duration::from_millis(v));
     reqwest::Client::builder()
         .connect_timeout(Duration::from_millis(timeouts.connect_ms))
         .tcp_nodelay(true)
+        .pool_idle_timeout(ms(http.pool_idle_timeout_ms))
+        .pool_max_idle_per_host(http.pool_max_idle_per_host)
+        .tcp_keepalive(ms(http.tcp_keepalive_ms))
         .user_agent(concat!("mia/", env!("CARGO_PKG_VERSION")))
         .build()
 }

@@ -208,6 +208,28 @@ impl Default for Limits {
     }
 }
 
+/// How connections to providers are kept for reuse (`setup({ http = {...} })`).
+/// One connection serves request after request; idle ones are closed after
+/// `pool_idle_timeout_ms`. 0 turns a setting off (no idle timeout, no idle
+/// connections kept, no TCP keep-alive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct HttpConfig {
+    pub pool_idle_timeout_ms: u64,
+    pub pool_max_idle_per_host: usize,
+    pub tcp_keepalive_ms: u64,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            pool_idle_timeout_ms: 90_000,
+            pool_max_idle_per_host: 8,
+            tcp_keepalive_ms: 60_000,
+        }
+    }
+}
+
 /// The part of the Lua config the core needs.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(default)]
@@ -216,6 +238,7 @@ pub struct CoreConfig {
     pub timeouts: Timeouts,
     pub retry: RetryConfig,
     pub limits: Limits,
+    pub http: HttpConfig,
     /// `setup({ pricing = { ["provider/model"] = { input, output, cache_read, cache_write } } })`.
     pub pricing: HashMap<String, crate::cost::Price>,
 }
@@ -436,7 +459,7 @@ impl Providers {
         if let Some(c) = clients.get(provider) {
             return Ok(c.clone());
         }
-        let client = super::http::build_client(&self.config.timeouts).map_err(|e| {
+        let client = super::http::build_client(&self.config.timeouts, &self.config.http).map_err(|e| {
             LlmError::new(
                 ErrorClass::Internal,
                 Some(provider),

@@ -273,6 +273,41 @@ def test_health_check_reports_connection_latency_models_and_the_window(editor_fa
     assert 0 < r["rate_limit"]["reset_ms"] <= 30000, r
 
 
+SEQUENTIAL = """
+local model, n = ...
+_G.seq_done = 0
+local function one()
+  require('mia').stream({ model = model, messages = { { role = 'user', content = 'echo hi' } } }, {
+    on_done = function() seq_done = seq_done + 1; if seq_done < n then one() end end,
+    on_error = function(e) error(e.message) end,
+  })
+end
+one()
+"""
+
+
+@pytest.mark.parametrize("pool, want", [({}, "one"), ({"pool_max_idle_per_host": 0}, "each")])
+def test_one_connection_serves_request_after_request_unless_the_pool_is_off(editor_factory, server, fmt, pool, want):
+    opts = {"model": f"{fmt}x/echo", "providers": {f"{fmt}x": provider_config(fmt, server)}, "http": pool}
+    ed = editor_factory(env=KEYS, setup=opts)
+    ed.lua(SEQUENTIAL, f"{fmt}x/echo", 20)
+    ed.wait("seq_done == 20")
+    conns = [r["conn"] for r in chat_requests(server)]
+    assert len(conns) == 20
+    if want == "one":
+        # One connection serves them; a request that starts while the last
+        # answer's connection is being handed back may open a second.
+        assert max(conns.count(c) for c in conns) >= 18 and len(set(conns)) <= 2, conns
+    else:
+        assert len(set(conns)) == 20, conns
+
+
+def test_setup_refuses_an_unknown_http_option(editor_factory):
+    ed = editor_factory()
+    err = ed.lua("local ok, err = pcall(require('mia').setup, { http = { pool_size = 4 } }) return err")
+    assert "`http.pool_size` is not an HTTP option" in err, err
+
+
 def test_auth_failure_names_the_variable(ed):
     r = run(ed, "http 401")
     assert r["err"]["class"] == "auth_failure"
