@@ -14,18 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "functional"))
 
 from conftest import KEYS, Editor, ScenarioServer, provider_config  # noqa: E402
-
-SEQUENTIAL = """
-local model, n = ...
-_G.seq_done = 0
-local function one()
-  require('mia').stream({ model = model, messages = { { role = 'user', content = 'echo hi' } } }, {
-    on_done = function() seq_done = seq_done + 1; if seq_done < n then one() end end,
-    on_error = function(e) error(e.message) end,
-  })
-end
-one()
-"""
+from test_providers import SEQUENTIAL  # noqa: E402  (the test's own sequence of requests)
 
 
 def connections(fmt, http):

@@ -19,4 +19,27 @@ function M.centered(o)
   }
 end
 
+--- Opens `buf` in a centred, bordered float titled `title`, without wrap,
+--- that `q` and `<Esc>` close. `size` is |M.centered()|'s.
+--- @param buf integer
+--- @param title string
+--- @param size { max_width: integer, min_width?: integer, height: integer, min_height?: integer }
+--- @return integer win
+function M.open(buf, title, size)
+  local api = vim.api
+  local cfg = M.centered(size)
+  cfg.style, cfg.border = "minimal", "rounded"
+  cfg.title, cfg.title_pos, cfg.footer, cfg.footer_pos = title, "center", " q close ", "center"
+  local win = api.nvim_open_win(buf, true, cfg)
+  vim.wo[win].wrap = false
+  local function close()
+    if api.nvim_win_is_valid(win) then
+      api.nvim_win_close(win, true)
+    end
+  end
+  vim.keymap.set("n", "q", close, { buffer = buf, nowait = true, desc = "close" })
+  vim.keymap.set("n", "<Esc>", close, { buffer = buf, nowait = true, desc = "close" })
+  return win
+end
+
 return M

@@ -1227,18 +1227,7 @@ local function show_lines(lines, title)
   api.nvim_buf_set_lines(buf, 0, -1, false, lines)
   vim.bo[buf].modifiable = false
   vim.bo[buf].filetype = "mia-checkpoints"
-  local cfg = require("mia.float").centered({ max_width = 110, height = #lines, min_height = 3 })
-  cfg.style, cfg.border = "minimal", "rounded"
-  cfg.title, cfg.title_pos, cfg.footer, cfg.footer_pos = title, "center", " q close ", "center"
-  local win = api.nvim_open_win(buf, true, cfg)
-  vim.wo[win].wrap = false
-  local function close()
-    if api.nvim_win_is_valid(win) then
-      api.nvim_win_close(win, true)
-    end
-  end
-  vim.keymap.set("n", "q", close, { buffer = buf, nowait = true, desc = "close" })
-  vim.keymap.set("n", "<Esc>", close, { buffer = buf, nowait = true, desc = "close" })
+  local win = require("mia.float").open(buf, title, { max_width = 110, height = #lines, min_height = 3 })
   return buf, win
 end
 

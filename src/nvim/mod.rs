@@ -275,17 +275,23 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
     })
 }
 
+/// The prompt table `session_prompt` and `session_context` take, or one
+/// clear error naming `what` was called.
+fn prompt_of(lua: &Lua, prompt: LuaValue, what: &str) -> LuaResult<crate::agent::Prompt> {
+    lua.from_value(prompt).map_err(|e| {
+        lua_error(format!(
+            "{what}: invalid request: {}",
+            e.to_string().trim_start_matches("deserialize error: ")
+        ))
+    })
+}
+
 /// `session_prompt(id, { content, model?, mode?, system?, title?, ... })` -> handle:
 /// one prompt turn. Its ACP updates and its end arrive as events; Lua never
 /// sends the history. Refused while the session has a turn in flight.
 fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
     guarded("session_prompt", || {
-        let prompt: crate::agent::Prompt = lua.from_value(prompt).map_err(|e| {
-            lua_error(format!(
-                "mia.prompt: invalid request: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
+        let prompt = prompt_of(lua, prompt, "mia.prompt")?;
         let session = open_session(&id)?;
         let (rt, queue) = runtime_and_queue()?;
         let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -302,12 +308,7 @@ fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Stre
 /// (`:Mia context`). Nothing is sent to the model or stored.
 fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
     guarded("session_context", || {
-        let prompt: crate::agent::Prompt = lua.from_value(prompt).map_err(|e| {
-            lua_error(format!(
-                "mia.context: invalid request: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
+        let prompt = prompt_of(lua, prompt, "mia.context")?;
         let session = open_session(&id)?;
         let (rt, queue) = runtime_and_queue()?;
         let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
