@@ -76,7 +76,7 @@ pub async fn send(
         }
         Ok(Err(e)) => {
             limits.unanswered(&provider.name);
-            return Err(transport_error(provider, &e));
+            return Err(transport_error(provider, &e, timeouts.connect_ms));
         }
         Ok(Ok(r)) => r,
     };
@@ -179,9 +179,20 @@ fn retry_after_ms(headers: &HeaderMap) -> Option<u64> {
 
 /// A failure below HTTP (refused, reset, TLS, timeout) as one clear error.
 /// The URL is left out of the cause: reqwest would print it, and URLs end up in logs.
-pub fn transport_error(provider: &ResolvedProvider, e: &reqwest::Error) -> LlmError {
+pub fn transport_error(provider: &ResolvedProvider, e: &reqwest::Error, connect_ms: u64) -> LlmError {
     let cause = root_cause(e);
     let p = &provider.name;
+    if e.is_connect() && e.is_timeout() {
+        return LlmError::new(
+            ErrorClass::Timeout,
+            Some(p),
+            format!(
+                "{p}: no connection to {} within {connect_ms} ms (timeouts.connect_ms). Check that the server is \
+                 reachable and providers.{p}.base_url is right.",
+                provider.base_url
+            ),
+        );
+    }
     if e.is_timeout() {
         return LlmError::new(
             ErrorClass::Timeout,

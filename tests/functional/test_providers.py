@@ -308,6 +308,46 @@ def test_setup_refuses_an_unknown_http_option(editor_factory):
     assert "`http.pool_size` is not an HTTP option" in err, err
 
 
+@pytest.fixture
+def black_hole():
+    """A port that never completes a connection: a listener whose queue is full."""
+    import socket
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    port = srv.getsockname()[1]
+    fill = []
+    for _ in range(4):
+        c = socket.socket()
+        c.setblocking(False)
+        try:
+            c.connect(("127.0.0.1", port))
+        except BlockingIOError:
+            pass
+        fill.append(c)
+    yield port
+    for c in fill:
+        c.close()
+    srv.close()
+
+
+def test_connect_and_request_limits_are_separate_and_each_is_named(editor_factory, server, black_hole):
+    # Nothing answers the handshake: connect_ms ends it, naming that limit.
+    provider = provider_config("openai", server)
+    provider["base_url"] = f"http://127.0.0.1:{black_hole}/v1"
+    ed = editor_factory(env=KEYS, setup={"model": "hole/echo", "providers": {"hole": provider},
+                                         "retry": {"max_retries": 0}, "timeouts": {"connect_ms": 300}})
+    ed.model = "hole/echo"
+    r = run(ed, "echo hi")
+    assert r["err"]["class"] == "timeout", r["err"]
+    assert "no connection to" in r["err"]["message"] and "within 300 ms (timeouts.connect_ms)" in r["err"]["message"]
+    # Connected, but no headers come: request_ms ends it, naming that limit.
+    ed = retry_editor(editor_factory, server, "openai", {"max_retries": 0}, {"request_ms": 300, "connect_ms": 5000})
+    r = run(ed, "lateheaders 2000")
+    assert r["err"]["class"] == "timeout", r["err"]
+    assert "no response within 300 ms (timeouts.request_ms)" in r["err"]["message"], r["err"]
+
+
 def test_auth_failure_names_the_variable(ed):
     r = run(ed, "http 401")
     assert r["err"]["class"] == "auth_failure"
