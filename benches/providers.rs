@@ -243,6 +243,8 @@ fn memory_per_stream(root: &Path) {
             max_tokens: None,
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         };
         let _ = mia_core::llm::stream_chat(&providers, &req("echo warm"), &mut |_| {}).await;
         tokio::time::sleep(Duration::from_millis(100)).await;

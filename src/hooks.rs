@@ -145,6 +145,8 @@ mod tests {
             max_tokens: None,
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         }
     }
 

@@ -116,6 +116,8 @@ fn thinking_is_kept_apart_with_its_signature() {
         max_tokens: None,
         temperature: None,
         extra_body: None,
+        stop_sequences: Vec::new(),
+        response_format: None,
     };
     let body = request_body(&req, "claude-sonnet-4-5", &AnthropicOptions::default(), true);
     assert_eq!(

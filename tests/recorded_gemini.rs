@@ -208,6 +208,8 @@ fn streamed_calls_go_back_with_their_signature() {
         max_tokens: None,
         temperature: None,
         extra_body: None,
+        stop_sequences: Vec::new(),
+        response_format: None,
     };
     let body = request_body(&req);
     let parts = body["contents"][1]["parts"].as_array().cloned().unwrap_or_default();

@@ -134,7 +134,7 @@ end
 --- Streams one answer. Callbacks run on the main thread; text deltas that
 --- arrive within one frame come as one delta. The call is recorded in the
 --- cost store under `opts.agent` (default "api") and respects the budgets.
---- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number, extra_body?: table }
+--- @param request { model?: string, system?: string, messages: table[], tools?: table[], max_tokens?: integer, temperature?: number, extra_body?: table, stop_sequences?: string[], response_format?: { name?: string, schema: table } }
 --- @param callbacks mia.StreamCallbacks
 --- @param opts? { agent?: string, session_id?: string }
 --- @return mia.StreamHandle

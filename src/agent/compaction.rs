@@ -72,6 +72,8 @@ pub async fn compact(
         max_tokens: None,
         temperature: None,
         extra_body: None,
+        stop_sequences: Vec::new(),
+        response_format: None,
     };
     let done = crate::hooks::call_model(caller, providers, &req, false, &mut |_| {}).await?;
     let mut out = vec![Message::text(

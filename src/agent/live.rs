@@ -150,6 +150,8 @@ mod tests {
             max_tokens: None,
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         };
         let turn_so_far = Cost {
             known: true,

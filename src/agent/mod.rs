@@ -209,6 +209,8 @@ impl RequestBase<'_> {
             max_tokens: self.prompt.max_tokens,
             temperature: self.prompt.temperature,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         }
     }
 }

@@ -58,6 +58,15 @@ pub fn request_body(req: &ChatRequest, model: &str, opts: &AnthropicOptions, str
     if let Some(t) = req.temperature {
         body.insert("temperature".into(), json!(t));
     }
+    if !req.stop_sequences.is_empty() {
+        body.insert("stop_sequences".into(), json!(req.stop_sequences));
+    }
+    if let Some(f) = &req.response_format {
+        body.insert(
+            "output_config".into(),
+            json!({ "format": { "type": "json_schema", "schema": f.schema } }),
+        );
+    }
     if !req.tools.is_empty() {
         let tools = req
             .tools
@@ -560,6 +569,8 @@ mod tests {
             max_tokens: None,
             temperature: Some(0.2),
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         }
     }
 
@@ -681,6 +692,8 @@ mod tests {
             max_tokens: None,
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         };
         let body = request_body(&req, "m", &AnthropicOptions::default(), false);
         assert_eq!(
@@ -947,5 +960,23 @@ mod tests {
         });
         assert_eq!(model_ids(&body), vec!["claude-sonnet-4-5", "claude-haiku-4-5"]);
         assert!(model_ids(&json!({})).is_empty());
+    }
+
+    #[test]
+    fn golden_stop_sequences_and_output_config() {
+        let mut req = round_trip_request();
+        req.stop_sequences = vec!["END".into()];
+        req.response_format = Some(crate::llm::message::ResponseFormat {
+            name: "point".into(),
+            schema: json!({ "type": "object", "properties": { "x": { "type": "integer" } }, "required": ["x"], "additionalProperties": false }),
+        });
+        let body = request_body(&req, "claude-x", &AnthropicOptions::default(), true);
+        assert_eq!(body["stop_sequences"], json!(["END"]));
+        assert_eq!(
+            body["output_config"],
+            json!({ "format": { "type": "json_schema", "schema": json!({ "type": "object", "properties": { "x": { "type": "integer" } }, "required": ["x"], "additionalProperties": false }) } })
+        );
+        let plain = request_body(&round_trip_request(), "claude-x", &AnthropicOptions::default(), true);
+        assert!(plain.get("stop_sequences").is_none() && plain.get("output_config").is_none());
     }
 }

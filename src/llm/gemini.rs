@@ -37,6 +37,13 @@ pub fn request_body(req: &ChatRequest) -> Value {
     if let Some(t) = req.temperature {
         config.insert("temperature".into(), json!(t));
     }
+    if !req.stop_sequences.is_empty() {
+        config.insert("stopSequences".into(), json!(req.stop_sequences));
+    }
+    if let Some(f) = &req.response_format {
+        config.insert("responseMimeType".into(), json!("application/json"));
+        config.insert("responseJsonSchema".into(), f.schema.clone());
+    }
     if !config.is_empty() {
         body.insert("generationConfig".into(), Value::Object(config));
     }
@@ -700,6 +707,8 @@ mod tests {
             max_tokens: Some(2048),
             temperature: Some(0.5),
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         }
     }
 
@@ -780,6 +789,8 @@ mod tests {
             max_tokens: None,
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         };
         assert_eq!(
             request_body(&req),
@@ -805,6 +816,8 @@ mod tests {
             max_tokens: None,
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         };
         request_body(&req)["contents"][0]["parts"].clone()
     }
@@ -1054,5 +1067,23 @@ mod tests {
             { "name": "models/gemini-2.5-flash" }
         ]});
         assert_eq!(model_ids(&body), vec!["gemini-2.5-pro", "gemini-2.5-flash"]);
+    }
+
+    #[test]
+    fn golden_stop_sequences_and_response_schema() {
+        let mut req = round_trip_request();
+        req.stop_sequences = vec!["END".into()];
+        req.response_format = Some(crate::llm::message::ResponseFormat {
+            name: "point".into(),
+            schema: json!({ "type": "object", "properties": { "x": { "type": "integer" } }, "required": ["x"], "additionalProperties": false }),
+        });
+        let body = request_body(&req);
+        let config = &body["generationConfig"];
+        assert_eq!(config["stopSequences"], json!(["END"]));
+        assert_eq!(config["responseMimeType"], json!("application/json"));
+        assert_eq!(
+            config["responseJsonSchema"],
+            json!({ "type": "object", "properties": { "x": { "type": "integer" } }, "required": ["x"], "additionalProperties": false })
+        );
     }
 }

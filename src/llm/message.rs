@@ -135,6 +135,25 @@ pub struct ChatRequest {
     /// (set by pre-request transform hooks, e.g. `reasoning_effort`).
     #[serde(default)]
     pub extra_body: Option<serde_json::Value>,
+    /// Text that ends the answer where it appears (not included in it).
+    #[serde(default)]
+    pub stop_sequences: Vec<String>,
+    /// An answer that is JSON matching a schema.
+    #[serde(default)]
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// `{ name, schema }`: the answer must be JSON matching the JSON Schema
+/// `schema` (`name` names it where a provider asks for one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseFormat {
+    #[serde(default = "default_format_name")]
+    pub name: String,
+    pub schema: serde_json::Value,
+}
+
+fn default_format_name() -> String {
+    "answer".to_string()
 }
 
 /// Why the model stopped.

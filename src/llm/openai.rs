@@ -136,6 +136,15 @@ pub fn request_body(req: &ChatRequest, model: &str, opts: OpenAiOptions, stream:
     if let Some(t) = req.temperature {
         body.insert("temperature".into(), json!(t));
     }
+    if !req.stop_sequences.is_empty() {
+        body.insert("stop".into(), json!(req.stop_sequences));
+    }
+    if let Some(f) = &req.response_format {
+        body.insert(
+            "response_format".into(),
+            json!({ "type": "json_schema", "json_schema": { "name": f.name, "schema": f.schema, "strict": true } }),
+        );
+    }
     Value::Object(body)
 }
 
@@ -525,6 +534,8 @@ mod tests {
             max_tokens: Some(100),
             temperature: None,
             extra_body: None,
+            stop_sequences: Vec::new(),
+            response_format: None,
         }
     }
 
@@ -591,5 +602,23 @@ mod tests {
         let body = request_body(&round_trip_request(), "m", OpenAiOptions::default(), false);
         assert_eq!(body["max_tokens"], json!(100));
         assert!(body.get("stream").is_none() && body.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn golden_stop_sequences_and_response_format() {
+        let mut req = round_trip_request();
+        req.stop_sequences = vec!["END".into(), "\n\n".into()];
+        req.response_format = Some(crate::llm::message::ResponseFormat {
+            name: "point".into(),
+            schema: json!({ "type": "object", "properties": { "x": { "type": "integer" } }, "required": ["x"], "additionalProperties": false }),
+        });
+        let body = request_body(&req, "m", OpenAiOptions::default(), true);
+        assert_eq!(body["stop"], json!(["END", "\n\n"]));
+        assert_eq!(
+            body["response_format"],
+            json!({ "type": "json_schema", "json_schema": { "name": "point", "strict": true, "schema": json!({ "type": "object", "properties": { "x": { "type": "integer" } }, "required": ["x"], "additionalProperties": false }) } })
+        );
+        let plain = request_body(&round_trip_request(), "m", OpenAiOptions::default(), true);
+        assert!(plain.get("stop").is_none() && plain.get("response_format").is_none());
     }
 }

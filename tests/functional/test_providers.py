@@ -348,6 +348,24 @@ def test_connect_and_request_limits_are_separate_and_each_is_named(editor_factor
     assert "no response within 300 ms (timeouts.request_ms)" in r["err"]["message"], r["err"]
 
 
+def test_stop_sequences_and_a_response_schema_reach_each_wire_format(ed, server):
+    schema = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"], "additionalProperties": False}
+    r = run(ed, "echo hi", stop_sequences=["END"], response_format={"name": "point", "schema": schema})
+    assert r.get("err") is None, r.get("err")
+    body = chat_requests(server)[-1]["body"]
+    if ed.fmt == "openai":
+        assert body["stop"] == ["END"]
+        assert body["response_format"] == {"type": "json_schema",
+                                           "json_schema": {"name": "point", "schema": schema, "strict": True}}
+    elif ed.fmt == "anthropic":
+        assert body["stop_sequences"] == ["END"]
+        assert body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    else:
+        config = body["generationConfig"]
+        assert config["stopSequences"] == ["END"]
+        assert config["responseMimeType"] == "application/json" and config["responseJsonSchema"] == schema
+
+
 def test_auth_failure_names_the_variable(ed):
     r = run(ed, "http 401")
     assert r["err"]["class"] == "auth_failure"
