@@ -606,6 +606,41 @@ mod tests {
     }
 
     #[test]
+    fn hostile_generic_window_values_are_ignored_or_bounded() {
+        let now = SystemTime::UNIX_EPOCH + S(2_000_000_000);
+        let info = |remaining: &[u8], reset: &[u8]| {
+            request_window(
+                &window(&[("x-ratelimit-remaining", remaining), ("x-ratelimit-reset", reset)]),
+                now,
+            )
+        };
+        for reset in [&b"NaN"[..], b"-5", b"inf", b"1e400", b"99999999999999999999999h"] {
+            if let Some(i) = info(b"3", reset) {
+                assert!(i.reset <= LONGEST_WAIT, "{reset:?} gave {i:?}");
+            }
+        }
+        assert!(info(b"1e308", b"1e308").is_none_or(|i| i.reset <= LONGEST_WAIT));
+        assert_eq!(
+            info(b"99999999999999999999999", b"5"),
+            None,
+            "a count past u64 is unknown"
+        );
+        assert_eq!(info(b"-1", b"5"), None);
+        // A huge count with a short reset never panics the pacing arithmetic.
+        let limits = RateLimits::default();
+        limits.note_window(
+            "p",
+            WindowInfo {
+                remaining: u64::MAX,
+                limit: Some(u64::MAX),
+                reset: S(5),
+            },
+            Instant::now(),
+        );
+        let _ = limits.wait_for("p", true);
+    }
+
+    #[test]
     fn a_window_running_low_spaces_the_requests_left_until_it_resets() {
         let limits = RateLimits::default();
         let now = Instant::now();
