@@ -239,12 +239,7 @@ fn memory_per_stream(root: &Path) {
             model: "s/echo".into(),
             system: None,
             messages: vec![Message::text(Role::User, text)],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         };
         let _ = mia_core::llm::stream_chat(&providers, &req("echo warm"), &mut |_| {}).await;
         tokio::time::sleep(Duration::from_millis(100)).await;

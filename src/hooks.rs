@@ -141,12 +141,7 @@ mod tests {
             model: "scn/echo".into(),
             system: None,
             messages: vec![Message::text(Role::User, "hi")],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         }
     }
 

@@ -112,12 +112,7 @@ fn thinking_is_kept_apart_with_its_signature() {
         model: "anthropic/claude-sonnet-4-5".into(),
         system: None,
         messages: vec![Message::text(Role::User, "Divide by 5"), d.acc.message()],
-        tools: vec![],
-        max_tokens: None,
-        temperature: None,
-        extra_body: None,
-        stop_sequences: Vec::new(),
-        response_format: None,
+        ..ChatRequest::default()
     };
     let body = request_body(&req, "claude-sonnet-4-5", &AnthropicOptions::default(), true);
     assert_eq!(

@@ -204,12 +204,7 @@ fn streamed_calls_go_back_with_their_signature() {
             Message::text(Role::User, "Read the theme, then screens A, B and C"),
             d.acc.message(),
         ],
-        tools: vec![],
-        max_tokens: None,
-        temperature: None,
-        extra_body: None,
-        stop_sequences: Vec::new(),
-        response_format: None,
+        ..ChatRequest::default()
     };
     let body = request_body(&req);
     let parts = body["contents"][1]["parts"].as_array().cloned().unwrap_or_default();

@@ -68,12 +68,7 @@ pub async fn compact(
             Role::User,
             format!("Summarize the conversation so far:\n\n{}", transcript(older)),
         )],
-        tools: vec![],
-        max_tokens: None,
-        temperature: None,
-        extra_body: None,
-        stop_sequences: Vec::new(),
-        response_format: None,
+        ..ChatRequest::default()
     };
     let done = crate::hooks::call_model(caller, providers, &req, false, &mut |_| {}).await?;
     let mut out = vec![Message::text(

@@ -146,12 +146,7 @@ mod tests {
             model: "scn/echo".into(),
             system: Some("You are helpful.".into()),
             messages: vec![Message::text(Role::User, "hello there")],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         };
         let turn_so_far = Cost {
             known: true,

@@ -208,9 +208,7 @@ impl RequestBase<'_> {
             tools: defs,
             max_tokens: self.prompt.max_tokens,
             temperature: self.prompt.temperature,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         }
     }
 }

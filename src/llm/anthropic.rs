@@ -568,9 +568,7 @@ mod tests {
             }],
             max_tokens: None,
             temperature: Some(0.2),
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         }
     }
 
@@ -688,12 +686,7 @@ mod tests {
                     }],
                 },
             ],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         };
         let body = request_body(&req, "m", &AnthropicOptions::default(), false);
         assert_eq!(

@@ -706,9 +706,7 @@ mod tests {
             ],
             max_tokens: Some(2048),
             temperature: Some(0.5),
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         }
     }
 
@@ -785,12 +783,7 @@ mod tests {
                     }],
                 },
             ],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         };
         assert_eq!(
             request_body(&req),
@@ -812,12 +805,7 @@ mod tests {
                 role: Role::Assistant,
                 parts,
             }],
-            tools: vec![],
-            max_tokens: None,
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         };
         request_body(&req)["contents"][0]["parts"].clone()
     }

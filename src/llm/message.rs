@@ -118,7 +118,7 @@ fn empty_object_schema() -> serde_json::Value {
 }
 
 /// What `mia.stream` and the agent loop ask a provider for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     /// `"provider/model"`, e.g. `"openai/gpt-4.1"`.
     pub model: String,

@@ -532,10 +532,7 @@ mod tests {
                 parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
             }],
             max_tokens: Some(100),
-            temperature: None,
-            extra_body: None,
-            stop_sequences: Vec::new(),
-            response_format: None,
+            ..ChatRequest::default()
         }
     }
 
