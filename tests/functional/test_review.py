@@ -201,7 +201,9 @@ def test_undo_restores_a_file_changed_by_bash_and_undo_again_restores_the_change
     ed.wait(f"vim.fn.readfile('{project / 'a.txt'}')[1] == 'foo'")
     # the open, unmodified buffer shows the restored file
     ed.wait(f"vim.api.nvim_buf_get_lines(vim.fn.bufnr('{project / 'a.txt'}'), 0, -1, false)[1] == 'foo'")
-    assert "restored 1 file" in ed.messages()
+    # the buffer may have been read again by a file-change check before the
+    # undo's answer arrived: wait for the message itself
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('restored 1 file', 1, true) ~= nil")
     ed.nvim.command("Mia undo")
     ed.wait(f"vim.fn.readfile('{project / 'a.txt'}')[1] == 'bar'")
     ed.nvim.command("Mia checkpoints")
