@@ -11,13 +11,15 @@ tokens, numbered from 0 in stream order) once its write/drain returned,
 flushed before each response ends.
 
 HTTP/1.1, keep-alive (``Connection: close`` honoured), request bodies by
-Content-Length only (chunked ones get 411).  Three wire formats:
+Content-Length only (chunked ones get 411).  Four wire formats:
     POST /v1/chat/completions         OpenAI Chat Completions, "stream" true/false
     POST /v1/messages                 Anthropic Messages, "stream" true/false
     POST /v1beta/models/M:streamGenerateContent?alt=sse
                                       Gemini, SSE stream (400 without alt=sse)
     POST /v1beta/models/M:generateContent
                                       Gemini, one JSON response
+    POST /api/chat                    Ollama's native chat, NDJSON stream unless
+                                      "stream" is false
     POST /v1/messages/count_tokens    Anthropic's token count: {"input_tokens": n}
     POST /v1beta/models/M:countTokens Gemini's token count of {"generateContentRequest":
                                       {...}} or {"contents": [...]}: {"totalTokens": n}
@@ -25,6 +27,7 @@ Content-Length only (chunked ones get 411).  Three wire formats:
                                       an anthropic-version or x-api-key header,
                                       else OpenAI's {"object":"list","data":[...]}
     GET  /v1beta/models               Gemini's {"models":[{"name":"models/<id>",...}]}
+    GET  /api/tags                    Ollama's {"models":[{"name":"<name:tag>",...}]}
     GET  /_requests                   requests so far: seq, conn (the number of
                                       the TCP connection it came on, from 1),
                                       method, path (the
@@ -35,7 +38,7 @@ Content-Length only (chunked ones get 411).  Three wire formats:
                                       marks the record "key_in_url": true
     DELETE /_requests                 clears that list and the attempt counters
     anything else                     404 (Gemini's error shape under /v1beta,
-                                      else OpenAI's)
+                                      Ollama's under /api, else OpenAI's)
 /_requests calls are neither recorded nor counted; every other request takes
 the next ``seq`` (1, 2, ...), which also names replies: ``chatcmpl-scn<seq>``,
 ``msg_scn<seq>``, Gemini responseId ``scn<seq>``.
@@ -44,9 +47,11 @@ SCENARIOS.  When the conversation's LAST message is a tool result (OpenAI:
 trailing role "tool" messages; Anthropic: a user message with tool_result
 blocks; Gemini: a user/function content with functionResponse parts) the
 answer is the text ``tool said: <result>`` (several results joined with
-" | "; Gemini's result is the JSON of its "response" object).  Otherwise the
+" | "; Gemini's result is the JSON of its "response" object; Ollama: trailing
+role "tool" messages, as OpenAI).  Otherwise the
 scenario is the first word of the LAST user message's text (OpenAI text
-parts / Anthropic string or text blocks / Gemini text parts, concatenated);
+parts / Anthropic string or text blocks / Gemini text parts, concatenated;
+Ollama's string content);
 bad arguments fall back to echo.  Agent harnesses wrap the user's words:
 Claude Code (claude-agent-acp) sends the prompt as the last of several text
 blocks, the others being markup such as <system-reminder>...</system-reminder>
@@ -88,7 +93,8 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   reason N         N reasoning tokens, then the text "done" (usage reports the
                    reasoning where the format has a field for it).
   tool NAME JSON   a call of tool NAME with the JSON object after NAME (none:
-                   {}); its compact JSON is cut into 3 pieces for streaming.
+                   {}); its compact JSON is cut into 3 pieces for streaming
+                   (Ollama streams calls whole).
   tools2           two calls: read_file {"path":"a.txt"}, read_file {"path":"b.txt"}.
   retry429 N [S]   attempts are counted per (format, exact user text); the
                    first N get 429 (OpenAI "retry-after: S" and
@@ -128,10 +134,11 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    text is MB MiB of "x" (MB may be a decimal), written in
                    64 KiB pieces (each its own HTTP chunk, each drained, so a
                    client that stops reading is noticed), then the normal
-                   finish.  FRAMING: sse (default), ndjson (Content-Type
-                   application/x-ndjson, one JSON line per event) or array
-                   (Content-Type application/json, the events as one JSON
-                   array); ndjson and array drop Anthropic's event: names.
+                   finish.  FRAMING: sse (the default, but ndjson for
+                   Ollama), ndjson (Content-Type application/x-ndjson, one
+                   JSON line per event) or array (Content-Type
+                   application/json, the events as one JSON array); ndjson
+                   and array drop Anthropic's event: names.
                    Non-streaming: the same text in one reply.
   window LIMIT SECS [MS]
                    a fixed request window shared by every "window" request of
@@ -139,8 +146,8 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    the first.  Within it: "ok" with headers telling what is
                    left (OpenAI x-ratelimit-{limit,remaining,reset}-requests,
                    reset a duration "2.5s"; Anthropic
-                   anthropic-ratelimit-requests-*, reset RFC 3339; Gemini, which
-                   has none of its own, the generic x-ratelimit-{limit,
+                   anthropic-ratelimit-requests-*, reset RFC 3339; Gemini and
+                   Ollama, which have none of their own, the generic x-ratelimit-{limit,
                    remaining,reset}, reset in seconds).  Past it: 429 with
                    retry-after (seconds to the reset).  With MS, every answer
                    (429 or not) leaves MS milliseconds after the request was
@@ -210,6 +217,25 @@ INVALID_ARGUMENT, 401 UNAUTHENTICATED, 403 PERMISSION_DENIED, 404 NOT_FOUND,
 INTERNAL, 503 UNAVAILABLE (other 4xx FAILED_PRECONDITION, 5xx UNAVAILABLE).
 In-band overload: ``data: {"error":{"code":503,"message":"The model is
 overloaded.","status":"UNAVAILABLE"}}`` then the end.
+
+OLLAMA.  Content-Type application/x-ndjson, one object per line (each its
+own HTTP chunk), no opening events: {"model", "created_at", "message":
+{"role":"assistant","content":token}, "done": false} per token (reasoning:
+content "" and "thinking": token), then one line with every tool call
+({"function":{name, arguments: the JSON object}}, no ids), then the closing
+line: message content "", "done_reason": "stop" (after tool calls too;
+Ollama has no content filter, so filtered ends with "stop" as well), "done":
+true, total_duration and load_duration, and unless nousage
+prompt_eval_count, prompt_eval_duration, eval_count, eval_duration
+(nanoseconds: 1 ms per prompt token, 10 ms per output token).  truncate
+leaves the closing line out.  Non-streaming: one object, the whole message
+(content, thinking, tool_calls) and the closing fields.  Errors {"error":
+"text"}: 401 "unauthorized", 404 'model "<model>" not found, try pulling it
+first', 429 (with retry-after), 500 "an error was encountered while running
+the model", 503 "server busy, please try again.  maximum pending requests
+exceeded"; context: 400 "input length exceeds maximum context length".
+In-band overload: ``{"error":"an error was encountered while running the
+model: unexpected EOF"}`` then the end.  No window headers of its own.
 """
 import argparse
 import asyncio
@@ -242,6 +268,7 @@ ANTHROPIC_MODELS = [("echo", "Echo"), ("mia-scenario", "Mia Scenario"),
 GEMINI_MODELS = [("echo", "Echo"), ("mia-scenario", "Mia Scenario"),
                  ("gemini-2.5-flash", "Gemini 2.5 Flash"),
                  ("gemini-2.5-pro", "Gemini 2.5 Pro")]
+OLLAMA_MODELS = ["echo:latest", "mia-scenario:latest", "llama3.2:latest", "qwen3:8b"]
 SECRET_HEADERS = {"authorization", "x-api-key", "x-goog-api-key"}
 BATCH = 512           # token events per write in fast scenarios
 MAX_BODY = 64 << 20
@@ -348,7 +375,7 @@ class Plan:
     trickle: bool = False
     split: bool = False
     huge: int = 0                  # hugeline: bytes of the one big token
-    framing: str = "sse"           # hugeline: sse | ndjson | array
+    framing: str | None = None     # hugeline: sse | ndjson | array (None: the format's own)
     content_type: str | None = None  # ctype: the Content-Type a stream claims
     late: float = 0.0              # lateheaders: seconds before the headers
     window_limit: tuple | None = None  # window: (requests, seconds)
@@ -420,8 +447,8 @@ def parse_scenario(text, seq, whole=None):
             return Plan("ratelimited-window", ["ok"], window=secs)
     if key == "hugeline" and 1 <= len(args) <= 2:
         mb = number(args[0])
-        framing = args[1] if len(args) > 1 else "sse"
-        if mb and mb <= 4096 and framing in HUGE_FRAMINGS:
+        framing = args[1] if len(args) > 1 else None
+        if mb and mb <= 4096 and (framing is None or framing in HUGE_FRAMINGS):
             size = int(mb * (1 << 20))
             return Plan("hugeline", [HugeText(size)], huge=size, framing=framing)
     if key == "window" and len(args) in (2, 3) and args[0].isdecimal() and 0 < int(args[0]) <= 10000:
@@ -479,6 +506,12 @@ class Format:
     """One wire format: request parsing, replies, errors, streams."""
     name = ""
     FINISH = {}  # plan finish -> this format's finish/stop reason
+    FRAMING = "sse"  # how its streams are framed (a HUGE_FRAMINGS key)
+
+    def stream_fields(self, content_type=None):
+        """A stream's response head fields: its Content-Type, no caching, chunked."""
+        return ["Content-Type: " + (content_type or HUGE_FRAMINGS[self.FRAMING]),
+                "Cache-Control: no-cache", "Transfer-Encoding: chunked"]
 
     def failure(self, error, req, credential=""):
         """(status, body, headers) for a plan's error tuple."""
@@ -1001,10 +1034,110 @@ def parts_text(content, tool_results=False):
     return "".join(out)
 
 
-FORMATS = {"openai": OpenAI(), "anthropic": Anthropic(), "gemini": Gemini()}
+class Ollama(Format):
+    name = "ollama"
+    FRAMING = "ndjson"
+    # Ollama has no stop reason of its own for tool calls or filtering.
+    FINISH = {"stop": "stop", "tool": "stop", "filter": "stop"}
+    MESSAGES = {400: "invalid request", 401: "unauthorized",
+                404: 'model "{model}" not found, try pulling it first',
+                429: "too many requests, please try again later",
+                500: "an error was encountered while running the model",
+                503: "server busy, please try again.  maximum pending requests exceeded"}
+    BROKEN = b'{"model":"m","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":\n'
+
+    def parse(self, body):
+        messages = body.get("messages")
+        messages = [m for m in messages if isinstance(m, dict)] if isinstance(messages, list) else []
+        users = [m for m in messages if m.get("role") == "user"]
+        results = []
+        for m in reversed(messages):
+            if m.get("role") != "tool":
+                break
+            results.insert(0, message_text(m))
+        return Req(model=body.get("model", ""), stream=body.get("stream") is not False,
+                   text=user_text(message_pieces(users[-1])) if users else "",
+                   results=results or None,
+                   prompt=sum(len(message_text(m).split()) for m in messages))
+
+    def error(self, status, message=None, model=None, retry=None):
+        default = self.MESSAGES.get(status, PHRASES.get(status, "Error").lower())
+        headers = [f"retry-after: {secs_text(1 if retry is None else retry)}"] \
+            if status == 429 else []
+        return status, {"error": message or default.replace("{model}", str(model))}, headers
+
+    def bad_json(self):
+        return self.error(400, "invalid character in the request body: not JSON")
+
+    def context_error(self):
+        return self.error(400, "input length exceeds maximum context length")
+
+    def overloaded_error(self):
+        return self.error(503)
+
+    def overloaded_stream(self, req, seq):
+        return [line({"error": "an error was encountered while running the model: "
+                               "unexpected EOF"})]
+
+    @staticmethod
+    def created_at():
+        return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+    def done(self, plan, req, created):
+        """The closing object's fields: done, the reason, counts, timings (ns)."""
+        out = plan.output_tokens()
+        fields = {"done_reason": self.FINISH[plan.finish], "done": True,
+                  "total_duration": 1_000_000 + req.prompt * 1_000_000 + out * 10_000_000,
+                  "load_duration": 1_000_000}
+        if plan.usage:
+            fields.update(prompt_eval_count=req.prompt,
+                          prompt_eval_duration=req.prompt * 1_000_000,
+                          eval_count=out, eval_duration=out * 10_000_000)
+        return fields
+
+    def stream(self, plan, req, seq):
+        created = self.created_at()
+
+        def event(message, **extra):
+            return line({"model": req.model, "created_at": created,
+                         "message": {"role": "assistant", "content": "", **message},
+                         **(extra or {"done": False})})
+
+        body = []
+        if plan.reasoning:
+            body.append(Tokens(plan.reasoning, fast(event({"thinking": MARK}))))
+        body += self.text_parts(plan, fast(event({"content": MARK})), self.BROKEN,
+                                len(plan.reasoning))
+        if plan.calls:
+            body.append(event({"tool_calls": [{"function": {"name": name, "arguments": args}}
+                                              for name, args in plan.calls]}))
+        return Stream([], body, [event({}, **self.done(plan, req, created))])
+
+    def complete(self, plan, req, seq):
+        message = {"role": "assistant", "content": "".join(plan.tokens)}
+        if plan.reasoning:
+            message["thinking"] = "".join(plan.reasoning)
+        if plan.calls:
+            message["tool_calls"] = [{"function": {"name": name, "arguments": args}}
+                                     for name, args in plan.calls]
+        created = self.created_at()
+        return {"model": req.model, "created_at": created, "message": message,
+                **self.done(plan, req, created)}
+
+    def models(self):
+        return {"models": [{"name": name, "model": name, "modified_at": "2025-01-01T00:00:00Z",
+                            "size": 1000 + i, "digest": "%064x" % (i + 1),
+                            "details": {"format": "gguf", "family": "scenario"}}
+                           for i, name in enumerate(OLLAMA_MODELS)]}
+
+
+def line(obj) -> bytes:  # one NDJSON line
+    return dumps(obj).encode() + b"\n"
+
+
+FORMATS = {"openai": OpenAI(), "anthropic": Anthropic(), "gemini": Gemini(), "ollama": Ollama()}
 OPENAI, ANTHROPIC, GEMINI = FORMATS["openai"], FORMATS["anthropic"], FORMATS["gemini"]
-SSE_FIELDS = ["Content-Type: text/event-stream", "Cache-Control: no-cache",
-              "Transfer-Encoding: chunked"]
+OLLAMA = FORMATS["ollama"]
 
 
 def read_texts(fmt, body):
@@ -1213,6 +1346,10 @@ class Server:
             return await self.reply(out, (200, GEMINI.models(), []), close)
         if method == "POST" and path == "/v1/chat/completions":
             return await self.generate(out, seq, OPENAI, body, close, headers)
+        if method == "POST" and path == "/api/chat":
+            return await self.generate(out, seq, OLLAMA, body, close, headers)
+        if method == "GET" and path == "/api/tags":
+            return await self.reply(out, (200, OLLAMA.models(), []), close)
         if method == "POST" and path == "/v1/messages":
             return await self.generate(out, seq, ANTHROPIC, body, close, headers)
         if method == "POST" and path == "/v1/messages/count_tokens":
@@ -1240,6 +1377,9 @@ class Server:
         if path.startswith("/v1beta/"):
             return await self.reply(out, GEMINI.error(
                 404, f"Unknown request URL: {method} {target}."), close)
+        if path.startswith("/api/"):
+            return await self.reply(out, OLLAMA.error(
+                404, f"404 page not found: {method} {target}"), close)
         return await self.reply(out, OPENAI.error(
             404, f"Unknown request URL: {method} {target}.",
             kind="invalid_request_error", code="unknown_url"), close)
@@ -1334,7 +1474,7 @@ class Server:
             out.split(seq)
         if plan.error:
             if plan.error[0] == "overloaded" and req.stream:
-                out.head(200, SSE_FIELDS, close)
+                out.head(200, fmt.stream_fields(), close)
                 out.write(*fmt.overloaded_stream(req, seq))
                 await self.end_body(out)
                 return not close
@@ -1369,13 +1509,11 @@ class Server:
                 return await self.reply(out, (200, json.loads(reply), extra), close)
             return await self.reply(out, (200, fmt.complete(plan, req, seq), extra), close)
         if plan.huge:
-            return await self.send_huge(out, plan, fmt.stream(plan, req, seq), close)
-        return await self.send_stream(out, seq, plan, fmt.stream(plan, req, seq), close, extra)
+            return await self.send_huge(out, fmt, plan, fmt.stream(plan, req, seq), close)
+        return await self.send_stream(out, seq, plan, fmt.stream(plan, req, seq), close, extra,
+                                      fmt.stream_fields(plan.content_type))
 
-    async def send_stream(self, out, seq, plan, stream, close, extra):
-        fields = SSE_FIELDS
-        if plan.content_type is not None:
-            fields = ["Content-Type: " + plan.content_type, *SSE_FIELDS[1:]]
+    async def send_stream(self, out, seq, plan, stream, close, extra, fields):
         out.head(200, fields, close, extra)
         out.write(*stream.head)
         try:
@@ -1398,9 +1536,10 @@ class Server:
         finally:
             self.flush_sends()
 
-    async def send_huge(self, out, plan, stream, close):
-        """The hugeline scenario: every event framed as plan.framing, the
-        big token's x's written HUGE_PIECE bytes at a time, each drained."""
+    async def send_huge(self, out, fmt, plan, stream, close):
+        """The hugeline scenario: every event framed as plan.framing (the
+        format's own by default), the big token's x's written HUGE_PIECE
+        bytes at a time, each drained."""
         events = list(stream.head)
         for part in stream.body:
             if isinstance(part, Tokens):
@@ -1409,21 +1548,27 @@ class Server:
                 events.append(part)
         events += stream.tail
 
-        def payload(event):  # b"[event: X\n]data: JSON\n\n" -> b"JSON"
+        def payload(event):  # b"[event: X\n]data: JSON\n\n" or b"JSON\n" -> b"JSON"
+            if fmt.FRAMING == "ndjson":
+                return event.rstrip(b"\n")
             data = re.sub(rb"^(event: [^\n]*\n)?data: ", b"", event)
             return data[:-2] if data.endswith(b"\n\n") else data
 
+        framing = plan.framing or fmt.FRAMING
         framed = []
         for i, event in enumerate(events):
-            if plan.framing == "ndjson":
+            if framing == fmt.FRAMING:
+                pass
+            elif framing == "ndjson":
                 event = payload(event) + b"\n"
-            elif plan.framing == "array":
+            elif framing == "sse":
+                event = b"data: " + payload(event) + b"\n\n"
+            else:
                 event = (b"[" if i == 0 else b",") + payload(event)
             framed.append(event)
-        if plan.framing == "array":
+        if framing == "array":
             framed.append(b"]")
-        fields = ["Content-Type: " + HUGE_FRAMINGS[plan.framing], *SSE_FIELDS[1:]]
-        out.head(200, fields, close)
+        out.head(200, fmt.stream_fields(HUGE_FRAMINGS[framing]), close)
         mark = dumps(HUGE_MARK).encode()
         for event in framed:
             if mark not in event:

@@ -491,7 +491,7 @@ def test_refuses_non_loopback_host(tmp_path):
 # ======================================================================
 # Anthropic Messages and Gemini formats, and the cross-format scenarios
 # ======================================================================
-FORMATS = ["openai", "anthropic", "gemini"]
+FORMATS = ["openai", "anthropic", "gemini", "ollama"]
 
 
 def messages_request(c, text=None, stream=True, model="claude-test", headers=(),
@@ -510,15 +510,36 @@ def gemini_request(c, text=None, stream=True, model="gemini-test", headers=(),
     c.send("POST", f"/v1beta/models/{model}:{method}{query}", obj, headers)
 
 
+def ollama_request(c, text=None, stream=True, model="llama-test", headers=(),
+                   messages=None, **extra):
+    obj = {"model": model, "stream": stream,
+           "messages": messages or [{"role": "user", "content": text}], **extra}
+    c.send("POST", "/api/chat", obj, headers)
+
+
 def ask(c, fmt, text, stream=True, **kw):
     """Send `text` as the user message in format `fmt`; return the response."""
     if fmt == "openai":
         c.chat(text, stream=stream, **kw)
     elif fmt == "anthropic":
         messages_request(c, text, stream=stream, **kw)
+    elif fmt == "ollama":
+        ollama_request(c, text, stream=stream, **kw)
     else:
         gemini_request(c, text, stream=stream, **kw)
     return c.response()
+
+
+def request(c, fmt, text, stream=True):
+    """Send `text` in format `fmt` without reading the response."""
+    {"openai": c.chat, "anthropic": messages_request, "gemini": gemini_request,
+     "ollama": ollama_request}[fmt](*(() if fmt == "openai" else (c,)), text, stream=stream)
+
+
+def ollama_lines(body):
+    """An Ollama NDJSON body as parsed objects (every line ends with a newline)."""
+    assert body.endswith(b"\n")
+    return [json.loads(line) for line in body.split(b"\n")[:-1]]
 
 
 def named_events(body):
@@ -547,12 +568,16 @@ def text_of(fmt, body, stream=True):
         obj = json.loads(body)
         if fmt == "openai":
             return obj["choices"][0]["message"]["content"]
+        if fmt == "ollama":
+            return obj["message"]["content"]
         if fmt == "anthropic":
             return "".join(b["text"] for b in obj["content"] if b["type"] == "text")
         return "".join(p.get("text", "") for p in obj["candidates"][0]["content"]["parts"]
                        if not p.get("thought"))
     if fmt == "openai":
         return "".join(contents(body))
+    if fmt == "ollama":
+        return "".join(o["message"]["content"] for o in ollama_lines(body))
     if fmt == "anthropic":
         return "".join(e["delta"]["text"] for e in named_events(body)
                        if e["type"] == "content_block_delta"
@@ -1034,6 +1059,14 @@ def test_tool_result_answers_and_ignores_scenarios(server, fmt):
                 {"type": "tool_result", "tool_use_id": "toolu_2",
                  "content": [{"type": "text", "text": "second"}]}]}])
         expected = "tool said: first result | second"
+    elif fmt == "ollama":
+        ollama_request(c, messages=[
+            {"role": "user", "content": "http 500"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"function": {"name": "read_file", "arguments": {}}}]},
+            {"role": "tool", "content": "first result", "tool_name": "read_file"},
+            {"role": "tool", "content": "second", "tool_name": "read_file"}])
+        expected = "tool said: first result | second"
     else:
         gemini_request(c, contents=[
             {"role": "user", "parts": [{"text": "http 500"}]},
@@ -1053,6 +1086,8 @@ def error_details(fmt, status, headers, body):
     assert int(headers["content-length"]) == len(body)
     if fmt == "anthropic":
         assert obj["type"] == "error" and set(obj["error"]) == {"type", "message"}
+    elif fmt == "ollama":
+        assert set(obj) == {"error"} and isinstance(obj["error"], str)
     elif fmt == "gemini":
         assert obj["error"]["code"] == status
     else:
@@ -1073,6 +1108,9 @@ def test_retry429_counts_attempts_per_prompt(server, fmt):
         elif fmt == "anthropic":
             assert headers["retry-after"] == "0.2" and "retry-after-ms" not in headers
             assert obj["error"]["type"] == "rate_limit_error"
+        elif fmt == "ollama":
+            assert headers["retry-after"] == "0.2" and "retry-after-ms" not in headers
+            assert obj == {"error": "too many requests, please try again later"}
         else:
             assert "retry-after" not in headers
             assert obj["error"]["status"] == "RESOURCE_EXHAUSTED"
@@ -1099,6 +1137,7 @@ def test_attempts_are_counted_per_format(server):
     assert ask(c, "openai", "fail5xx 1")[0] == 502
     assert ask(c, "anthropic", "fail5xx 1")[0] == 502
     assert ask(c, "gemini", "fail5xx 1")[0] == 502
+    assert ask(c, "ollama", "fail5xx 1")[0] == 502
     for fmt in FORMATS:
         status, _, body, _ = ask(c, fmt, "fail5xx 1")
         assert status == 200 and text_of(fmt, body) == "ok after 1"
@@ -1110,9 +1149,12 @@ def test_fail5xx_and_noretry(server, fmt):
     status, headers, body, _ = ask(c, fmt, "fail5xx 1 500")
     assert status == 500
     obj = error_details(fmt, status, headers, body)
-    kind = {"openai": ("error", "type", "server_error"), "anthropic": ("error", "type", "api_error"),
-            "gemini": ("error", "status", "INTERNAL")}[fmt]
-    assert obj[kind[0]][kind[1]] == kind[2]
+    if fmt == "ollama":
+        assert obj == {"error": "an error was encountered while running the model"}
+    else:
+        kind = {"openai": ("error", "type", "server_error"), "anthropic": ("error", "type", "api_error"),
+                "gemini": ("error", "status", "INTERNAL")}[fmt]
+        assert obj[kind[0]][kind[1]] == kind[2]
     assert text_of(fmt, ask(c, fmt, "fail5xx 1 500")[2]) == "ok after 1"
     status, headers, body, _ = ask(c, fmt, "fail5xx 2")
     assert status == 502 and "x-should-retry" not in headers
@@ -1212,10 +1254,11 @@ def test_ratelimited_window_headers(server):
 
 
 SEQ_BITS = re.compile(rb'(scn|"created":)\d+')
+CREATED_AT = re.compile(rb'"created_at":"[^"]*"')
 
 
 def normalized(body):
-    return SEQ_BITS.sub(rb"\1N", body)
+    return CREATED_AT.sub(b'"created_at":"T"', SEQ_BITS.sub(rb"\1N", body))
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -1226,7 +1269,9 @@ def test_split_reassembles_to_the_same_events(server, fmt, scenario):
     extra = {"openai": {"messages": [{"role": "system", "content": "x"},
                                      {"role": "user", "content": scenario}]},
              "anthropic": {"system": "x"},
-             "gemini": {"systemInstruction": {"parts": [{"text": "x"}]}}}[fmt]
+             "gemini": {"systemInstruction": {"parts": [{"text": "x"}]}},
+             "ollama": {"messages": [{"role": "system", "content": "x"},
+                                     {"role": "user", "content": scenario}]}}[fmt]
     status, _, plain, _ = ask(c, fmt, scenario, **extra)
     assert status == 200
     status, headers, split, chunks = ask(c, fmt, "split " + scenario)
@@ -1267,7 +1312,7 @@ def test_split_body_arrives_in_many_small_reads(server):
     assert json.loads(rest)["content"][0]["text"] == "".join(f"w{i:05d} " for i in range(30))
 
 
-@pytest.mark.parametrize("fmt", ["anthropic", "gemini"])
+@pytest.mark.parametrize("fmt", ["anthropic", "gemini", "ollama"])
 def test_unicode_trickles_in_other_formats(server, fmt):
     c = Conn(server.port)
     status, _, body, chunks = ask(c, fmt, "unicode")
@@ -1277,13 +1322,10 @@ def test_unicode_trickles_in_other_formats(server, fmt):
     assert len(chunks) > 100
 
 
-@pytest.mark.parametrize("fmt", ["anthropic", "gemini"])
+@pytest.mark.parametrize("fmt", ["anthropic", "gemini", "ollama"])
 def test_stall_and_count_in_other_formats(server, fmt):
     c = Conn(server.port, timeout=0.5)
-    if fmt == "anthropic":
-        messages_request(c, "stall 2")
-    else:
-        gemini_request(c, "stall 2")
+    request(c, fmt, "stall 2")
     c.head()
     chunks = c.chunks()
     wanted = 5 if fmt == "anthropic" else 2  # start, ping, block start, 2 tokens
@@ -1299,12 +1341,7 @@ def test_stall_and_count_in_other_formats(server, fmt):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_split_slow_stops_when_client_leaves(server, fmt):
     c = Conn(server.port)
-    if fmt == "openai":
-        c.chat("split slow 1000 50")
-    elif fmt == "anthropic":
-        messages_request(c, "split slow 1000 50")
-    else:
-        gemini_request(c, "split slow 1000 50")
+    request(c, fmt, "split slow 1000 50")
     c.head()
     got = b""
     for piece in c.chunks():  # until the second token's text has arrived
@@ -1418,3 +1455,164 @@ def test_counting_endpoints_count_words_by_default(server):
     status, _, raw, _ = c.response()
     assert status == 200 and json.loads(raw) == {"input_tokens": 5}
     c.close()
+
+
+# ======================================================================
+# Ollama's native API
+# ======================================================================
+def test_ollama_echo_stream_lines_exact(server):
+    c = Conn(server.port)
+    ollama_request(c, "Hello big world", model="llama3.2",
+                   messages=[{"role": "system", "content": "be brief"},
+                             {"role": "user", "content": "Hello big world"}])
+    status, headers, body, chunks = c.response()
+    assert status == 200
+    assert headers["content-type"] == "application/x-ndjson"
+    assert headers["transfer-encoding"] == "chunked"
+    lines = ollama_lines(body)
+    created = lines[0]["created_at"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", created)
+
+    def token(text):
+        return {"model": "llama3.2", "created_at": created,
+                "message": {"role": "assistant", "content": text}, "done": False}
+
+    # prompt: "be brief" + "Hello big world" = 5 words; output: 3 tokens
+    assert lines == [token("Hello "), token("big "), token("world"), {
+        "model": "llama3.2", "created_at": created,
+        "message": {"role": "assistant", "content": ""},
+        "done_reason": "stop", "done": True,
+        "total_duration": 1_000_000 + 5_000_000 + 30_000_000, "load_duration": 1_000_000,
+        "prompt_eval_count": 5, "prompt_eval_duration": 5_000_000,
+        "eval_count": 3, "eval_duration": 30_000_000}]
+    assert chunks == [dumps(o).encode() + b"\n" for o in lines]  # a line per chunk
+
+
+def test_ollama_streams_unless_stream_is_false(server):
+    c = Conn(server.port)
+    c.send("POST", "/api/chat", {"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    status, headers, body, _ = c.response()
+    assert headers["content-type"] == "application/x-ndjson"
+    assert text_of("ollama", body) == "hi"
+    status, headers, body, _ = ask(c, "ollama", "hi there", stream=False)
+    assert headers["content-type"] == "application/json"
+    obj = json.loads(body)
+    assert obj["message"] == {"role": "assistant", "content": "hi there"}
+    assert (obj["done"], obj["done_reason"], obj["prompt_eval_count"], obj["eval_count"]) == \
+        (True, "stop", 2, 2)
+
+
+def test_ollama_thinking_tool_calls_and_whole_responses(server):
+    c = Conn(server.port)
+    _, _, body, _ = ask(c, "ollama", "reason 2")
+    lines = ollama_lines(body)
+    assert [o["message"].get("thinking") for o in lines[:2]] == ["r00000 ", "r00001 "]
+    assert [o["message"]["content"] for o in lines] == ["", "", "done", ""]
+    assert lines[-1]["eval_count"] == 3
+    _, _, body, _ = ask(c, "ollama", "tools2")
+    lines = ollama_lines(body)
+    assert len(lines) == 2
+    assert lines[0]["message"]["tool_calls"] == [
+        {"function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
+        {"function": {"name": "read_file", "arguments": {"path": "b.txt"}}}]
+    assert (lines[1]["done"], lines[1]["done_reason"], lines[1]["eval_count"]) == (True, "stop", 6)
+    _, _, body, _ = ask(c, "ollama", 'tool lookup {"q": "x"}', stream=False)
+    obj = json.loads(body)
+    assert obj["message"]["tool_calls"] == [{"function": {"name": "lookup", "arguments": {"q": "x"}}}]
+    assert obj["done_reason"] == "stop"
+    _, _, body, _ = ask(c, "ollama", "reason 1", stream=False)
+    assert json.loads(body)["message"] == {"role": "assistant", "content": "done",
+                                           "thinking": "r00000 "}
+
+
+def test_ollama_truncate_malformed_nousage_filtered_overloaded(server):
+    c = Conn(server.port)
+    _, _, body, _ = ask(c, "ollama", "truncate 3")
+    lines = ollama_lines(body)
+    assert len(lines) == 3 and not any(o["done"] for o in lines)
+    _, _, body, _ = ask(c, "ollama", "malformed")
+    raw = body.split(b"\n")
+    assert raw[1] == b'{"model":"m","created_at":"2025-01-01T00:00:00Z","message":{"role":"assistant","content":'
+    assert json.loads(raw[0])["message"]["content"] == "ok "
+    assert json.loads(raw[3])["done"] is True
+    _, _, body, _ = ask(c, "ollama", "nousage a")
+    last = ollama_lines(body)[-1]
+    assert last["done"] is True and "prompt_eval_count" not in last and "eval_count" not in last
+    assert "prompt_eval_count" not in json.loads(ask(c, "ollama", "nousage a", stream=False)[2])
+    _, _, body, _ = ask(c, "ollama", "filtered")
+    assert [o.get("done_reason") for o in ollama_lines(body)] == [None, "stop"]
+    status, headers, body, _ = ask(c, "ollama", "overloaded 1")
+    assert status == 200 and headers["content-type"] == "application/x-ndjson"
+    assert body == b'{"error":"an error was encountered while running the model: unexpected EOF"}\n'
+    assert text_of("ollama", ask(c, "ollama", "overloaded 1")[2]) == "ok after 1"
+    status, _, body, _ = ask(c, "ollama", "overloaded 1 ", stream=False)
+    assert status == 503 and json.loads(body) == {
+        "error": "server busy, please try again.  maximum pending requests exceeded"}
+
+
+@pytest.mark.parametrize("status, message", [
+    (401, "unauthorized"),
+    (404, 'model "llama-nope" not found, try pulling it first'),
+    (418, "i'm a teapot"),
+    (500, "an error was encountered while running the model"),
+    (503, "server busy, please try again.  maximum pending requests exceeded"),
+])
+def test_ollama_http_errors(server, status, message):
+    c = Conn(server.port)
+    got, headers, body, _ = ask(c, "ollama", f"http {status}", model="llama-nope")
+    assert got == status and headers["content-type"] == "application/json"
+    assert json.loads(body) == {"error": message}
+    got, _, body, _ = ask(c, "ollama", f"http {status} custom words")
+    assert json.loads(body) == {"error": "custom words"}
+
+
+def test_ollama_context_badkey_and_windows(server):
+    c = Conn(server.port)
+    status, _, body, _ = ask(c, "ollama", "context")
+    assert status == 400 and body == b'{"error":"input length exceeds maximum context length"}'
+    status, _, body, _ = ask(c, "ollama", "badkey", headers=["Authorization: Bearer sk-local-123456789"])
+    assert status == 401 and json.loads(body) == {
+        "error": "Incorrect API key provided: sk-local-123456789."}
+    status, headers, body, _ = ask(c, "ollama", "ratelimited-window 5")
+    assert status == 200 and text_of("ollama", body) == "ok"
+    assert not any("ratelimit" in h for h in headers)
+    status, headers, _, _ = ask(c, "ollama", "window 2 30")
+    assert (headers["x-ratelimit-limit"], headers["x-ratelimit-remaining"]) == ("2", "1")
+    assert ask(c, "ollama", "window 2 30")[0] == 200
+    status, headers, body, _ = ask(c, "ollama", "window 2 30")
+    assert status == 429 and int(headers["retry-after"]) >= 1
+    assert set(json.loads(body)) == {"error"}
+
+
+def test_ollama_tags_and_unknown_api_paths(server):
+    c = Conn(server.port)
+    c.send("GET", "/api/tags")
+    status, _, body, _ = c.response()
+    models = json.loads(body)["models"]
+    assert status == 200
+    assert [m["name"] for m in models] == ["echo:latest", "mia-scenario:latest",
+                                           "llama3.2:latest", "qwen3:8b"]
+    assert all(m["model"] == m["name"] and len(m["digest"]) == 64 for m in models)
+    c.send("GET", "/api/nothing")
+    status, _, body, _ = c.response()
+    assert status == 404 and json.loads(body) == {"error": "404 page not found: GET /api/nothing"}
+    c.sock.sendall(b"POST /api/chat HTTP/1.1\r\nContent-Length: 5\r\n\r\n{nope")
+    status, _, body, _ = c.response()
+    assert status == 400 and set(json.loads(body)) == {"error"}
+
+
+@pytest.mark.parametrize("framing, content_type", [
+    (None, "application/x-ndjson"), ("sse", "text/event-stream"), ("array", "application/json")])
+def test_ollama_hugeline_is_ndjson_unless_framed_otherwise(server, framing, content_type):
+    c = Conn(server.port)
+    scenario = "hugeline 0.001" + (f" {framing}" if framing else "")
+    status, headers, body, _ = ask(c, "ollama", scenario)
+    assert status == 200 and headers["content-type"] == content_type
+    if framing is None:
+        objs = ollama_lines(body)
+    elif framing == "sse":
+        objs = [json.loads(e[6:]) for e in events(body)]
+    else:
+        objs = json.loads(body)
+    assert objs[0]["message"]["content"] == "x" * int(0.001 * (1 << 20))
+    assert objs[-1]["done"] is True and len(objs) == 2
