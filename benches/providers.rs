@@ -156,15 +156,13 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
 
 fn four_providers(base: &str) -> CoreConfig {
     let mut c = CoreConfig::default();
-    c.providers.insert("a".into(), provider(ProviderKind::Anthropic, base));
+    c.providers.insert("a".into(), provider(k("anthropic"), base));
     c.providers
-        .insert("o".into(), provider(ProviderKind::Openai, &format!("{base}/v1")));
+        .insert("o".into(), provider(k("openai"), &format!("{base}/v1")));
     c.providers
-        .insert("g".into(), provider(ProviderKind::Gemini, &format!("{base}/v1beta")));
-    c.providers.insert(
-        "c".into(),
-        provider(ProviderKind::OpenaiCompatible, &format!("{base}/v1")),
-    );
+        .insert("g".into(), provider(k("gemini"), &format!("{base}/v1beta")));
+    c.providers
+        .insert("c".into(), provider(k("openai_compatible"), &format!("{base}/v1")));
     c
 }
 
@@ -223,7 +221,7 @@ fn memory_per_stream(root: &Path) {
         "s".into(),
         ProviderConfig {
             api_key: None,
-            ..provider(ProviderKind::OpenaiCompatible, &format!("http://127.0.0.1:{port}/v1"))
+            ..provider(k("openai_compatible"), &format!("http://127.0.0.1:{port}/v1"))
         },
     );
     let providers = Arc::new(Providers::new(config));
@@ -293,4 +291,9 @@ fn main() {
     );
     init_cost();
     memory_per_stream(&root);
+}
+
+/// The registered wire format `name`.
+fn k(name: &str) -> ProviderKind {
+    ProviderKind::named(name).expect("a registered kind")
 }

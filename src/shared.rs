@@ -59,6 +59,8 @@ pub struct Shared {
     pub providers: BTreeMap<String, ProviderDefaults>,
     /// The wire formats a provider may speak (`providers.NAME.kind`).
     pub provider_kinds: Vec<ProviderKind>,
+    /// The kinds with no usual address: their providers must set `base_url`.
+    pub base_url_required: Vec<ProviderKind>,
     /// Built-in modes, in the order they are listed to the user.
     pub modes: Vec<ModeDefaults>,
     /// The policy of a user mode that sets none and names no built-in mode.
@@ -146,7 +148,11 @@ impl Shared {
             .collect();
         Shared {
             providers,
-            provider_kinds: ProviderKind::ALL.to_vec(),
+            provider_kinds: ProviderKind::all(),
+            base_url_required: ProviderKind::all()
+                .into_iter()
+                .filter(|k| k.format().needs_base_url())
+                .collect(),
             modes: builtin_modes(),
             user_mode_permissions: USER_MODE_PERMISSIONS,
             default_mode: DEFAULT_MODE,

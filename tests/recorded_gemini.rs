@@ -12,7 +12,8 @@ use common::{decode_chunked, recorded};
 
 use mia_core::cost::Usage;
 use mia_core::llm::delta::{Accumulator, DecodeEvent};
-use mia_core::llm::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass};
+use mia_core::llm::error::{from_provider_error, ErrorClass};
+use mia_core::llm::gemini;
 use mia_core::llm::gemini::{request_body, GeminiDecoder};
 use mia_core::llm::message::{ChatRequest, Message, Role, StopReason};
 use mia_core::llm::stream::SseDecoder;
@@ -239,9 +240,10 @@ fn recorded_429_body_is_a_rate_limit_with_the_retry_info_delay() {
     let body: Value = serde_json::from_str(&text).expect("the recorded body is JSON");
     let err = from_provider_error(
         "gemini",
+        gemini::ERROR_TYPES,
         body["error"]["status"].as_str().unwrap_or_default(),
         body["error"]["message"].as_str().unwrap_or_default(),
-        gemini_retry_delay_ms(&body),
+        gemini::retry_delay_ms(&body),
     );
     assert_eq!(err.class, ErrorClass::RateLimit);
     assert_eq!(err.class.as_str(), "rate_limit");

@@ -77,9 +77,9 @@ fn http(status: &str, content_type: &str, body: &str) -> String {
 
 fn providers(kind: ProviderKind, port: u16, max_retries: u32) -> Providers {
     let root = format!("http://127.0.0.1:{port}");
-    let base_url = match kind {
-        ProviderKind::Anthropic => root,
-        ProviderKind::Gemini => format!("{root}/v1beta"),
+    let base_url = match kind.name() {
+        "anthropic" => root,
+        "gemini" => format!("{root}/v1beta"),
         _ => format!("{root}/v1"),
     };
     let mut config = CoreConfig {
@@ -133,12 +133,7 @@ fn assert_no_key(text: &str) {
 
 #[tokio::test]
 async fn a_401_body_quoting_the_key_shows_it_redacted_in_every_format() {
-    for kind in [
-        ProviderKind::Openai,
-        ProviderKind::OpenaiCompatible,
-        ProviderKind::Anthropic,
-        ProviderKind::Gemini,
-    ] {
+    for kind in [k("openai"), k("openai_compatible"), k("anthropic"), k("gemini")] {
         let body = r#"{"error":{"message":"Incorrect API key provided: {KEY}. You can find your API key in your account.","type":"invalid_request_error","code":"invalid_api_key"}}"#;
         let (port, seen) = server(http("401 Unauthorized", "application/json", body)).await;
         let (err, _) = fail(&providers(kind, port, 0)).await;
@@ -154,9 +149,9 @@ async fn a_401_body_quoting_the_key_shows_it_redacted_in_every_format() {
         // the key went out only in the format's auth header
         let seen = seen.lock().expect("seen").clone();
         assert_eq!(seen.len(), 1);
-        let header = match kind {
-            ProviderKind::Anthropic => format!("x-api-key: {KEY}"),
-            ProviderKind::Gemini => format!("x-goog-api-key: {KEY}"),
+        let header = match kind.name() {
+            "anthropic" => format!("x-api-key: {KEY}"),
+            "gemini" => format!("x-goog-api-key: {KEY}"),
             _ => format!("authorization: Bearer {KEY}"),
         };
         assert!(
@@ -172,7 +167,7 @@ async fn a_401_body_quoting_the_key_shows_it_redacted_in_every_format() {
 async fn a_key_set_as_a_custom_header_is_redacted_from_an_echo_too() {
     let body = r#"{"error":{"message":"Incorrect API key provided: {KEY}.","code":"invalid_api_key"}}"#;
     let (port, seen) = server(http("401 Unauthorized", "application/json", body)).await;
-    let mut providers = providers(ProviderKind::OpenaiCompatible, port, 0);
+    let mut providers = providers(k("openai_compatible"), port, 0);
     let cfg = providers.config.providers.get_mut("canary").expect("canary");
     cfg.api_key = None;
     cfg.headers.insert("api-key".into(), KEY.into());
@@ -194,7 +189,7 @@ async fn a_key_masked_like_openai_does_is_redacted_whole() {
         masked()
     );
     let (port, _) = server(http("401 Unauthorized", "application/json", &body)).await;
-    let (err, _) = fail(&providers(ProviderKind::Openai, port, 0)).await;
+    let (err, _) = fail(&providers(k("openai"), port, 0)).await;
     assert!(
         err.message
             .contains("(HTTP 401: Incorrect API key provided: <redacted>. You can find your API key at"),
@@ -208,7 +203,7 @@ async fn a_key_masked_like_openai_does_is_redacted_whole() {
 async fn retried_5xx_quoting_the_key_keeps_it_out_of_retry_notices() {
     let body = r#"{"error":{"message":"upstream rejected key {KEY}","type":"server_error"}}"#;
     let (port, seen) = server(http("502 Bad Gateway", "application/json", body)).await;
-    let (err, notices) = fail(&providers(ProviderKind::OpenaiCompatible, port, 2)).await;
+    let (err, notices) = fail(&providers(k("openai_compatible"), port, 2)).await;
     assert_eq!(err.class, ErrorClass::ServerError);
     assert!(err.message.ends_with("(after 2 retries)"), "{}", err.message);
     assert_eq!(notices.len(), 2);
@@ -223,10 +218,7 @@ async fn retried_5xx_quoting_the_key_keeps_it_out_of_retry_notices() {
 async fn an_in_band_stream_error_quoting_the_key_is_redacted() {
     let openai = "data: {\"error\":{\"message\":\"key {KEY} was revoked\",\"type\":\"invalid_api_key\"}}\n\n";
     let anthropic = "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"key {KEY} was revoked\"}}\n\n";
-    for (kind, stream) in [
-        (ProviderKind::OpenaiCompatible, openai),
-        (ProviderKind::Anthropic, anthropic),
-    ] {
+    for (kind, stream) in [(k("openai_compatible"), openai), (k("anthropic"), anthropic)] {
         let (port, _) = server(http("200 OK", "text/event-stream", stream)).await;
         let (err, _) = fail(&providers(kind, port, 0)).await;
         assert_eq!(err.class, ErrorClass::AuthFailure, "{kind:?}: {}", err.message);
@@ -244,7 +236,7 @@ async fn a_malformed_chunk_quoting_the_key_is_redacted_even_when_cut() {
     // The error quotes the chunk's first 80 characters: the key is cut there.
     let stream = format!("data: {{\"padding\": \"{}\", \"k\": \"{{KEY}}\n\n", "p".repeat(44));
     let (port, _) = server(http("200 OK", "text/event-stream", &stream)).await;
-    let (err, _) = fail(&providers(ProviderKind::OpenaiCompatible, port, 0)).await;
+    let (err, _) = fail(&providers(k("openai_compatible"), port, 0)).await;
     assert!(err.message.contains("malformed chunk"), "{}", err.message);
     assert!(err.message.contains("<redacted>"), "{}", err.message);
     assert!(!err.message.contains("sk-canary-5f0c"), "{}", err.message);
@@ -255,7 +247,7 @@ fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
     std::env::set_var("MIA_SECRETS_TEST_KEY", "sk-env-canary-0123456789");
     let mut config = CoreConfig::default();
     let entry = |api_key: Option<&str>, api_key_env: Option<&str>| ProviderConfig {
-        kind: ProviderKind::OpenaiCompatible,
+        kind: k("openai_compatible"),
         base_url: Some("http://127.0.0.1:1/v1".into()),
         api_key: api_key.map(str::to_string),
         api_key_env: api_key_env.map(str::to_string),
@@ -276,4 +268,9 @@ fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
     assert!(secrets.contains(&KEY.to_string()), "{}", secrets.len());
     assert!(secrets.contains(&"sk-env-canary-0123456789".to_string()));
     assert!(!secrets.contains(&"ollama".to_string()));
+}
+
+/// The registered wire format `name`.
+fn k(name: &str) -> ProviderKind {
+    ProviderKind::named(name).expect("a registered kind")
 }

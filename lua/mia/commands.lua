@@ -14,8 +14,7 @@ local M = {}
 function M.model_filter(scope, id)
   local head, rest = id:match("^([^/]+)/(.+)$")
   local providers = (require("mia.config").get() or {}).providers or {}
-  local builtin = { openai = true, anthropic = true, gemini = true }
-  if head and (providers[head] or builtin[head]) then
+  if head and (providers[head] or vim.tbl_contains(require("mia.config")._names().providers, head)) then
     return { provider = head, model = rest }
   end
   return { [scope] = id }

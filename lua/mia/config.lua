@@ -163,12 +163,13 @@ end
 --- tests/functional/test_shared_data.py keeps this copy equal to it.
 M._fallback = {
   provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible" },
+  base_url_required = { "openai_compatible" },
   providers = { "anthropic", "gemini", "openai" },
   modes = { "ask", "architect", "code" },
   default_mode = "ask",
 }
 
---- `{ provider_kinds, providers, modes }` as lists of names (and `default_mode`):
+--- `{ provider_kinds, base_url_required, providers, modes }` as lists of names (and `default_mode`):
 --- from the core when it is loaded, else the fallback above.
 function M._names()
   local loader = package.loaded["mia.core"]
@@ -185,6 +186,7 @@ function M._names()
   table.sort(providers)
   return {
     provider_kinds = ids(shared.provider_kinds),
+    base_url_required = ids(shared.base_url_required),
     providers = providers,
     modes = ids(shared.modes, "id"),
     default_mode = shared.default_mode,
@@ -228,6 +230,7 @@ local function validate(opts)
   check_type("providers", opts.providers, "table", true)
   local names = M._names()
   local kinds, builtin = set_of(names.provider_kinds), set_of(names.providers)
+  local needs_url = set_of(names.base_url_required)
   for name, p in pairs(opts.providers or {}) do
     local path = "providers." .. tostring(name)
     check_type(path, p, "table")
@@ -235,8 +238,8 @@ local function validate(opts)
       fail(path .. ".kind", "must be one of " .. table.concat(names.provider_kinds, ", "), p.kind)
     end
     check_type(path .. ".base_url", p.base_url, "string", true)
-    if p.kind == "openai_compatible" and not p.base_url then
-      fail(path .. ".base_url", "is required for an openai_compatible provider", p.base_url)
+    if needs_url[p.kind] and not p.base_url then
+      fail(path .. ".base_url", "is required for a provider of kind " .. p.kind, p.base_url)
     end
     check_type(path .. ".api_key_env", p.api_key_env, "string", true)
     -- a key pasted here would be printed by every "Set X" hint: refuse it without showing it

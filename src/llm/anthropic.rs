@@ -12,8 +12,143 @@ use serde_json::{json, Map, Value};
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
 use super::error::{from_provider_error, ErrorClass, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason};
+use super::providers::ResolvedProvider;
+use super::ratelimit::{ResetFormat, WindowHeaders};
 use super::stream::SseEvent;
+use super::wire::{self, Builtin, CountRequest, StreamDecoder, WireFormat};
 use crate::cost::Usage;
+
+/// The `anthropic-version` header value mia speaks.
+const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// The Messages API as a [`WireFormat`] (`kind = "anthropic"`).
+pub struct Anthropic;
+
+impl WireFormat for Anthropic {
+    fn kind(&self) -> &'static str {
+        "anthropic"
+    }
+
+    fn builtin(&self) -> Option<Builtin> {
+        Some(Builtin {
+            name: "anthropic",
+            base_url: "https://api.anthropic.com",
+            api_key_env: Some("ANTHROPIC_API_KEY"),
+        })
+    }
+
+    fn headers(&self, p: &ResolvedProvider) -> Vec<(String, String)> {
+        let mut headers = vec![("anthropic-version".to_string(), ANTHROPIC_VERSION.to_string())];
+        if let Some(key) = &p.api_key {
+            headers.insert(0, ("x-api-key".to_string(), key.clone()));
+        }
+        headers
+    }
+
+    fn chat_url(&self, p: &ResolvedProvider, _model: &str, _stream: bool) -> String {
+        wire::url(p, "/v1/messages")
+    }
+
+    fn request_body(&self, p: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> Value {
+        let opts = AnthropicOptions {
+            prompt_caching: p.prompt_caching,
+            ..AnthropicOptions::default()
+        };
+        request_body(req, model, &opts, stream)
+    }
+
+    fn decoder(&self, p: &ResolvedProvider) -> Box<dyn StreamDecoder> {
+        Box::new(AnthropicDecoder::new(&p.name))
+    }
+
+    fn parse_response(&self, provider: &str, json: &Value) -> Result<Vec<DecodeEvent>, LlmError> {
+        parse_response(provider, json)
+    }
+
+    fn models_url(&self, p: &ResolvedProvider) -> String {
+        wire::url(p, "/v1/models")
+    }
+
+    fn model_ids(&self, json: &Value) -> Vec<String> {
+        model_ids(json)
+    }
+
+    /// `POST /v1/messages/count_tokens`: the messages body minus what only
+    /// an answer needs.
+    fn count_request(&self, p: &ResolvedProvider, model: &str, req: &ChatRequest) -> Option<CountRequest> {
+        let mut body = self.request_body(p, model, req, false);
+        if let Value::Object(map) = &mut body {
+            for key in ["max_tokens", "stream", "temperature"] {
+                map.remove(key);
+            }
+        }
+        Some(CountRequest {
+            url: wire::url(p, "/v1/messages/count_tokens"),
+            body,
+            field: "input_tokens",
+        })
+    }
+
+    fn rate_limit_headers(&self) -> &'static [WindowHeaders] {
+        RATE_LIMIT_HEADERS
+    }
+}
+
+impl StreamDecoder for AnthropicDecoder {
+    fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        AnthropicDecoder::decode(self, event, out)
+    }
+}
+
+/// `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-*`,
+/// each with an RFC 3339 reset time.
+pub const RATE_LIMIT_HEADERS: &[WindowHeaders] = &[
+    family(
+        "anthropic-ratelimit-requests-remaining",
+        "anthropic-ratelimit-requests-limit",
+        "anthropic-ratelimit-requests-reset",
+        true,
+    ),
+    family(
+        "anthropic-ratelimit-tokens-remaining",
+        "anthropic-ratelimit-tokens-limit",
+        "anthropic-ratelimit-tokens-reset",
+        false,
+    ),
+    family(
+        "anthropic-ratelimit-input-tokens-remaining",
+        "anthropic-ratelimit-input-tokens-limit",
+        "anthropic-ratelimit-input-tokens-reset",
+        false,
+    ),
+    family(
+        "anthropic-ratelimit-output-tokens-remaining",
+        "anthropic-ratelimit-output-tokens-limit",
+        "anthropic-ratelimit-output-tokens-reset",
+        false,
+    ),
+];
+
+const fn family(remaining: &'static str, limit: &'static str, reset: &'static str, requests: bool) -> WindowHeaders {
+    WindowHeaders {
+        remaining,
+        limit,
+        reset,
+        reset_format: ResetFormat::Rfc3339,
+        requests,
+    }
+}
+
+/// Anthropic's `error.type` names.
+pub const ERROR_TYPES: super::error::ErrorTypes = &[
+    ("overloaded_error", ErrorClass::ServerError),
+    ("api_error", ErrorClass::ServerError),
+    ("rate_limit_error", ErrorClass::RateLimit),
+    ("authentication_error", ErrorClass::AuthFailure),
+    ("permission_error", ErrorClass::AuthFailure),
+    ("not_found_error", ErrorClass::ModelNotFound),
+    ("request_too_large", ErrorClass::ContextOverflow),
+];
 
 /// Anthropic-only request settings.
 #[derive(Debug, Clone)]
@@ -430,7 +565,7 @@ fn stream_error(provider: &str, payload: &Value) -> LlmError {
         .pointer("/error/message")
         .and_then(Value::as_str)
         .unwrap_or("unknown error");
-    from_provider_error(provider, kind, message, None)
+    from_provider_error(provider, ERROR_TYPES, kind, message, None)
 }
 
 /// Reads a non-streaming Messages response into the events its stream would

@@ -10,12 +10,12 @@
 //! [`ESTIMATE_ERROR_PERCENT`] for English prose, code and JSON; text in
 //! other scripts can be off by more.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::error::{ErrorClass, LlmError};
 use super::http::{self, WireRequest};
 use super::message::{ChatRequest, Message, Part};
-use super::providers::{ProviderKind, Providers};
+use super::providers::Providers;
 
 /// How far (in percent, either way) an estimate may be from the provider's
 /// count for English prose, code and JSON. `doc/mia.txt` states it.
@@ -72,37 +72,15 @@ pub fn message_text(m: &Message) -> String {
 /// falls back to the estimate and says why.
 pub async fn count_tokens(providers: &Providers, req: &ChatRequest) -> Result<Option<u64>, LlmError> {
     let (provider, model) = providers.resolve(&req.model)?;
-    let base = &provider.base_url;
-    let (url, body) = match provider.kind {
-        ProviderKind::Openai | ProviderKind::OpenaiCompatible => return Ok(None),
-        ProviderKind::Anthropic => {
-            // The messages body minus what only an answer needs.
-            let mut body = super::prepare(&provider, &model, req, false)
-                .body
-                .unwrap_or(Value::Null);
-            if let Value::Object(map) = &mut body {
-                for key in ["max_tokens", "stream", "temperature"] {
-                    map.remove(key);
-                }
-            }
-            (format!("{base}/v1/messages/count_tokens"), body)
-        }
-        ProviderKind::Gemini => {
-            let mut inner = super::gemini::request_body(req);
-            if let Value::Object(map) = &mut inner {
-                map.insert("model".into(), json!(format!("models/{model}")));
-            }
-            (
-                format!("{base}/models/{model}:countTokens"),
-                json!({ "generateContentRequest": inner }),
-            )
-        }
+    let Some(count) = provider.kind.format().count_request(&provider, &model, req) else {
+        return Ok(None);
     };
+    let field = count.field;
     let client = providers.client(&provider.name)?;
     let wire = WireRequest {
-        url,
-        headers: super::auth_headers(&provider),
-        body: Some(body),
+        url: count.url,
+        headers: provider.kind.format().headers(&provider),
+        body: Some(count.body),
     };
     let response = http::send(
         &client,
@@ -115,10 +93,6 @@ pub async fn count_tokens(providers: &Providers, req: &ChatRequest) -> Result<Op
     .await?;
     let bytes = super::read_body(&provider, response, providers.config.limits.max_event_bytes).await?;
     let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    let field = match provider.kind {
-        ProviderKind::Gemini => "totalTokens",
-        _ => "input_tokens",
-    };
     answer.get(field).and_then(Value::as_u64).map(Some).ok_or_else(|| {
         LlmError::new(
             ErrorClass::ServerError,

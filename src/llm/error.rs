@@ -155,59 +155,48 @@ pub fn classify_http(f: &HttpFailure<'_>) -> LlmError {
     err
 }
 
+/// A wire format's own error type names (Anthropic's `error.type`,
+/// Gemini's `error.status`, OpenAI's `error.type`/`error.code`) and the
+/// class each means. Each format module keeps its own table.
+pub type ErrorTypes = &'static [(&'static str, ErrorClass)];
+
 /// An error the provider names with its own type or status string, either
 /// inside a 200 stream (Anthropic's `event: error`, an OpenAI `{"error":…}`
 /// chunk, a Gemini `{"error":{"status":…}}` chunk) or in an error body.
-/// `error_type` is Anthropic's `error.type`, Gemini's `error.status` or
-/// OpenAI's `error.type`/`error.code`.
-pub fn from_provider_error(provider: &str, error_type: &str, message: &str, retry_after_ms: Option<u64>) -> LlmError {
+/// `types` is the format's table; a type it does not name is a refused
+/// request, unless the message says the context overflowed.
+pub fn from_provider_error(
+    provider: &str,
+    types: ErrorTypes,
+    error_type: &str,
+    message: &str,
+    retry_after_ms: Option<u64>,
+) -> LlmError {
     let p = provider;
     let lower = message.to_lowercase();
-    let (class, text) = match error_type {
-        "overloaded_error" => (
-            ErrorClass::ServerError,
-            format!("{p}: the service is overloaded ({message}). Try again shortly."),
+    let named = types.iter().find(|(t, _)| *t == error_type).map(|(_, c)| *c);
+    let class = match named {
+        Some(c) => c,
+        None if is_context_overflow(&lower) => ErrorClass::ContextOverflow,
+        None => ErrorClass::InvalidRequest,
+    };
+    let text = match class {
+        ErrorClass::RateLimit => format!("{p}: rate limited ({message}). {RATE_LIMIT_ADVICE}"),
+        ErrorClass::ServerError => {
+            format!("{p}: server error ({message}). The provider is having trouble; try again shortly.")
+        }
+        ErrorClass::Timeout => format!("{p}: the provider timed out ({message}). Try again."),
+        ErrorClass::AuthFailure => {
+            format!("{p}: authentication failed ({message}). Check the API key for {p}.")
+        }
+        ErrorClass::ModelNotFound => format!("{p}: not found ({message}). Check the model name."),
+        ErrorClass::ContextOverflow => format!(
+            "{p}: the conversation is too long for the model ({message}). Start a new chat or shorten the context."
         ),
-        "rate_limit_error" | "rate_limit_exceeded" | "RESOURCE_EXHAUSTED" | "requests" | "tokens" => (
-            ErrorClass::RateLimit,
-            format!("{p}: rate limited ({message}). {RATE_LIMIT_ADVICE}"),
-        ),
-        "api_error" | "server_error" | "INTERNAL" | "UNAVAILABLE" | "UNKNOWN" => (
-            ErrorClass::ServerError,
-            format!("{p}: server error ({message}). The provider is having trouble; try again shortly."),
-        ),
-        "DEADLINE_EXCEEDED" => (
-            ErrorClass::Timeout,
-            format!("{p}: the provider timed out ({message}). Try again."),
-        ),
-        "authentication_error" | "permission_error" | "invalid_api_key" | "UNAUTHENTICATED" | "PERMISSION_DENIED" => (
-            ErrorClass::AuthFailure,
-            format!("{p}: authentication failed ({message}). Check the API key for {p}."),
-        ),
-        "not_found_error" | "model_not_found" | "NOT_FOUND" => (
-            ErrorClass::ModelNotFound,
-            format!("{p}: not found ({message}). Check the model name."),
-        ),
-        "request_too_large" | "context_length_exceeded" => (
-            ErrorClass::ContextOverflow,
-            format!(
-                "{p}: the conversation is too long for the model ({message}). Start a new chat or shorten the context."
-            ),
-        ),
-        _ if is_context_overflow(&lower) => (
-            ErrorClass::ContextOverflow,
-            format!(
-                "{p}: the conversation is too long for the model ({message}). Start a new chat or shorten the context."
-            ),
-        ),
-        "content_filter" | "content_policy_violation" | "SAFETY" => (
-            ErrorClass::ContentFilter,
-            format!("{p}: blocked by the provider's content filter ({message}). Rephrase the prompt."),
-        ),
-        _ => (
-            ErrorClass::InvalidRequest,
-            format!("{p}: the request was refused ({message})."),
-        ),
+        ErrorClass::ContentFilter => {
+            format!("{p}: blocked by the provider's content filter ({message}). Rephrase the prompt.")
+        }
+        _ => format!("{p}: the request was refused ({message})."),
     };
     let mut err = LlmError::new(class, Some(p), text);
     err.retry_after_ms = retry_after_ms;
@@ -224,22 +213,6 @@ pub fn parse_chunk(provider: &str, data: &str) -> Result<serde_json::Value, LlmE
             Some(provider),
             format!("{provider}: the stream carried a malformed chunk ({e}): {start}"),
         )
-    })
-}
-
-/// Gemini's `RetryInfo.retryDelay` (e.g. `"12s"`, `"1.5s"`) from an error
-/// body. Negative, NaN and garbage delays are ignored; huge ones saturate
-/// (the retry loop refuses waits beyond `retry.max_wait_ms`).
-pub fn gemini_retry_delay_ms(body: &serde_json::Value) -> Option<u64> {
-    let details = body.pointer("/error/details")?.as_array()?;
-    details.iter().find_map(|d| {
-        let is_retry_info = d
-            .get("@type")
-            .and_then(|t| t.as_str())
-            .is_some_and(|t| t.ends_with("RetryInfo"));
-        let delay = d.get("retryDelay")?.as_str()?;
-        let wait = super::ratelimit::parse_seconds(delay.trim().strip_suffix('s')?)?;
-        is_retry_info.then_some(super::ratelimit::duration_ms(wait))
     })
 }
 
@@ -382,9 +355,18 @@ mod tests {
 
     #[test]
     fn provider_error_types_map_to_classes() {
-        let c = |t: &str, m: &str| from_provider_error("p", t, m, None).class;
+        use crate::llm::{anthropic, gemini};
+        let c = |t: &str, m: &str| {
+            let a = from_provider_error("p", anthropic::ERROR_TYPES, t, m, None).class;
+            let g = from_provider_error("p", gemini::ERROR_TYPES, t, m, None).class;
+            if a == ErrorClass::InvalidRequest {
+                g
+            } else {
+                a
+            }
+        };
         assert_eq!(c("overloaded_error", "Overloaded"), ErrorClass::ServerError);
-        assert!(from_provider_error("p", "overloaded_error", "Overloaded", None).retryable);
+        assert!(from_provider_error("p", anthropic::ERROR_TYPES, "overloaded_error", "Overloaded", None).retryable);
         assert_eq!(c("RESOURCE_EXHAUSTED", "quota"), ErrorClass::RateLimit);
         assert_eq!(
             c(
@@ -405,46 +387,6 @@ mod tests {
             ErrorClass::InvalidRequest
         );
         assert_eq!(c("authentication_error", "invalid x-api-key"), ErrorClass::AuthFailure);
-    }
-
-    #[test]
-    fn gemini_retry_delay_is_read_from_retry_info() {
-        let body = serde_json::json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
-            {"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
-            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12s"}
-        ]}});
-        assert_eq!(gemini_retry_delay_ms(&body), Some(12_000));
-    }
-
-    #[test]
-    fn absurd_gemini_retry_delays_are_bounded_or_ignored() {
-        let longest = super::super::ratelimit::duration_ms(super::super::ratelimit::LONGEST_WAIT);
-        let delay = |d: &str| {
-            gemini_retry_delay_ms(&serde_json::json!({"error": {"details": [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": d}
-            ]}}))
-        };
-        let cases: &[(&str, Option<u64>)] = &[
-            ("1.5s", Some(1_500)),
-            ("0s", Some(0)),
-            ("1e400s", Some(longest)),
-            ("1e308s", Some(longest)),
-            ("99999999999999999999s", Some(longest)),
-            ("-3s", None),
-            ("NaNs", None),
-            ("infs", None),
-            ("s", None),
-            ("", None),
-            ("12", None),
-            ("soon", None),
-        ];
-        for (text, want) in cases {
-            assert_eq!(delay(text), *want, "{text:?}");
-        }
-        let not_a_string = serde_json::json!({"error": {"details": [
-            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": 1e308}
-        ]}});
-        assert_eq!(gemini_retry_delay_ms(&not_a_string), None);
     }
 
     #[test]

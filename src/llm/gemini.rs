@@ -13,10 +13,116 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
-use super::error::{from_provider_error, gemini_retry_delay_ms, ErrorClass, LlmError};
+use super::error::{from_provider_error, ErrorClass, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason, ToolDef};
+use super::providers::ResolvedProvider;
 use super::stream::SseEvent;
+use super::wire::{self, Builtin, CountRequest, StreamDecoder, WireFormat};
 use crate::cost::Usage;
+
+/// The Gemini API as a [`WireFormat`] (`kind = "gemini"`).
+pub struct Gemini;
+
+impl WireFormat for Gemini {
+    fn kind(&self) -> &'static str {
+        "gemini"
+    }
+
+    fn builtin(&self) -> Option<Builtin> {
+        Some(Builtin {
+            name: "gemini",
+            base_url: "https://generativelanguage.googleapis.com/v1beta",
+            api_key_env: Some("GEMINI_API_KEY"),
+        })
+    }
+
+    fn headers(&self, p: &ResolvedProvider) -> Vec<(String, String)> {
+        p.api_key
+            .as_ref()
+            .map(|key| vec![("x-goog-api-key".to_string(), key.clone())])
+            .unwrap_or_default()
+    }
+
+    fn chat_url(&self, p: &ResolvedProvider, model: &str, stream: bool) -> String {
+        if stream {
+            wire::url(p, &format!("/models/{model}:streamGenerateContent?alt=sse"))
+        } else {
+            wire::url(p, &format!("/models/{model}:generateContent"))
+        }
+    }
+
+    fn request_body(&self, _p: &ResolvedProvider, _model: &str, req: &ChatRequest, _stream: bool) -> Value {
+        request_body(req)
+    }
+
+    fn decoder(&self, p: &ResolvedProvider) -> Box<dyn StreamDecoder> {
+        Box::new(GeminiDecoder::with_id_prefix(&p.name, &wire::unique_call_prefix()))
+    }
+
+    fn parse_response(&self, provider: &str, json: &Value) -> Result<Vec<DecodeEvent>, LlmError> {
+        parse_response(provider, json)
+    }
+
+    fn models_url(&self, p: &ResolvedProvider) -> String {
+        wire::url(p, "/models")
+    }
+
+    fn model_ids(&self, json: &Value) -> Vec<String> {
+        model_ids(json)
+    }
+
+    /// `models/{model}:countTokens` over the same contents.
+    fn count_request(&self, p: &ResolvedProvider, model: &str, req: &ChatRequest) -> Option<CountRequest> {
+        let mut inner = request_body(req);
+        if let Value::Object(map) = &mut inner {
+            map.insert("model".into(), json!(format!("models/{model}")));
+        }
+        Some(CountRequest {
+            url: wire::url(p, &format!("/models/{model}:countTokens")),
+            body: json!({ "generateContentRequest": inner }),
+            field: "totalTokens",
+        })
+    }
+
+    fn retry_delay_ms(&self, error_body: &Value) -> Option<u64> {
+        retry_delay_ms(error_body)
+    }
+}
+
+impl StreamDecoder for GeminiDecoder {
+    fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        GeminiDecoder::decode(self, event, out)
+    }
+}
+
+/// Gemini's `error.status` names.
+pub const ERROR_TYPES: super::error::ErrorTypes = &[
+    ("RESOURCE_EXHAUSTED", ErrorClass::RateLimit),
+    ("INTERNAL", ErrorClass::ServerError),
+    ("UNAVAILABLE", ErrorClass::ServerError),
+    ("UNKNOWN", ErrorClass::ServerError),
+    ("DEADLINE_EXCEEDED", ErrorClass::Timeout),
+    ("UNAUTHENTICATED", ErrorClass::AuthFailure),
+    ("PERMISSION_DENIED", ErrorClass::AuthFailure),
+    ("NOT_FOUND", ErrorClass::ModelNotFound),
+    ("SAFETY", ErrorClass::ContentFilter),
+];
+
+/// Gemini's `RetryInfo.retryDelay` (e.g. `"12s"`, `"1.5s"`) from an error
+/// body. Negative, NaN and garbage delays are ignored; huge ones saturate
+/// (the retry loop refuses waits beyond `retry.max_wait_ms`).
+pub fn retry_delay_ms(body: &serde_json::Value) -> Option<u64> {
+    let details = body.pointer("/error/details")?.as_array()?;
+    details.iter().find_map(|d| {
+        let is_retry_info = d
+            .get("@type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t.ends_with("RetryInfo"));
+        let delay = d.get("retryDelay")?.as_str()?;
+        let wait = super::ratelimit::parse_seconds(delay.trim().strip_suffix('s')?)?;
+        is_retry_info.then_some(super::ratelimit::duration_ms(wait))
+    })
+}
 
 /// The JSON body of a `generateContent` or `streamGenerateContent` call
 /// (the model and the streaming choice live in the URL, not the body).
@@ -591,7 +697,7 @@ fn error_of(provider: &str, payload: &Value) -> LlmError {
         .pointer("/error/message")
         .and_then(Value::as_str)
         .unwrap_or("unknown error");
-    let mut err = from_provider_error(provider, status, message, gemini_retry_delay_ms(payload));
+    let mut err = from_provider_error(provider, ERROR_TYPES, status, message, retry_delay_ms(payload));
     err.status = payload
         .pointer("/error/code")
         .and_then(Value::as_u64)
@@ -628,6 +734,46 @@ pub fn model_ids(body: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gemini_retry_delay_is_read_from_retry_info() {
+        let body = serde_json::json!({"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.QuotaFailure"},
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "12s"}
+        ]}});
+        assert_eq!(retry_delay_ms(&body), Some(12_000));
+    }
+
+    #[test]
+    fn absurd_gemini_retry_delays_are_bounded_or_ignored() {
+        let longest = super::super::ratelimit::duration_ms(super::super::ratelimit::LONGEST_WAIT);
+        let delay = |d: &str| {
+            retry_delay_ms(&serde_json::json!({"error": {"details": [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": d}
+            ]}}))
+        };
+        let cases: &[(&str, Option<u64>)] = &[
+            ("1.5s", Some(1_500)),
+            ("0s", Some(0)),
+            ("1e400s", Some(longest)),
+            ("1e308s", Some(longest)),
+            ("99999999999999999999s", Some(longest)),
+            ("-3s", None),
+            ("NaNs", None),
+            ("infs", None),
+            ("s", None),
+            ("", None),
+            ("12", None),
+            ("soon", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(delay(text), *want, "{text:?}");
+        }
+        let not_a_string = serde_json::json!({"error": {"details": [
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": 1e308}
+        ]}});
+        assert_eq!(retry_delay_ms(&not_a_string), None);
+    }
 
     fn round_trip_request() -> ChatRequest {
         ChatRequest {

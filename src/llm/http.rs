@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::error::{classify_http, gemini_retry_delay_ms, redact, ErrorClass, HttpFailure, LlmError};
+use super::error::{classify_http, redact, ErrorClass, HttpFailure, LlmError};
 use super::providers::{HttpConfig, ResolvedProvider, Timeouts};
 use super::ratelimit::{self, RateLimits};
 
@@ -80,7 +80,8 @@ pub async fn send(
         }
         Ok(Ok(r)) => r,
     };
-    limits.observe(&provider.name, response.headers());
+    let format = provider.kind.format();
+    limits.observe(&provider.name, response.headers(), format.rate_limit_headers());
     let status = response.status();
     if status.is_success() {
         return Ok(response);
@@ -98,10 +99,9 @@ pub async fn send(
         .into_iter()
         .fold(body, |body, secret| redact(&body, Some(secret)));
     if retry_after.is_none() {
-        retry_after = serde_json::from_str(&body)
+        retry_after = serde_json::from_str::<serde_json::Value>(&body)
             .ok()
-            .as_ref()
-            .and_then(gemini_retry_delay_ms);
+            .and_then(|json| format.retry_delay_ms(&json));
     }
     let mut err = classify_http(&HttpFailure {
         provider: &provider.name,

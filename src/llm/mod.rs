@@ -1,5 +1,5 @@
-//! The provider SDK: one internal format, one transformer and decoder per
-//! wire format, one error model. `stream_chat` is the whole pipeline:
+//! The provider SDK: one internal format, one [`wire::WireFormat`] per wire
+//! format (its own file, registered in [`wire::FORMATS`]), one error model. `stream_chat` is the whole pipeline:
 //! resolve the provider, build its request, send it, decode the stream,
 //! retry what can be retried without repeating anything the user has seen.
 //!
@@ -19,6 +19,7 @@ pub mod openai;
 pub mod providers;
 pub mod ratelimit;
 pub mod stream;
+pub mod wire;
 
 use std::time::Duration;
 
@@ -29,109 +30,21 @@ use delta::{Accumulator, DecodeEvent, Delta, StreamDone};
 use error::{ErrorClass, LlmError};
 use http::WireRequest;
 use message::{ChatRequest, StopReason};
-use providers::{ProviderKind, Providers, ResolvedProvider};
-use stream::{FrameDecoder, SseEvent};
-
-/// The `anthropic-version` header value mia speaks.
-const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// A wire format's stream decoder (one per response).
-enum WireDecoder {
-    OpenAi(openai::OpenAiDecoder),
-    Anthropic(anthropic::AnthropicDecoder),
-    Gemini(gemini::GeminiDecoder),
-}
-
-impl WireDecoder {
-    fn new(kind: ProviderKind, provider: &str) -> Self {
-        match kind {
-            ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
-                WireDecoder::OpenAi(openai::OpenAiDecoder::new(provider))
-            }
-            ProviderKind::Anthropic => WireDecoder::Anthropic(anthropic::AnthropicDecoder::new(provider)),
-            ProviderKind::Gemini => {
-                WireDecoder::Gemini(gemini::GeminiDecoder::with_id_prefix(provider, &unique_call_prefix()))
-            }
-        }
-    }
-
-    fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
-        match self {
-            WireDecoder::OpenAi(d) => d.decode(event, out),
-            WireDecoder::Anthropic(d) => d.decode(event, out),
-            WireDecoder::Gemini(d) => d.decode(event, out),
-        }
-    }
-}
-
-/// A prefix for generated tool-call ids, unique across answers and restarts.
-fn unique_call_prefix() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let millis = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    format!("call_{millis:x}{:x}_", COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The credential headers of `provider` (never in the URL).
-fn auth_headers(provider: &ResolvedProvider) -> Vec<(String, String)> {
-    let Some(key) = &provider.api_key else {
-        return Vec::new();
-    };
-    match provider.kind {
-        ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
-            vec![("authorization".into(), format!("Bearer {key}"))]
-        }
-        ProviderKind::Anthropic => vec![
-            ("x-api-key".into(), key.clone()),
-            ("anthropic-version".into(), ANTHROPIC_VERSION.into()),
-        ],
-        ProviderKind::Gemini => vec![("x-goog-api-key".into(), key.clone())],
-    }
-}
+use providers::{Providers, ResolvedProvider};
+use stream::FrameDecoder;
 
 /// Builds the HTTP request for `provider`'s wire format.
 fn prepare(provider: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> WireRequest {
-    let base = &provider.base_url;
-    let (url, mut body) = match provider.kind {
-        ProviderKind::Openai | ProviderKind::OpenaiCompatible => {
-            let opts = openai::OpenAiOptions {
-                max_completion_tokens: provider.kind == ProviderKind::Openai,
-            };
-            (
-                format!("{base}/chat/completions"),
-                openai::request_body(req, model, opts, stream),
-            )
-        }
-        ProviderKind::Anthropic => {
-            let opts = anthropic::AnthropicOptions {
-                prompt_caching: provider.prompt_caching,
-                ..anthropic::AnthropicOptions::default()
-            };
-            (
-                format!("{base}/v1/messages"),
-                anthropic::request_body(req, model, &opts, stream),
-            )
-        }
-        ProviderKind::Gemini => {
-            let url = if stream {
-                format!("{base}/models/{model}:streamGenerateContent?alt=sse")
-            } else {
-                format!("{base}/models/{model}:generateContent")
-            };
-            (url, gemini::request_body(req))
-        }
-    };
+    let format = provider.kind.format();
+    let mut body = format.request_body(provider, model, req, stream);
     if let (Some(Value::Object(extra)), Value::Object(target)) = (&req.extra_body, &mut body) {
         for (k, v) in extra {
             target.insert(k.clone(), v.clone());
         }
     }
     WireRequest {
-        url,
-        headers: auth_headers(provider),
+        url: format.chat_url(provider, model, stream),
+        headers: format.headers(provider),
         body: Some(body),
     }
 }
@@ -338,11 +251,7 @@ async fn attempt_once(
                 format!("{}: the response is not valid JSON ({e}).", provider.name),
             )
         })?;
-        let events = match provider.kind {
-            ProviderKind::Openai | ProviderKind::OpenaiCompatible => openai::parse_response(&provider.name, &json)?,
-            ProviderKind::Anthropic => anthropic::parse_response(&provider.name, &json)?,
-            ProviderKind::Gemini => gemini::parse_response(&provider.name, &json)?,
-        };
+        let events = provider.kind.format().parse_response(&provider.name, &json)?;
         for e in events {
             acc.apply(&e);
             if let DecodeEvent::Delta(d) = e {
@@ -427,7 +336,7 @@ async fn decode_stream(
     acc: &mut Accumulator,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<(), LlmError> {
-    let mut decoder = WireDecoder::new(provider.kind, &provider.name);
+    let mut decoder = provider.kind.format().decoder(provider);
     // No content type at all is read as SSE (what every provider sends);
     // one that names another format is refused, never guessed at.
     let content_type = match response.headers().get(reqwest::header::CONTENT_TYPE) {
@@ -496,19 +405,11 @@ async fn decode_stream(
 }
 
 async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> Result<Vec<String>, LlmError> {
-    let base = &provider.base_url;
-    let url = match provider.kind {
-        ProviderKind::Anthropic => format!("{base}/v1/models"),
-        _ => format!("{base}/models"),
-    };
-    let mut headers = auth_headers(provider);
-    if provider.kind == ProviderKind::Anthropic && provider.api_key.is_none() {
-        headers.push(("anthropic-version".into(), ANTHROPIC_VERSION.into()));
-    }
+    let format = provider.kind.format();
     let client = providers.client(&provider.name)?;
     let wire = WireRequest {
-        url,
-        headers,
+        url: format.models_url(provider),
+        headers: format.headers(provider),
         body: None,
     };
     let response = http::send(
@@ -529,11 +430,7 @@ async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> R
             format!("{}: the model list is not valid JSON ({e}).", provider.name),
         )
     })?;
-    Ok(match provider.kind {
-        ProviderKind::Openai | ProviderKind::OpenaiCompatible => openai::model_ids(&json),
-        ProviderKind::Anthropic => anthropic::model_ids(&json),
-        ProviderKind::Gemini => gemini::model_ids(&json),
-    })
+    Ok(format.model_ids(&json))
 }
 
 /// The models `provider` serves (its `models` endpoint).

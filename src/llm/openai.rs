@@ -7,10 +7,105 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
-use super::error::{from_provider_error, LlmError};
+use super::error::{from_provider_error, ErrorClass, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason};
+use super::providers::ResolvedProvider;
 use super::stream::SseEvent;
+use super::wire::{self, Builtin, StreamDecoder, WireFormat};
 use crate::cost::Usage;
+
+/// Chat Completions as a [`WireFormat`]: OpenAI itself (`kind = "openai"`)
+/// and any compatible server (`kind = "openai_compatible"`, no usual
+/// address, a key only when configured).
+pub struct OpenAi {
+    kind: &'static str,
+    builtin: Option<Builtin>,
+    options: OpenAiOptions,
+}
+
+/// OpenAI itself.
+pub const OPENAI: OpenAi = OpenAi {
+    kind: "openai",
+    builtin: Some(Builtin {
+        name: "openai",
+        base_url: "https://api.openai.com/v1",
+        api_key_env: Some("OPENAI_API_KEY"),
+    }),
+    options: OpenAiOptions {
+        max_completion_tokens: true,
+    },
+};
+
+/// Servers that speak OpenAI's format (Groq, DeepSeek, OpenRouter, vLLM,
+/// llama.cpp, Ollama's `/v1`…).
+pub const COMPATIBLE: OpenAi = OpenAi {
+    kind: "openai_compatible",
+    builtin: None,
+    options: OpenAiOptions {
+        max_completion_tokens: false,
+    },
+};
+
+impl WireFormat for OpenAi {
+    fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn builtin(&self) -> Option<Builtin> {
+        self.builtin
+    }
+
+    fn key_optional(&self) -> bool {
+        self.builtin.is_none()
+    }
+
+    fn headers(&self, p: &ResolvedProvider) -> Vec<(String, String)> {
+        wire::bearer(p)
+    }
+
+    fn chat_url(&self, p: &ResolvedProvider, _model: &str, _stream: bool) -> String {
+        wire::url(p, "/chat/completions")
+    }
+
+    fn request_body(&self, _p: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> Value {
+        request_body(req, model, self.options, stream)
+    }
+
+    fn decoder(&self, p: &ResolvedProvider) -> Box<dyn StreamDecoder> {
+        Box::new(OpenAiDecoder::new(&p.name))
+    }
+
+    fn parse_response(&self, provider: &str, json: &Value) -> Result<Vec<DecodeEvent>, LlmError> {
+        parse_response(provider, json)
+    }
+
+    fn models_url(&self, p: &ResolvedProvider) -> String {
+        wire::url(p, "/models")
+    }
+
+    fn model_ids(&self, json: &Value) -> Vec<String> {
+        model_ids(json)
+    }
+}
+
+impl StreamDecoder for OpenAiDecoder {
+    fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        OpenAiDecoder::decode(self, event, out)
+    }
+}
+
+/// OpenAI's `error.type` and `error.code` names (compatible servers reuse them).
+pub const ERROR_TYPES: super::error::ErrorTypes = &[
+    ("rate_limit_exceeded", ErrorClass::RateLimit),
+    ("requests", ErrorClass::RateLimit),
+    ("tokens", ErrorClass::RateLimit),
+    ("server_error", ErrorClass::ServerError),
+    ("invalid_api_key", ErrorClass::AuthFailure),
+    ("model_not_found", ErrorClass::ModelNotFound),
+    ("context_length_exceeded", ErrorClass::ContextOverflow),
+    ("content_filter", ErrorClass::ContentFilter),
+    ("content_policy_violation", ErrorClass::ContentFilter),
+];
 
 /// Differences between OpenAI itself and compatible servers that matter to the body.
 #[derive(Debug, Clone, Copy, Default)]
@@ -206,7 +301,7 @@ impl OpenAiDecoder {
                 .and_then(Value::as_str)
                 .or_else(|| err.get("code").and_then(Value::as_str))
                 .unwrap_or("server_error");
-            return Err(from_provider_error(&self.provider, kind, message, None));
+            return Err(from_provider_error(&self.provider, ERROR_TYPES, kind, message, None));
         }
         if let Some(choice) = chunk.pointer("/choices/0") {
             let delta = choice.get("delta").or_else(|| choice.get("message"));

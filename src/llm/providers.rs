@@ -9,25 +9,67 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::error::{ErrorClass, LlmError};
+use super::wire::WireFormat;
 
-/// The wire format a provider speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
-    Anthropic,
-    Openai,
-    Gemini,
-    OpenaiCompatible,
-}
+/// The wire format a provider speaks: `providers.NAME.kind`, one of the
+/// registered [`super::wire::FORMATS`].
+#[derive(Clone, Copy)]
+pub struct ProviderKind(&'static dyn WireFormat);
 
 impl ProviderKind {
+    /// The kind named `name`, if a format by that name is registered.
+    pub fn named(name: &str) -> Option<ProviderKind> {
+        super::wire::lookup(name).map(ProviderKind)
+    }
+
     /// Every kind, as `setup()` accepts them.
-    pub const ALL: [ProviderKind; 4] = [
-        ProviderKind::Anthropic,
-        ProviderKind::Openai,
-        ProviderKind::Gemini,
-        ProviderKind::OpenaiCompatible,
-    ];
+    pub fn all() -> Vec<ProviderKind> {
+        super::wire::FORMATS.iter().map(|f| ProviderKind(*f)).collect()
+    }
+
+    /// Its name (`"openai_compatible"`).
+    pub fn name(self) -> &'static str {
+        self.0.kind()
+    }
+
+    /// What the format does on the wire.
+    pub fn format(self) -> &'static dyn WireFormat {
+        self.0
+    }
+}
+
+impl PartialEq for ProviderKind {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for ProviderKind {}
+
+impl std::fmt::Debug for ProviderKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for ProviderKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for ProviderKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        ProviderKind::named(&name).ok_or_else(|| {
+            let known: Vec<&str> = super::wire::FORMATS.iter().map(|f| f.kind()).collect();
+            serde::de::Error::custom(format!(
+                "unknown provider kind `{}`: expected one of {}",
+                name.escape_debug(),
+                known.join(", ")
+            ))
+        })
+    }
 }
 
 /// One entry of `setup({ providers = { NAME = {...} } })`. Its `Debug`
@@ -309,42 +351,25 @@ impl ResolvedProvider {
     }
 }
 
-fn builtin(kind: ProviderKind, base_url: &str, env: &str) -> ProviderConfig {
-    ProviderConfig {
-        kind,
-        base_url: Some(base_url.to_string()),
-        api_key_env: Some(env.to_string()),
-        api_key: None,
-        headers: BTreeMap::new(),
-        models: Vec::new(),
-        prompt_caching: false,
-    }
-}
-
-/// The providers mia knows without any configuration.
+/// The providers mia knows without any configuration: one per wire format
+/// that declares one ([`WireFormat::builtin`]).
 pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
-    BTreeMap::from([
-        (
-            "anthropic".to_string(),
-            builtin(
-                ProviderKind::Anthropic,
-                "https://api.anthropic.com",
-                "ANTHROPIC_API_KEY",
-            ),
-        ),
-        (
-            "openai".to_string(),
-            builtin(ProviderKind::Openai, "https://api.openai.com/v1", "OPENAI_API_KEY"),
-        ),
-        (
-            "gemini".to_string(),
-            builtin(
-                ProviderKind::Gemini,
-                "https://generativelanguage.googleapis.com/v1beta",
-                "GEMINI_API_KEY",
-            ),
-        ),
-    ])
+    ProviderKind::all()
+        .into_iter()
+        .filter_map(|kind| {
+            let b = kind.format().builtin()?;
+            let entry = ProviderConfig {
+                kind,
+                base_url: Some(b.base_url.to_string()),
+                api_key_env: b.api_key_env.map(str::to_string),
+                api_key: None,
+                headers: BTreeMap::new(),
+                models: Vec::new(),
+                prompt_caching: false,
+            };
+            Some((b.name.to_string(), entry))
+        })
+        .collect()
 }
 
 /// The built-in providers with the user's entries merged over them, field
@@ -425,7 +450,7 @@ impl Providers {
             (None, Some(var)) => std::env::var(var).ok().filter(|v| !v.is_empty()),
             (None, None) => None,
         };
-        let needs_key = cfg.kind != ProviderKind::OpenaiCompatible || cfg.api_key_env.is_some();
+        let needs_key = !cfg.kind.format().key_optional() || cfg.api_key_env.is_some();
         if needs_key && api_key.is_none() {
             let fix = match &cfg.api_key_env {
                 Some(var) => format!("Set {var} in the environment Neovim starts from"),
@@ -605,7 +630,7 @@ mod tests {
     #[test]
     fn model_splits_at_the_first_slash() {
         let local = ProviderConfig {
-            kind: ProviderKind::OpenaiCompatible,
+            kind: ProviderKind::named("openai_compatible").unwrap(),
             base_url: Some("http://127.0.0.1:1/v1/".into()),
             api_key_env: None,
             api_key: None,
@@ -634,7 +659,7 @@ mod tests {
 
     #[test]
     fn missing_key_names_the_env_var() {
-        let mut cfg = builtin(ProviderKind::Openai, "http://x", "MIA_TEST_SURELY_UNSET_KEY");
+        let mut cfg = builtin_providers().remove("openai").unwrap();
         cfg.api_key_env = Some("MIA_TEST_SURELY_UNSET_KEY".into());
         let err = providers_with(&[("openai", cfg)]).resolve("openai/gpt").unwrap_err();
         assert_eq!(err.class, ErrorClass::AuthFailure);

@@ -1,6 +1,6 @@
 //! Rate-limit windows announced in response headers, and every other wait a
 //! server can ask for. When a provider says a window is exhausted
-//! (`x-ratelimit-remaining-*: 0`, `anthropic-ratelimit-*-remaining: 0`), the
+//! (`x-ratelimit-remaining-*: 0`, or a format's own family of headers), the
 //! next request to that provider waits for the reset instead of earning a
 //! 429 — unless the reset is further away than `retry.max_wait_ms`, in which
 //! case the request is refused at once with [`over_cap_error`].
@@ -92,12 +92,13 @@ impl RateLimits {
     }
 
     /// Records what the response `headers` say about `provider`'s window.
-    pub fn observe(&self, provider: &str, headers: &HeaderMap) {
+    /// `own` are the header families of its wire format.
+    pub fn observe(&self, provider: &str, headers: &HeaderMap, own: &[WindowHeaders]) {
         let others = self.settle(provider);
-        if let Some(wait) = exhausted_window(headers, SystemTime::now()) {
+        if let Some(wait) = exhausted_window(headers, own, SystemTime::now()) {
             self.block(provider, wait);
         }
-        if let Some(mut info) = request_window(headers, SystemTime::now()) {
+        if let Some(mut info) = request_window(headers, own, SystemTime::now()) {
             info.remaining = info.remaining.saturating_sub(others);
             self.note_window(provider, info, Instant::now());
         }
@@ -211,86 +212,105 @@ impl RateLimits {
     }
 }
 
-/// Where a family of headers puts a window's remaining count, its size and
-/// its reset, and how its reset is written.
-type WindowHeaders<'a> = (&'a str, &'a str, &'a str, &'a dyn Fn(&str) -> Option<Duration>);
+/// How a family of headers writes its reset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetFormat {
+    /// A duration like `1s`, `6m0s`, `20ms` (a bare number is seconds).
+    Duration,
+    /// An RFC 3339 time.
+    Rfc3339,
+    /// Seconds, a duration, or (a number past 10^9) a Unix time.
+    SecondsOrUnix,
+}
 
-/// The request window `headers` describe, if they do: OpenAI's
-/// `x-ratelimit-{remaining,limit,reset}-requests`, the generic
-/// `x-ratelimit-{remaining,limit,reset}` (reset in seconds, a duration like
-/// `6m0s`, or a Unix time), or Anthropic's `anthropic-ratelimit-requests-*`
-/// (an RFC 3339 reset). Unreadable values leave the window unknown.
-pub fn request_window(headers: &HeaderMap, now: SystemTime) -> Option<WindowInfo> {
+/// Where a family of headers puts a window's remaining count, its size and
+/// its reset. A wire format names its own families
+/// ([`super::wire::WireFormat::rate_limit_headers`]); [`GENERIC_HEADERS`]
+/// are read for every provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowHeaders {
+    pub remaining: &'static str,
+    pub limit: &'static str,
+    pub reset: &'static str,
+    pub reset_format: ResetFormat,
+    /// Whether the window counts requests (the one pacing follows) rather
+    /// than tokens; any exhausted window holds the next request.
+    pub requests: bool,
+}
+
+/// The families most servers send: OpenAI's `x-ratelimit-*-{requests,tokens}`
+/// and the generic `x-ratelimit-{remaining,limit,reset}`.
+pub const GENERIC_HEADERS: &[WindowHeaders] = &[
+    WindowHeaders {
+        remaining: "x-ratelimit-remaining-requests",
+        limit: "x-ratelimit-limit-requests",
+        reset: "x-ratelimit-reset-requests",
+        reset_format: ResetFormat::Duration,
+        requests: true,
+    },
+    WindowHeaders {
+        remaining: "x-ratelimit-remaining-tokens",
+        limit: "x-ratelimit-limit-tokens",
+        reset: "x-ratelimit-reset-tokens",
+        reset_format: ResetFormat::Duration,
+        requests: false,
+    },
+    WindowHeaders {
+        remaining: "x-ratelimit-remaining",
+        limit: "x-ratelimit-limit",
+        reset: "x-ratelimit-reset",
+        reset_format: ResetFormat::SecondsOrUnix,
+        requests: true,
+    },
+];
+
+impl ResetFormat {
+    /// How long until the reset `text` names; unreadable values give `None`.
+    fn parse(self, text: &str, now: SystemTime) -> Option<Duration> {
+        match self {
+            ResetFormat::Duration => parse_go_duration(text),
+            ResetFormat::Rfc3339 => until_rfc3339(text, now),
+            // A number far beyond any window's length is a Unix time.
+            ResetFormat::SecondsOrUnix => match parse_number(text) {
+                Some(n) if n > 1.0e9 => {
+                    let at = time::OffsetDateTime::from_unix_timestamp(n.min(1.0e11) as i64).ok()?;
+                    until_datetime(at, now)
+                }
+                _ => parse_go_duration(text),
+            },
+        }
+    }
+}
+
+/// The families a response of a format with `own` families is read with:
+/// its own first, then the generic ones.
+fn families(own: &[WindowHeaders]) -> impl Iterator<Item = &WindowHeaders> {
+    own.iter().chain(GENERIC_HEADERS)
+}
+
+/// The request window `headers` describe, if they do: the format's own
+/// families (`own`) first, then [`GENERIC_HEADERS`]. Unreadable values
+/// leave the window unknown.
+pub fn request_window(headers: &HeaderMap, own: &[WindowHeaders], now: SystemTime) -> Option<WindowInfo> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     let count = |name: &str| get(name).and_then(|v| v.parse::<u64>().ok());
-    let generic_reset = |v: &str| {
-        // A number far beyond any window's length is a Unix time.
-        match parse_number(v) {
-            Some(n) if n > 1.0e9 => {
-                let at = time::OffsetDateTime::from_unix_timestamp(n.min(1.0e11) as i64).ok()?;
-                until_datetime(at, now)
-            }
-            _ => parse_go_duration(v),
-        }
-    };
-    let sources: [WindowHeaders<'_>; 3] = [
-        (
-            "x-ratelimit-remaining-requests",
-            "x-ratelimit-limit-requests",
-            "x-ratelimit-reset-requests",
-            &parse_go_duration,
-        ),
-        (
-            "anthropic-ratelimit-requests-remaining",
-            "anthropic-ratelimit-requests-limit",
-            "anthropic-ratelimit-requests-reset",
-            &|t| until_rfc3339(t, now),
-        ),
-        (
-            "x-ratelimit-remaining",
-            "x-ratelimit-limit",
-            "x-ratelimit-reset",
-            &generic_reset,
-        ),
-    ];
-    sources.iter().find_map(|(remaining, limit, reset, parse)| {
+    families(own).filter(|f| f.requests).find_map(|f| {
         Some(WindowInfo {
-            remaining: count(remaining)?,
-            limit: count(limit),
-            reset: get(reset).and_then(parse)?,
+            remaining: count(f.remaining)?,
+            limit: count(f.limit),
+            reset: get(f.reset).and_then(|t| f.reset_format.parse(t, now))?,
         })
     })
 }
 
 /// The longest wait any exhausted window in `headers` asks for (at most
 /// [`LONGEST_WAIT`]); windows whose reset cannot be read are ignored.
-pub fn exhausted_window(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+pub fn exhausted_window(headers: &HeaderMap, own: &[WindowHeaders], now: SystemTime) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    let mut longest: Option<Duration> = None;
-    let mut consider = |d: Option<Duration>| {
-        if let Some(d) = d {
-            longest = Some(longest.map_or(d, |l| l.max(d)));
-        }
-    };
-    // OpenAI and most compatible servers: a remaining count and a reset duration ("1s", "6m0s").
-    for kind in ["requests", "tokens"] {
-        if get(&format!("x-ratelimit-remaining-{kind}")) == Some("0") {
-            consider(get(&format!("x-ratelimit-reset-{kind}")).and_then(parse_go_duration));
-        }
-    }
-    // Anthropic: a remaining count and an RFC 3339 reset time.
-    for kind in ["requests", "tokens", "input-tokens", "output-tokens"] {
-        if get(&format!("anthropic-ratelimit-{kind}-remaining")) == Some("0") {
-            consider(get(&format!("anthropic-ratelimit-{kind}-reset")).and_then(|t| until_rfc3339(t, now)));
-        }
-    }
-    // The generic pair some servers send.
-    if get("x-ratelimit-remaining") == Some("0") {
-        if let Some(info) = request_window(headers, now) {
-            consider(Some(info.reset));
-        }
-    }
-    longest
+    families(own)
+        .filter(|f| get(f.remaining) == Some("0"))
+        .filter_map(|f| get(f.reset).and_then(|t| f.reset_format.parse(t, now)))
+        .max()
 }
 
 /// A wait of `secs` seconds from a server: `None` for NaN or negative
@@ -475,6 +495,9 @@ pub fn duration_ms(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Anthropic's families, read as a response of that format is.
+    const OWN: &[WindowHeaders] = crate::llm::anthropic::RATE_LIMIT_HEADERS;
     use proptest::prelude::*;
     use reqwest::header::HeaderValue;
 
@@ -579,6 +602,7 @@ mod tests {
                     ("x-ratelimit-limit", b"20"),
                     ("x-ratelimit-reset", reset),
                 ]),
+                OWN,
                 now,
             )
         };
@@ -600,9 +624,9 @@ mod tests {
             ("x-ratelimit-remaining", b"50"),
             ("x-ratelimit-reset", b"60"),
         ]);
-        assert_eq!(request_window(&both, now).map(|i| i.remaining), Some(3));
+        assert_eq!(request_window(&both, OWN, now).map(|i| i.remaining), Some(3));
         let used = window(&[("x-ratelimit-remaining", b"0"), ("x-ratelimit-reset", b"4")]);
-        assert_eq!(exhausted_window(&used, now), Some(S(4)));
+        assert_eq!(exhausted_window(&used, OWN, now), Some(S(4)));
     }
 
     #[test]
@@ -611,6 +635,7 @@ mod tests {
         let info = |remaining: &[u8], reset: &[u8]| {
             request_window(
                 &window(&[("x-ratelimit-remaining", remaining), ("x-ratelimit-reset", reset)]),
+                OWN,
                 now,
             )
         };
@@ -720,7 +745,7 @@ mod tests {
             ("x-ratelimit-remaining-tokens", b"5000"),
             ("x-ratelimit-reset-tokens", b"9s"),
         ]);
-        assert_eq!(exhausted_window(&h, SystemTime::now()), Some(S(2)));
+        assert_eq!(exhausted_window(&h, OWN, SystemTime::now()), Some(S(2)));
     }
 
     #[test]
@@ -741,13 +766,18 @@ mod tests {
                 ("x-ratelimit-remaining-requests", b"0"),
                 ("x-ratelimit-reset-requests", value),
             ]);
-            assert_eq!(exhausted_window(&h, now), *want, "{:?}", String::from_utf8_lossy(value));
+            assert_eq!(
+                exhausted_window(&h, OWN, now),
+                *want,
+                "{:?}",
+                String::from_utf8_lossy(value)
+            );
         }
         let h = window(&[
             ("anthropic-ratelimit-tokens-remaining", b"0"),
             ("anthropic-ratelimit-tokens-reset", b"\xff2027-01-15T08:00:03Z"),
         ]);
-        assert_eq!(exhausted_window(&h, now), None);
+        assert_eq!(exhausted_window(&h, OWN, now), None);
     }
 
     #[test]
@@ -757,7 +787,7 @@ mod tests {
             ("anthropic-ratelimit-requests-remaining", b"0"),
             ("anthropic-ratelimit-requests-reset", b"2027-01-15T08:00:03Z"),
         ]);
-        assert_eq!(exhausted_window(&h, now), Some(S(3)));
+        assert_eq!(exhausted_window(&h, OWN, now), Some(S(3)));
     }
 
     #[test]
@@ -766,9 +796,9 @@ mod tests {
             ("x-ratelimit-remaining-requests", b"10"),
             ("x-ratelimit-reset-requests", b"2s"),
         ]);
-        assert_eq!(exhausted_window(&h, SystemTime::now()), None);
+        assert_eq!(exhausted_window(&h, OWN, SystemTime::now()), None);
         let limits = RateLimits::default();
-        limits.observe("p", &h);
+        limits.observe("p", &h, OWN);
         assert_eq!(limits.wait_for("p", true), None);
     }
 
@@ -779,7 +809,7 @@ mod tests {
             ("x-ratelimit-remaining-requests", b"0"),
             ("x-ratelimit-reset-requests", b"99999999999999999999h"),
         ]);
-        limits.observe("a", &h);
+        limits.observe("a", &h, OWN);
         assert!(matches!(limits.wait_for("a", true), Some(Hold::Exhausted(w)) if w > S(3600)));
         assert_eq!(limits.wait_for("b", true), None);
         assert_eq!(limits.wait_for("a/", true), None);
@@ -841,7 +871,7 @@ mod tests {
                 h.insert("anthropic-ratelimit-requests-reset", v);
             }
             let limits = RateLimits::default();
-            limits.observe("p", &h);
+            limits.observe("p", &h, OWN);
             if let Some(Hold::Exhausted(w) | Hold::Paced(w)) = limits.wait_for("p", true) {
                 prop_assert!(w <= LONGEST_WAIT);
             }
