@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use mia_core::llm::delta::{Accumulator, DecodeEvent, MAX_TOOL_CALLS};
 use mia_core::llm::error::{ErrorClass, LlmError};
 use mia_core::llm::stream::{EventTooLarge, FrameDecoder, JsonArrayDecoder, NdjsonDecoder, SseDecoder, SseEvent};
-use mia_core::llm::{anthropic, gemini, openai};
+use mia_core::llm::{anthropic, gemini, ollama, openai};
 
 /// Runs `test` on `cases` inputs from `strategy`; fails with the shrunk
 /// input on a failed assertion or a panic.
@@ -185,9 +185,10 @@ enum Wire {
     OpenAi,
     Anthropic,
     Gemini,
+    Ollama,
 }
 
-const WIRES: [Wire; 3] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini];
+const WIRES: [Wire; 4] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Ollama];
 
 /// One wire decoder's `decode`.
 type Decode = Box<dyn FnMut(&SseEvent, &mut Vec<DecodeEvent>) -> Result<(), LlmError>>;
@@ -206,6 +207,10 @@ fn wire_decoder(wire: Wire) -> Decode {
             let mut d = gemini::GeminiDecoder::new("p");
             Box::new(move |e, out| d.decode(e, out))
         }
+        Wire::Ollama => {
+            let mut d = ollama::OllamaDecoder::new("p");
+            Box::new(move |e, out| d.decode(e, out))
+        }
     }
 }
 
@@ -214,6 +219,7 @@ fn parse_response(wire: Wire, body: &Value) -> Result<Vec<DecodeEvent>, LlmError
         Wire::OpenAi => openai::parse_response("p", body),
         Wire::Anthropic => anthropic::parse_response("p", body),
         Wire::Gemini => gemini::parse_response("p", body),
+        Wire::Ollama => ollama::parse_response("p", body),
     }
 }
 
@@ -280,6 +286,12 @@ const KEYS: &[&str] = &[
     "details",
     "@type",
     "retryDelay",
+    "done",
+    "done_reason",
+    "prompt_eval_count",
+    "eval_count",
+    "eval_duration",
+    "tool_name",
 ];
 
 const STRINGS: &[&str] = &[
@@ -326,6 +338,8 @@ const STRINGS: &[&str] = &[
     "12s",
     "1e400s",
     "overloaded_error",
+    "server busy",
+    "model \"x\" not found, try pulling it first",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -551,6 +565,27 @@ fn payloads(wire: Wire, a: &Answer) -> Vec<(Option<&'static str>, String)> {
             last["usageMetadata"] = json!({"promptTokenCount":3,"candidatesTokenCount":5,"totalTokenCount":8});
             out.push((None, last.to_string()));
         }
+        Wire::Ollama => {
+            let line = |message: Value| json!({"model":"m","message":message,"done":false}).to_string();
+            for r in &a.reasoning {
+                out.push((None, line(json!({"role":"assistant","content":"","thinking":r}))));
+            }
+            for t in &a.text {
+                out.push((None, line(json!({"role":"assistant","content":t}))));
+            }
+            if !a.calls.is_empty() {
+                let calls: Vec<Value> = a
+                    .calls
+                    .iter()
+                    .map(|(name, args)| json!({"function":{"name":name,"arguments":args}}))
+                    .collect();
+                out.push((None, line(json!({"role":"assistant","content":"","tool_calls":calls}))));
+            }
+            out.push((
+                None,
+                json!({"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":3,"eval_count":5}).to_string(),
+            ));
+        }
     }
     out
 }
@@ -616,6 +651,7 @@ fn valid_answers_decode_the_same_whatever_the_chunking() {
             Wire::OpenAi => &[Framing::Sse, Framing::Ndjson, Framing::JsonArray],
             Wire::Gemini => &[Framing::Sse, Framing::JsonArray],
             Wire::Anthropic => &[Framing::Sse],
+            Wire::Ollama => &[Framing::Ndjson],
         };
         for &framing in framings {
             check(
@@ -694,6 +730,9 @@ fn many_calls(wire: Wire, n: usize) -> Vec<String> {
         Wire::Gemini => vec![json!({"candidates":[{"content":{"parts":
             (0..n).map(|_| json!({"functionCall":{"name":"f","args":{}}})).collect::<Vec<_>>()}}]})
         .to_string()],
+        Wire::Ollama => vec![json!({"message":{"tool_calls":
+            (0..n).map(|_| json!({"function":{"name":"f","arguments":{}}})).collect::<Vec<_>>()}})
+        .to_string()],
     }
 }
 
@@ -726,6 +765,10 @@ fn more_than_128_tool_calls_in_one_answer_is_a_clear_error() {
         .map(|_| json!({"functionCall":{"name":"f","args":{}}}))
         .collect();
     assert!(gemini::parse_response("p", &json!({"candidates":[{"content":{"parts":parts}}]})).is_err());
+    let calls: Vec<Value> = (0..=MAX_TOOL_CALLS)
+        .map(|_| json!({"function":{"name":"f","arguments":{}}}))
+        .collect();
+    assert!(ollama::parse_response("p", &json!({"message":{"tool_calls":calls},"done":true})).is_err());
 }
 
 fn gemini_partial(path: &str) -> Vec<String> {

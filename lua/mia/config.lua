@@ -2,8 +2,8 @@
 --- `setup()` only stores and validates; nothing here loads the native library.
 
 --- @class mia.ProviderConfig
---- @field kind "anthropic"|"openai"|"gemini"|"openai_compatible" Which wire format the provider speaks.
---- @field base_url? string API root, e.g. "http://127.0.0.1:11434/v1" for Ollama.
+--- @field kind "anthropic"|"openai"|"gemini"|"openai_compatible"|"ollama" Which wire format the provider speaks.
+--- @field base_url? string API root, e.g. "http://127.0.0.1:11434" for Ollama (kind "ollama").
 --- @field api_key_env? string Environment variable holding the key (preferred: keys stay out of your config).
 --- @field api_key? string The key itself, for setups that cannot use the environment.
 --- @field headers? table<string,string> Extra HTTP headers sent with every request.
@@ -96,7 +96,7 @@
 
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
---- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai and gemini.
+--- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai, gemini and ollama.
 --- @field agents? table<string, mia.AgentConfig> External ACP agents the chat can switch to (`:Mia agent NAME`).
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
@@ -162,9 +162,9 @@ end
 --- src/shared.rs); once it is loaded they are read from there, and
 --- tests/functional/test_shared_data.py keeps this copy equal to it.
 M._fallback = {
-  provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible" },
+  provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible", "ollama" },
   base_url_required = { "openai_compatible" },
-  providers = { "anthropic", "gemini", "openai" },
+  providers = { "anthropic", "gemini", "ollama", "openai" },
   modes = { "ask", "architect", "code" },
   default_mode = "ask",
 }

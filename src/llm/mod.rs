@@ -15,6 +15,7 @@ pub mod error;
 pub mod gemini;
 pub mod http;
 pub mod message;
+pub mod ollama;
 pub mod openai;
 pub mod providers;
 pub mod ratelimit;

@@ -15,9 +15,11 @@ use std::collections::HashMap;
 use serde_json::{json, Map, Value};
 
 use super::delta::{AnswerBudget, DecodeEvent, Delta};
-use super::error::{from_provider_error, ErrorClass, LlmError};
+use super::error::{from_provider_error, ErrorClass, ErrorTypes, LlmError};
 use super::message::{ChatRequest, Message, Part, Role, StopReason, ToolDef};
+use super::providers::ResolvedProvider;
 use super::stream::SseEvent;
+use super::wire::{self, Builtin, StreamDecoder, WireFormat};
 use crate::cost::Usage;
 
 /// Where chats go, after the provider's base URL (`http://localhost:11434`).
@@ -25,6 +27,93 @@ pub const CHAT_PATH: &str = "/api/chat";
 
 /// Where the local models are listed, after the base URL.
 pub const TAGS_PATH: &str = "/api/tags";
+
+/// Ollama's native API as a [`WireFormat`] (`kind = "ollama"`), with a
+/// built-in `ollama` provider at Ollama's usual address that needs no key.
+pub struct Ollama;
+
+impl WireFormat for Ollama {
+    fn kind(&self) -> &'static str {
+        "ollama"
+    }
+
+    fn builtin(&self) -> Option<Builtin> {
+        Some(Builtin {
+            name: "ollama",
+            base_url: "http://localhost:11434",
+            api_key_env: None,
+        })
+    }
+
+    /// A local Ollama takes no key; one behind a proxy or hosted may be
+    /// given one (`api_key_env`), sent as a bearer token.
+    fn key_optional(&self) -> bool {
+        true
+    }
+
+    fn headers(&self, p: &ResolvedProvider) -> Vec<(String, String)> {
+        wire::bearer(p)
+    }
+
+    fn chat_url(&self, p: &ResolvedProvider, _model: &str, _stream: bool) -> String {
+        wire::url(p, CHAT_PATH)
+    }
+
+    fn request_body(&self, _p: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> Value {
+        request_body(req, model, stream)
+    }
+
+    fn decoder(&self, p: &ResolvedProvider) -> Box<dyn StreamDecoder> {
+        Box::new(OllamaDecoder::with_id_prefix(&p.name, &wire::unique_call_prefix()))
+    }
+
+    fn parse_response(&self, provider: &str, json: &Value) -> Result<Vec<DecodeEvent>, LlmError> {
+        parse_response(provider, json)
+    }
+
+    fn models_url(&self, p: &ResolvedProvider) -> String {
+        wire::url(p, TAGS_PATH)
+    }
+
+    fn model_ids(&self, json: &Value) -> Vec<String> {
+        model_ids(json)
+    }
+}
+
+impl StreamDecoder for OllamaDecoder {
+    fn decode(&mut self, event: &SseEvent, out: &mut Vec<DecodeEvent>) -> Result<(), LlmError> {
+        OllamaDecoder::decode(self, event, out)
+    }
+}
+
+/// Ollama's errors are bare text (`{"error": "…"}`) with no type; these are
+/// the kinds [`error_kind`] reads from the text, and their classes.
+pub const ERROR_TYPES: ErrorTypes = &[
+    ("not_found", ErrorClass::ModelNotFound),
+    ("unauthorized", ErrorClass::AuthFailure),
+    ("rate_limited", ErrorClass::RateLimit),
+    ("context_length", ErrorClass::ContextOverflow),
+    ("server", ErrorClass::ServerError),
+];
+
+/// The kind (in [`ERROR_TYPES`]) an error text names. What it does not
+/// place is `server`: an error line inside a stream that had begun means
+/// the model failed while answering, which a retry may cure.
+fn error_kind(message: &str) -> &'static str {
+    let lower = message.to_lowercase();
+    let has = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
+    if has(&["not found"]) {
+        "not_found"
+    } else if has(&["unauthorized", "invalid api key"]) {
+        "unauthorized"
+    } else if has(&["rate limit", "too many requests"]) {
+        "rate_limited"
+    } else if has(&["context length"]) {
+        "context_length"
+    } else {
+        "server"
+    }
+}
 
 /// The JSON body of an `/api/chat` call for `model` (the part after
 /// `provider/`). Ollama streams unless told otherwise, so `stream` is
@@ -359,9 +448,8 @@ fn log_timings(provider: &str, done: &Value) {
     );
 }
 
-/// `{"error": "text"}` on a line of a stream that had already begun: the
-/// model failed while answering. Ollama names no error type, so the text
-/// decides; what it does not place is a server error (worth a retry).
+/// `{"error": "text"}` on a line of a stream that had already begun (or
+/// as a whole response): classified by its text ([`error_kind`]).
 fn stream_error(provider: &str, err: &Value) -> LlmError {
     let message = match err {
         Value::String(s) => s.clone(),
@@ -373,25 +461,7 @@ fn stream_error(provider: &str, err: &Value) -> LlmError {
             .unwrap_or_else(|| other.to_string()),
     };
     let message: String = message.chars().take(300).collect();
-    let lower = message.to_lowercase();
-    let kind = if lower.contains("not found") {
-        "model_not_found"
-    } else if lower.contains("unauthorized") {
-        "authentication_error"
-    } else if lower.contains("rate limit") || lower.contains("too many requests") {
-        "rate_limit_error"
-    } else if lower.contains("server busy") {
-        "overloaded_error"
-    } else if lower.contains("context length") {
-        "context_length_exceeded"
-    } else {
-        ""
-    };
-    let err = from_provider_error(provider, kind, &message, None);
-    if err.class == ErrorClass::InvalidRequest {
-        return from_provider_error(provider, "server_error", &message, None);
-    }
-    err
+    from_provider_error(provider, ERROR_TYPES, error_kind(&message), &message, None)
 }
 
 /// Reads a non-streaming `/api/chat` response (one object, `done: true`)
@@ -926,6 +996,35 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.class, ErrorClass::ModelNotFound);
+    }
+
+    #[test]
+    fn the_builtin_ollama_needs_no_key_and_speaks_api_chat_and_api_tags() {
+        use crate::llm::providers::{CoreConfig, Providers};
+        let providers = Providers::new(CoreConfig::default());
+        let (p, model) = providers.resolve("ollama/qwen3:8b").expect("no key needed");
+        assert_eq!(
+            (p.kind.name(), model.as_str(), p.api_key.as_deref()),
+            ("ollama", "qwen3:8b", None)
+        );
+        let format = wire::lookup("ollama").expect("registered");
+        assert_eq!(format.chat_url(&p, &model, true), "http://localhost:11434/api/chat");
+        assert_eq!(format.chat_url(&p, &model, false), "http://localhost:11434/api/chat");
+        assert_eq!(format.models_url(&p), "http://localhost:11434/api/tags");
+        assert!(format.headers(&p).is_empty());
+        let keyed = ResolvedProvider {
+            api_key: Some("sk-proxy".into()),
+            ..p.clone()
+        };
+        assert_eq!(
+            format.headers(&keyed),
+            vec![("authorization".to_string(), "Bearer sk-proxy".to_string())]
+        );
+        let req = ChatRequest {
+            messages: vec![Message::text(Role::User, "hi")],
+            ..ChatRequest::default()
+        };
+        assert_eq!(format.request_body(&p, &model, &req, false)["stream"], json!(false));
     }
 
     #[test]

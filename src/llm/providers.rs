@@ -651,7 +651,8 @@ mod tests {
         let err = providers_with(&[]).resolve("nope/x").unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidRequest);
         assert!(
-            err.message.contains("Configured providers: anthropic, gemini, openai"),
+            err.message
+                .contains("Configured providers: anthropic, gemini, ollama, openai"),
             "{}",
             err.message
         );

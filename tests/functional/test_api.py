@@ -80,7 +80,7 @@ def test_unknown_provider_lists_the_configured_ones(editor):
     err = editor.lua("return got.err")
     assert err["class"] == "invalid_request"
     assert err["message"] == (
-        "unknown provider `nope` in model `nope/x`. Configured providers: anthropic, gemini, openai, scn. "
+        "unknown provider `nope` in model `nope/x`. Configured providers: anthropic, gemini, ollama, openai, scn. "
         "Add it under `providers` in setup()."
     )
 
@@ -111,7 +111,7 @@ def test_unknown_subcommand_lists_the_available_ones(editor):
 
 
 def test_setup_rejects_a_bad_provider_kind_with_one_clear_error(editor):
-    with pytest.raises(NvimError, match=r'mia.setup: `providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible \(got "olama"\)'):
+    with pytest.raises(NvimError, match=r'mia.setup: `providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, ollama \(got "olama"\)'):
         editor.lua("require('mia').setup({ providers = { x = { kind = 'olama' } } })")
 
 

@@ -452,7 +452,7 @@ def test_list_models(ed):
 def test_only_used_providers_build_a_client(ed):
     run(ed, "echo one")
     status = ed.lua("return require('mia_core').status()")
-    assert len(status["providers"]) >= 6  # 3 built-in + 3 configured
+    assert len(status["providers"]) >= 7  # 4 built-in + 3 configured
     assert status["clients"] == 1
 
 
