@@ -226,12 +226,13 @@ KEYS = {"MIA_TEST_ANTHROPIC_KEY": "ak-test-secret-0123456789", "MIA_TEST_GEMINI_
 
 
 def provider_config(fmt, server):
-    """A provider of wire format `fmt` ("openai", "anthropic", "gemini") at the scenario server."""
+    """A provider of wire format `fmt` ("openai", "anthropic", "gemini", "ollama") at the scenario server."""
     root = f"http://127.0.0.1:{server.port}"
     return {
         "openai": {"kind": "openai_compatible", "base_url": root + "/v1"},
         "anthropic": {"kind": "anthropic", "base_url": root, "api_key_env": "MIA_TEST_ANTHROPIC_KEY"},
         "gemini": {"kind": "gemini", "base_url": root + "/v1beta", "api_key_env": "MIA_TEST_GEMINI_KEY"},
+        "ollama": {"kind": "ollama", "base_url": root},
     }[fmt]
 
 

@@ -1,4 +1,4 @@
-"""The three wire formats end to end (OpenAI-compatible, Anthropic, Gemini):
+"""The wire formats end to end (OpenAI-compatible, Anthropic, Gemini, Ollama):
 streaming, reasoning, tool calls, retries, rate limits and every error class,
 through a real Neovim against the scenario server speaking each format."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import KEYS, provider_config, scenario_setup
 
-FORMATS = ["openai", "anthropic", "gemini"]
+FORMATS = ["openai", "anthropic", "gemini", "ollama"]
 
 
 
@@ -77,9 +77,11 @@ def test_credentials_travel_only_in_headers(ed, server):
     run(ed, "echo hi")
     req = chat_requests(server)[-1]
     assert not req.get("key_in_url")
-    header = {"openai": None, "anthropic": "x-api-key", "gemini": "x-goog-api-key"}[ed.fmt]
+    header = {"openai": None, "anthropic": "x-api-key", "gemini": "x-goog-api-key", "ollama": None}[ed.fmt]
     if header:
         assert req["headers"][header] == "<redacted>"
+    if ed.fmt == "ollama":  # keyless: no credential at all
+        assert "authorization" not in req["headers"] and req["path"] == "/api/chat"
     if ed.fmt == "gemini":
         assert "alt=sse" in req["query"]
         assert req["path"].split("?")[0].endswith("/models/echo:streamGenerateContent")
@@ -90,7 +92,7 @@ def test_credentials_travel_only_in_headers(ed, server):
 def test_system_prompt_goes_where_each_provider_wants_it(ed, server):
     run(ed, "echo hi", system="be brief")
     body = chat_requests(server)[-1]["body"]
-    if ed.fmt == "openai":
+    if ed.fmt in ("openai", "ollama"):
         assert body["messages"][0] == {"role": "system", "content": "be brief"}
     elif ed.fmt == "anthropic":
         assert body["system"] == "be brief" and body["messages"][0]["role"] == "user"
@@ -360,6 +362,9 @@ def test_stop_sequences_and_a_response_schema_reach_each_wire_format(ed, server)
     elif ed.fmt == "anthropic":
         assert body["stop_sequences"] == ["END"]
         assert body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    elif ed.fmt == "ollama":
+        assert body["options"]["stop"] == ["END"]
+        assert body["format"] == schema
     else:
         config = body["generationConfig"]
         assert config["stopSequences"] == ["END"]
@@ -369,7 +374,7 @@ def test_stop_sequences_and_a_response_schema_reach_each_wire_format(ed, server)
 def test_auth_failure_names_the_variable(ed):
     r = run(ed, "http 401")
     assert r["err"]["class"] == "auth_failure"
-    var = {"openai": None, "anthropic": "MIA_TEST_ANTHROPIC_KEY", "gemini": "MIA_TEST_GEMINI_KEY"}[ed.fmt]
+    var = {"openai": None, "anthropic": "MIA_TEST_ANTHROPIC_KEY", "gemini": "MIA_TEST_GEMINI_KEY", "ollama": None}[ed.fmt]
     if var:
         assert f"Set {var} to a valid API key for {ed.fmt}x." in r["err"]["message"]
     assert "secret" not in r["err"]["message"]
@@ -389,6 +394,8 @@ def test_context_overflow_is_named(ed):
 
 
 def test_content_filter_stops_with_that_reason(ed):
+    if ed.fmt == "ollama":
+        pytest.skip("Ollama has no content filter")
     r = run(ed, "filtered")
     if r.get("err"):
         assert r["err"]["class"] == "content_filter"
@@ -420,8 +427,8 @@ def test_server_without_usage_gets_an_estimate(ed):
 
 
 def test_exhausted_window_makes_the_next_request_wait(ed, server):
-    if ed.fmt == "gemini":
-        pytest.skip("Gemini announces no rate-limit window in headers")
+    if ed.fmt in ("gemini", "ollama"):
+        pytest.skip(f"{ed.fmt} announces no rate-limit window in headers")
     first = run(ed, "ratelimited-window 1")
     assert first.get("err") is None, first.get("err")
     second = run(ed, "echo after the window")
@@ -446,7 +453,8 @@ def test_list_models(ed):
     ed.lua("_G.models = nil; require('mia').list_models(..., function(err, ids) models = ids or err end)", f"{ed.fmt}x")
     ed.wait("models ~= nil")
     ids = ed.lua("return models")
-    assert isinstance(ids, list) and "echo" in ids
+    # Ollama names its models with their tag, as `ollama list` shows them.
+    assert isinstance(ids, list) and ("echo:latest" if ed.fmt == "ollama" else "echo") in ids
 
 
 def test_only_used_providers_build_a_client(ed):
@@ -470,7 +478,7 @@ def test_transform_hooks_change_the_wire_body_and_the_answer(ed, server):
     r = run(ed, "echo quiet")
     assert r["done"]["text"] == "ECHO QUIET"
     body = chat_requests(server)[-1]["body"]
-    kind = {"openai": "openai_compatible", "anthropic": "anthropic", "gemini": "gemini"}[ed.fmt]
+    kind = {"openai": "openai_compatible", "anthropic": "anthropic", "gemini": "gemini", "ollama": "ollama"}[ed.fmt]
     assert body["seed"] == 7 and body["mia_info"] == f"{ed.fmt}x:{kind}"
 
 
