@@ -40,7 +40,7 @@ fn providers_new_merges_over_exactly_the_exposed_builtins() {
         .map(|(name, p)| (name.clone(), serde_json::to_value(p).unwrap()))
         .collect();
     assert_eq!(used, exposed);
-    assert_eq!(exposed.len(), 3, "{exposed:?}");
+    assert_eq!(exposed.len(), 4, "{exposed:?}");
 }
 
 #[test]
@@ -155,7 +155,7 @@ fn lua_gets_plain_names_and_tables() {
     assert_eq!(value["providers"]["openai"]["kind"], "openai");
     assert_eq!(
         value["provider_kinds"],
-        json!(["anthropic", "openai", "gemini", "openai_compatible"])
+        json!(["anthropic", "openai", "gemini", "openai_compatible", "ollama"])
     );
     assert_eq!(value["modes"][1]["id"], "architect");
     assert_eq!(value["modes"][1]["switch_mode"], true);

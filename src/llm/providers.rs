@@ -375,7 +375,9 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
 /// The built-in providers with the user's entries merged over them, field
 /// by field: an entry named like a built-in keeps the built-in's URL and key
 /// variable unless it sets its own (a key given as `api_key` replaces the
-/// variable). What `Providers::new` uses and `:checkhealth` shows.
+/// variable). Any other entry without a URL gets its kind's usual address
+/// (a second `ollama`-kind provider is at localhost:11434 unless told
+/// otherwise). What `Providers::new` uses and `:checkhealth` shows.
 pub fn merged_with_builtins(user: BTreeMap<String, ProviderConfig>) -> BTreeMap<String, ProviderConfig> {
     let mut all = builtin_providers();
     for (name, mut entry) in user {
@@ -384,6 +386,8 @@ pub fn merged_with_builtins(user: BTreeMap<String, ProviderConfig>) -> BTreeMap<
             if entry.api_key.is_none() {
                 entry.api_key_env = entry.api_key_env.or_else(|| builtin.api_key_env.clone());
             }
+        } else if entry.base_url.is_none() {
+            entry.base_url = entry.kind.format().builtin().map(|b| b.base_url.to_string());
         }
         all.insert(name, entry);
     }
@@ -668,6 +672,20 @@ mod tests {
             err.message,
             "openai: no API key. Set MIA_TEST_SURELY_UNSET_KEY in the environment Neovim starts from."
         );
+    }
+
+    #[test]
+    fn a_provider_without_base_url_gets_its_kinds_usual_address() {
+        let local: ProviderConfig = serde_json::from_value(serde_json::json!({ "kind": "ollama" })).unwrap();
+        let (resolved, model) = providers_with(&[("local", local)]).resolve("local/qwen3:8b").unwrap();
+        assert_eq!(
+            (resolved.base_url.as_str(), model.as_str()),
+            ("http://localhost:11434", "qwen3:8b")
+        );
+        // A kind with no usual address still needs one.
+        let bare: ProviderConfig = serde_json::from_value(serde_json::json!({ "kind": "openai_compatible" })).unwrap();
+        let err = providers_with(&[("bare", bare)]).resolve("bare/m").unwrap_err();
+        assert!(err.message.contains("set providers.bare.base_url"), "{}", err.message);
     }
 
     #[test]

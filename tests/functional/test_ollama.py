@@ -176,10 +176,13 @@ def test_list_models_reads_api_tags(ollama):
 def test_the_builtin_ollama_provider_needs_no_key(editor_factory, server, root):
     # Only the address is overridden (a real one listens on localhost:11434);
     # the built-in's kind and its keyless setup stay.
-    ed = editor_factory(setup={"model": "ollama/echo", "providers": {"ollama": {"base_url": root}}})
+    # Another provider of the kind, without an address, is at the usual one.
+    ed = editor_factory(setup={"model": "ollama/echo",
+                               "providers": {"ollama": {"base_url": root}, "second": {"kind": "ollama"}}})
     ed.nvim.command("checkhealth mia")
     report = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
     assert f"ollama (ollama) {root}: no API key needed" in report, report
+    assert "second (ollama) http://localhost:11434: no API key needed" in report, report
     prompt(ed, "echo straight from the built-in")
     assert ed.chat_text().endswith("echo straight from the built-in")
     assert posts(server)[-1]["path"] == "/api/chat"

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use crate::agent::AgentSettings;
-use crate::llm::providers::CoreConfig;
+use crate::llm::providers::{CoreConfig, ProviderKind};
 use crate::shared::{builtin_modes, DEFAULT_MODE, USER_MODE_PERMISSIONS};
 
 /// Options the plugin reads that only matter inside Neovim: accepted (one
@@ -340,7 +340,8 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
         return Ok(json!({}));
     };
     let builtins = crate::llm::providers::builtin_providers();
-    let kinds = ["anthropic", "openai", "gemini", "openai_compatible"];
+    // The kinds are the registered wire formats (src/llm/wire.rs).
+    let kinds: Vec<&str> = ProviderKind::all().into_iter().map(ProviderKind::name).collect();
     let mut out = Map::new();
     for (name, p) in user {
         let path = format!("providers.{name}");
@@ -383,9 +384,14 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
             }
         };
         let base_url = string_opt(p, "base_url", &format!("{path}.base_url"))?;
-        if kind.as_deref() == Some("openai_compatible") && base_url.is_none() {
+        let needs_url = kind
+            .as_deref()
+            .and_then(ProviderKind::named)
+            .is_some_and(|k| k.format().needs_base_url());
+        if needs_url && base_url.is_none() {
+            let k = kind.as_deref().unwrap_or_default();
             return Err(ConfigError(format!(
-                "`{path}.base_url` is required for an openai_compatible provider"
+                "`{path}.base_url` is required for a provider of kind {k}"
             )));
         }
         if let Some(env) = string_opt(p, "api_key_env", &format!("{path}.api_key_env"))? {
@@ -515,12 +521,31 @@ mod tests {
     fn errors_name_the_option_at_fault() {
         assert!(err(json!({ "model": "gpt" })).contains("`model` must be \"provider/model\""));
         assert!(err(json!({ "modle": "a/b" })).contains("`modle` is not an option"));
-        assert!(err(json!({ "providers": { "x": { "kind": "olama" } } })).contains("`providers.x.kind` must be one of"));
+        assert!(err(json!({ "providers": { "x": { "kind": "olama" } } }))
+            .contains("`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, ollama"));
         assert!(err(json!({ "providers": { "x": { "kind": "openai_compatible" } } }))
             .contains("`providers.x.base_url` is required"));
         assert!(err(json!({ "costs": { "daily_limit_usd": -1 } })).contains("`costs.daily_limit_usd`"));
         assert!(err(json!({ "mode": "yolo" })).contains("`mode` must be one of ask, architect, code"));
         assert!(err(json!({ "acp": { "list_page_size": 0 } })).contains("`acp.list_page_size`"));
+    }
+
+    #[test]
+    fn every_registered_kind_is_accepted_and_only_kinds_without_a_usual_address_need_base_url() {
+        let c = AcpConfig::from_value(json!({
+            "model": "gpu/qwen3:8b",
+            "providers": {
+                "gpu": { "kind": "ollama", "base_url": "http://127.0.0.1:11434" },
+                "ollama": { "models": ["llama3.2:latest"] },
+                "local": { "kind": "ollama" },
+            },
+        }))
+        .unwrap();
+        for name in ["gpu", "ollama", "local"] {
+            assert_eq!(c.core.providers[name].kind.name(), "ollama", "{name}");
+        }
+        assert!(err(json!({ "providers": { "x": { "kind": "openai_compatible" } } }))
+            .contains("`providers.x.base_url` is required for a provider of kind openai_compatible"));
     }
 
     #[test]
