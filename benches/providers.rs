@@ -151,6 +151,7 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
         headers: Default::default(),
         models: vec![],
         prompt_caching: false,
+        api_version: None,
     }
 }
 

@@ -340,7 +340,8 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
         return Ok(json!({}));
     };
     let builtins = crate::llm::providers::builtin_providers();
-    let kinds = ["anthropic", "openai", "gemini", "openai_compatible"];
+    let all = crate::llm::providers::ProviderKind::all();
+    let kinds: Vec<&str> = all.iter().map(|k| k.name()).collect();
     let mut out = Map::new();
     for (name, p) in user {
         let path = format!("providers.{name}");
@@ -356,11 +357,12 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
                 "headers",
                 "models",
                 "prompt_caching",
+                "api_version",
             ]
             .contains(&key.as_str())
             {
                 return Err(ConfigError(format!(
-                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching)"
+                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching, api_version)"
                 )));
             }
         }
@@ -383,9 +385,14 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
             }
         };
         let base_url = string_opt(p, "base_url", &format!("{path}.base_url"))?;
-        if kind.as_deref() == Some("openai_compatible") && base_url.is_none() {
+        let needs_url = kind
+            .as_deref()
+            .and_then(crate::llm::providers::ProviderKind::named)
+            .is_some_and(|k| k.format().needs_base_url());
+        if needs_url && base_url.is_none() {
             return Err(ConfigError(format!(
-                "`{path}.base_url` is required for an openai_compatible provider"
+                "`{path}.base_url` is required for a provider of kind {}",
+                kind.as_deref().unwrap_or_default()
             )));
         }
         if let Some(env) = string_opt(p, "api_key_env", &format!("{path}.api_key_env"))? {
