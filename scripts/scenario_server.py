@@ -26,7 +26,9 @@ Content-Length only (chunked ones get 411).  Three wire formats:
                                       else OpenAI's {"object":"list","data":[...]}
     GET  /v1beta/models               Gemini's {"models":[{"name":"models/<id>",...}]}
     POST /openai/deployments/D/chat/completions?api-version=V
-                                      Azure OpenAI: OpenAI's format for deployment D
+                                      Azure OpenAI: OpenAI's format for deployment D,
+                                      streams opening with Azure's prompt-filter
+                                      chunk (no choices)
     GET  /openai/models?api-version=V Azure OpenAI's model list (OpenAI's shape);
                                       both answer 404 "Resource not found" without
                                       an api-version, as Azure does
@@ -1008,6 +1010,22 @@ def parts_text(content, tool_results=False):
     return "".join(out)
 
 
+class Azure(OpenAI):
+    """Azure OpenAI: OpenAI's format (same name, same parsing), each stream
+    opening with Azure's prompt-filter chunk, which has no choices."""
+    SAFE = {k: {"filtered": False, "severity": "safe"}
+            for k in ("hate", "self_harm", "sexual", "violence")}
+
+    def stream(self, plan, req, seq):
+        s = super().stream(plan, req, seq)
+        preamble = sse({"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                        "prompt_filter_results": [
+                            {"prompt_index": 0, "content_filter_results": self.SAFE}]})
+        return Stream([preamble] + s.head, s.body, s.tail)
+
+
+AZURE = Azure()
+
 FORMATS = {"openai": OpenAI(), "anthropic": Anthropic(), "gemini": Gemini()}
 OPENAI, ANTHROPIC, GEMINI = FORMATS["openai"], FORMATS["anthropic"], FORMATS["gemini"]
 SSE_FIELDS = ["Content-Type: text/event-stream", "Cache-Control: no-cache",
@@ -1250,7 +1268,7 @@ class Server:
                 return await self.reply(out, OPENAI.error(
                     404, "Resource not found", kind="invalid_request_error", code="404"), close)
             if azure:
-                return await self.generate(out, seq, OPENAI, body, close, headers)
+                return await self.generate(out, seq, AZURE, body, close, headers)
             return await self.reply(out, (200, OPENAI.models(), []), close)
         if path.startswith("/v1beta/"):
             return await self.reply(out, GEMINI.error(

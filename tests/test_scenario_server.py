@@ -249,12 +249,18 @@ def test_azure_routes_need_an_api_version_and_redact_the_api_key(server):
     resp = conn.getresponse()
     answer = json.loads(resp.read())
     assert resp.status == 200 and answer["choices"][0]["message"]["content"] == "echo az"
+    streamed = dumps({"messages": [{"role": "user", "content": "echo az"}], "stream": True})
+    conn.request("POST", "/openai/deployments/dep/chat/completions?api-version=2024-10-21", body=streamed,
+                 headers={"content-type": "application/json", "api-key": "az-secret"})
+    resp = conn.getresponse()
+    first = json.loads(events(resp.read())[0].removeprefix(b"data: "))
+    assert first["choices"] == [] and first["prompt_filter_results"][0]["prompt_index"] == 0
     conn.request("GET", "/openai/models?api-version=2024-10-21", headers={"api-key": "az-secret"})
     resp = conn.getresponse()
     assert resp.status == 200 and json.loads(resp.read())["data"][0]["id"] == "echo"
     conn.request("GET", "/_requests")
     seen = json.loads(conn.getresponse().read())
-    assert [r["headers"].get("api-key") for r in seen] == ["<redacted>"] * 3
+    assert [r["headers"].get("api-key") for r in seen] == ["<redacted>"] * 4
     assert "az-secret" not in json.dumps(seen)
 
 
