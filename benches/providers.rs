@@ -19,6 +19,7 @@ use mia_core::llm::delta::{Accumulator, DecodeEvent};
 use mia_core::llm::message::{ChatRequest, Message, Role};
 use mia_core::llm::providers::{CoreConfig, ProviderConfig, ProviderKind, Providers};
 use mia_core::llm::stream::{SseDecoder, SseEvent};
+use mia_core::llm::wire::StreamDecoder;
 use mia_core::llm::{anthropic, gemini, openai};
 
 /// Counts live heap bytes so a stream's footprint can be read directly.
@@ -89,6 +90,9 @@ enum Dec {
     O(openai::OpenAiDecoder),
     A(anthropic::AnthropicDecoder),
     G(gemini::GeminiDecoder),
+    /// The decoder a provider of that kind gets: through the `WireFormat`
+    /// registry, behind a `Box<dyn StreamDecoder>`.
+    W(Box<dyn StreamDecoder>),
 }
 
 impl Dec {
@@ -97,6 +101,7 @@ impl Dec {
             Dec::O(d) => d.decode(e, out),
             Dec::A(d) => d.decode(e, out),
             Dec::G(d) => d.decode(e, out),
+            Dec::W(d) => d.decode(e, out),
         };
     }
 }
@@ -151,6 +156,7 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
         headers: Default::default(),
         models: vec![],
         prompt_caching: false,
+        api_version: None,
     }
 }
 
@@ -284,11 +290,19 @@ fn main() {
     throughput("Anthropic messages", &an, || {
         Dec::A(anthropic::AnthropicDecoder::new("a"))
     });
-    throughput(
-        "Gemini streamGenerateContent",
-        &wire_bytes(&rec.join("gemini"), false),
-        || Dec::G(gemini::GeminiDecoder::new("g")),
-    );
+    let ge = wire_bytes(&rec.join("gemini"), false);
+    throughput("Gemini streamGenerateContent", &ge, || {
+        Dec::G(gemini::GeminiDecoder::new("g"))
+    });
+    // The same streams through the seam every request now takes.
+    let seam = Providers::new(four_providers("http://127.0.0.1:1"));
+    let through = |name: &str| {
+        let (p, _) = seam.resolve(&format!("{name}/m")).expect("a bench provider");
+        move || Dec::W(p.kind.format().decoder(&p))
+    };
+    throughput("OpenAI, via WireFormat", &oa, through("o"));
+    throughput("Anthropic, via WireFormat", &an, through("a"));
+    throughput("Gemini, via WireFormat", &ge, through("g"));
     init_cost();
     memory_per_stream(&root);
 }

@@ -27,13 +27,20 @@ Content-Length only (chunked ones get 411).  Four wire formats:
                                       an anthropic-version or x-api-key header,
                                       else OpenAI's {"object":"list","data":[...]}
     GET  /v1beta/models               Gemini's {"models":[{"name":"models/<id>",...}]}
+    POST /openai/deployments/D/chat/completions?api-version=V
+                                      Azure OpenAI: OpenAI's format for deployment D,
+                                      streams opening with Azure's prompt-filter
+                                      chunk (no choices)
+    GET  /openai/models?api-version=V Azure OpenAI's model list (OpenAI's shape);
+                                      both answer 404 "Resource not found" without
+                                      an api-version, as Azure does
     GET  /api/tags                    Ollama's {"models":[{"name":"<name:tag>",...}]}
     GET  /_requests                   requests so far: seq, conn (the number of
                                       the TCP connection it came on, from 1),
                                       method, path (the
                                       whole target), query, JSON body or null,
                                       headers (authorization, x-api-key,
-                                      x-goog-api-key values -> "<redacted>"); a
+                                      x-goog-api-key, api-key values -> "<redacted>"); a
                                       "key" query parameter is redacted too and
                                       marks the record "key_in_url": true
     DELETE /_requests                 clears that list and the attempt counters
@@ -269,11 +276,12 @@ GEMINI_MODELS = [("echo", "Echo"), ("mia-scenario", "Mia Scenario"),
                  ("gemini-2.5-flash", "Gemini 2.5 Flash"),
                  ("gemini-2.5-pro", "Gemini 2.5 Pro")]
 OLLAMA_MODELS = ["echo:latest", "mia-scenario:latest", "llama3.2:latest", "qwen3:8b"]
-SECRET_HEADERS = {"authorization", "x-api-key", "x-goog-api-key"}
+SECRET_HEADERS = {"authorization", "x-api-key", "x-goog-api-key", "api-key"}
 BATCH = 512           # token events per write in fast scenarios
 MAX_BODY = 64 << 20
 PHRASES = {s.value: s.phrase for s in HTTPStatus}
 GEMINI_COUNT = re.compile(r"/v1beta/models/([^/:]+):countTokens")
+AZURE_PATH = re.compile(r"/openai/deployments/([^/]+)/chat/completions")
 GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)")
 MARK = "\x00token\x00"  # stands in for a token while pre-rendering an event
 HUGE_MARK = "\x00huge\x00"  # stands in for the hugeline token
@@ -474,7 +482,8 @@ def credential(headers):
     auth = headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    return headers.get("x-api-key") or headers.get("x-goog-api-key") or auth
+    return (headers.get("x-api-key") or headers.get("x-goog-api-key")
+            or headers.get("api-key") or auth)
 
 
 # ---- request view and stream description -------------------------------------
@@ -1135,6 +1144,22 @@ def line(obj) -> bytes:  # one NDJSON line
     return dumps(obj).encode() + b"\n"
 
 
+class Azure(OpenAI):
+    """Azure OpenAI: OpenAI's format (same name, same parsing), each stream
+    opening with Azure's prompt-filter chunk, which has no choices."""
+    SAFE = {k: {"filtered": False, "severity": "safe"}
+            for k in ("hate", "self_harm", "sexual", "violence")}
+
+    def stream(self, plan, req, seq):
+        s = super().stream(plan, req, seq)
+        preamble = sse({"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                        "prompt_filter_results": [
+                            {"prompt_index": 0, "content_filter_results": self.SAFE}]})
+        return Stream([preamble] + s.head, s.body, s.tail)
+
+
+AZURE = Azure()
+
 FORMATS = {"openai": OpenAI(), "anthropic": Anthropic(), "gemini": Gemini(), "ollama": Ollama()}
 OPENAI, ANTHROPIC, GEMINI = FORMATS["openai"], FORMATS["anthropic"], FORMATS["gemini"]
 OLLAMA = FORMATS["ollama"]
@@ -1374,6 +1399,14 @@ class Server:
                     "only server-sent events, not a JSON array."), close)
             return await self.generate(out, seq, GEMINI, body, close, headers,
                                        model=unquote(gemini.group(1)), stream=stream)
+        azure = AZURE_PATH.fullmatch(path)
+        if (method == "POST" and azure) or (method == "GET" and path == "/openai/models"):
+            if not parse_qs(query).get("api-version"):
+                return await self.reply(out, OPENAI.error(
+                    404, "Resource not found", kind="invalid_request_error", code="404"), close)
+            if azure:
+                return await self.generate(out, seq, AZURE, body, close, headers)
+            return await self.reply(out, (200, OPENAI.models(), []), close)
         if path.startswith("/v1beta/"):
             return await self.reply(out, GEMINI.error(
                 404, f"Unknown request URL: {method} {target}."), close)

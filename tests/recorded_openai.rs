@@ -11,6 +11,7 @@ use mia_core::cost::Usage;
 use mia_core::llm::delta::Accumulator;
 use mia_core::llm::message::StopReason;
 use mia_core::llm::openai::OpenAiDecoder;
+use mia_core::llm::providers::{CoreConfig, Providers};
 
 /// Frames each recorded JSON line as an SSE event, feeds it in random chunks.
 fn decode(lines: &str, seed: u64) -> Accumulator {
@@ -73,17 +74,38 @@ fn azure_router_stream_decodes_with_reasoning_tokens() {
     let Some(s) = recorded("openai/azure-model-router.1.chunks.txt") else {
         return;
     };
+    let want = Some(Usage {
+        input_tokens: 15,
+        output_tokens: 78,
+        reasoning_tokens: 64,
+        ..Usage::default()
+    });
     let acc = decode(&s, 5);
     assert_eq!(acc.text, "Capital of Denmark.");
-    assert_eq!(
-        acc.usage,
-        Some(Usage {
-            input_tokens: 15,
-            output_tokens: 78,
-            reasoning_tokens: 64,
-            ..Usage::default()
-        })
+    assert_eq!(acc.usage, want);
+    // and through the `azure_openai` wire format's own decoder, as a provider
+    // of that kind reads it (the prompt-filter preamble with no choices included)
+    let mut config = CoreConfig::default();
+    config.providers.insert(
+        "az".into(),
+        serde_json::from_value(serde_json::json!({
+            "kind": "azure_openai", "base_url": "https://res.openai.azure.com", "api_key": "k"
+        }))
+        .expect("an azure provider"),
     );
+    let (provider, _) = Providers::new(config).resolve("az/router").expect("resolves");
+    let mut dec = provider.kind.format().decoder(&provider);
+    let mut wire = String::new();
+    for line in s.lines().filter(|l| !l.trim().is_empty()) {
+        wire.push_str(&format!("data: {line}\n\n"));
+    }
+    wire.push_str("data: [DONE]\n\n");
+    let (acc, _) = decode_chunked(wire.as_bytes(), 11, |e, out| {
+        dec.decode(e, out).expect("recorded stream decodes")
+    });
+    assert_eq!(acc.text, "Capital of Denmark.");
+    assert_eq!(acc.usage, want);
+    assert!(acc.terminal);
 }
 
 #[test]

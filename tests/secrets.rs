@@ -101,6 +101,7 @@ fn providers(kind: ProviderKind, port: u16, max_retries: u32) -> Providers {
             headers: Default::default(),
             models: vec!["m".into()],
             prompt_caching: false,
+            api_version: None,
         },
     );
     Providers::new(config)
@@ -254,6 +255,7 @@ fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
         headers: Default::default(),
         models: vec![],
         prompt_caching: false,
+        api_version: None,
     };
     config.providers.insert("lit".into(), entry(Some(KEY), None));
     config

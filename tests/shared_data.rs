@@ -153,10 +153,23 @@ fn money_and_token_counts_are_written_by_the_cost_rules() {
 fn lua_gets_plain_names_and_tables() {
     let value = serde_json::to_value(Shared::get()).unwrap();
     assert_eq!(value["providers"]["openai"]["kind"], "openai");
-    assert_eq!(
-        value["provider_kinds"],
-        json!(["anthropic", "openai", "gemini", "openai_compatible", "ollama"])
-    );
+    // every registered wire format, by the name `kind` takes
+    let kinds: Vec<&str> = mia_core::llm::wire::FORMATS.iter().map(|f| f.kind()).collect();
+    assert_eq!(value["provider_kinds"], json!(kinds));
+    for k in [
+        "anthropic",
+        "openai",
+        "gemini",
+        "openai_compatible",
+        "azure_openai",
+        "ollama",
+    ] {
+        assert!(kinds.contains(&k), "{k}");
+    }
+    // the kinds without a usual address are exactly those without a built-in provider
+    let required = value["base_url_required"].as_array().unwrap();
+    assert!(required.contains(&json!("openai_compatible")) && required.contains(&json!("azure_openai")));
+    assert!(!required.contains(&json!("openai")) && !required.contains(&json!("ollama")));
     assert_eq!(value["modes"][1]["id"], "architect");
     assert_eq!(value["modes"][1]["switch_mode"], true);
     assert_eq!(

@@ -236,6 +236,34 @@ def test_models_and_unknown_path(server):
     assert resp.status == 404 and set(err) == {"message", "type", "param", "code"}
 
 
+def test_azure_routes_need_an_api_version_and_redact_the_api_key(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    body = dumps({"messages": [{"role": "user", "content": "echo az"}]})
+    conn.request("POST", "/openai/deployments/dep/chat/completions", body=body,
+                 headers={"content-type": "application/json", "api-key": "az-secret"})
+    resp = conn.getresponse()
+    err = json.loads(resp.read())["error"]
+    assert resp.status == 404 and err["message"] == "Resource not found"
+    conn.request("POST", "/openai/deployments/dep/chat/completions?api-version=2024-10-21", body=body,
+                 headers={"content-type": "application/json", "api-key": "az-secret"})
+    resp = conn.getresponse()
+    answer = json.loads(resp.read())
+    assert resp.status == 200 and answer["choices"][0]["message"]["content"] == "echo az"
+    streamed = dumps({"messages": [{"role": "user", "content": "echo az"}], "stream": True})
+    conn.request("POST", "/openai/deployments/dep/chat/completions?api-version=2024-10-21", body=streamed,
+                 headers={"content-type": "application/json", "api-key": "az-secret"})
+    resp = conn.getresponse()
+    first = json.loads(events(resp.read())[0].removeprefix(b"data: "))
+    assert first["choices"] == [] and first["prompt_filter_results"][0]["prompt_index"] == 0
+    conn.request("GET", "/openai/models?api-version=2024-10-21", headers={"api-key": "az-secret"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and json.loads(resp.read())["data"][0]["id"] == "echo"
+    conn.request("GET", "/_requests")
+    seen = json.loads(conn.getresponse().read())
+    assert [r["headers"].get("api-key") for r in seen] == ["<redacted>"] * 4
+    assert "az-secret" not in json.dumps(seen)
+
+
 def test_long(server):
     c = Conn(server.port)
     c.chat("long 3000", usage=True)

@@ -2,13 +2,14 @@
 --- `setup()` only stores and validates; nothing here loads the native library.
 
 --- @class mia.ProviderConfig
---- @field kind "anthropic"|"openai"|"gemini"|"openai_compatible"|"ollama" Which wire format the provider speaks.
+--- @field kind "anthropic"|"openai"|"gemini"|"openai_compatible"|"azure_openai"|"ollama" Which wire format the provider speaks.
 --- @field base_url? string API root, e.g. "http://127.0.0.1:11434" for Ollama (kind "ollama").
 --- @field api_key_env? string Environment variable holding the key (preferred: keys stay out of your config).
 --- @field api_key? string The key itself, for setups that cannot use the environment.
 --- @field headers? table<string,string> Extra HTTP headers sent with every request.
 --- @field models? string[] Models this provider serves (shown in errors and completion).
 --- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
+--- @field api_version? string Azure OpenAI only: the `api-version` query parameter (default "2024-10-21").
 
 --- @class mia.AgentConfig An external agent speaking the Agent Client Protocol over stdio (`:Mia agent NAME`)
 --- @field command string[] The program and its arguments, e.g. { "claude-agent-acp" } or { "node", "/path/agent.js" }
@@ -162,8 +163,8 @@ end
 --- src/shared.rs); once it is loaded they are read from there, and
 --- tests/functional/test_shared_data.py keeps this copy equal to it.
 M._fallback = {
-  provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible", "ollama" },
-  base_url_required = { "openai_compatible" },
+  provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible", "azure_openai", "ollama" },
+  base_url_required = { "openai_compatible", "azure_openai" },
   providers = { "anthropic", "gemini", "ollama", "openai" },
   modes = { "ask", "architect", "code" },
   default_mode = "ask",
@@ -257,6 +258,7 @@ local function validate(opts)
     check_type(path .. ".headers", p.headers, "table", true)
     check_type(path .. ".models", p.models, "table", true)
     check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)
+    check_type(path .. ".api_version", p.api_version, "string", true)
   end
   check_type("retry", opts.retry, "table", true)
   local retryable = { "rate_limit", "server_error", "network_error", "timeout" }

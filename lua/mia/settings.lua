@@ -41,6 +41,7 @@ function M.core()
       api_key_env = p.api_key_env,
       api_key = p.api_key,
       prompt_caching = p.prompt_caching,
+      api_version = p.api_version,
     }
     if p.headers and next(p.headers) then
       entry.headers = p.headers

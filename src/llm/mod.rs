@@ -9,6 +9,7 @@
 //! Nothing in `cost` names an `llm` type, so the two never form a cycle.
 
 pub mod anthropic;
+pub mod azure;
 pub mod count;
 pub mod delta;
 pub mod error;

@@ -92,6 +92,9 @@ pub struct ProviderConfig {
     /// `cache_control`, so a repeated long prefix is billed at cache prices.
     #[serde(default)]
     pub prompt_caching: bool,
+    /// Azure OpenAI only: the `api-version` query parameter.
+    #[serde(default)]
+    pub api_version: Option<String>,
 }
 
 /// How failed requests are retried: exponential backoff with jitter, or the
@@ -297,6 +300,7 @@ pub struct ResolvedProvider {
     pub headers: BTreeMap<String, String>,
     pub prompt_caching: bool,
     pub models: Vec<String>,
+    pub api_version: Option<String>,
 }
 
 /// `<redacted>` for a set secret, for `Debug` output.
@@ -314,6 +318,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("models", &self.models)
             .field("prompt_caching", &self.prompt_caching)
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -329,6 +334,7 @@ impl std::fmt::Debug for ResolvedProvider {
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("prompt_caching", &self.prompt_caching)
             .field("models", &self.models)
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -366,6 +372,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
                 headers: BTreeMap::new(),
                 models: Vec::new(),
                 prompt_caching: false,
+                api_version: None,
             };
             Some((b.name.to_string(), entry))
         })
@@ -476,6 +483,7 @@ impl Providers {
                 headers: cfg.headers.clone(),
                 prompt_caching: cfg.prompt_caching,
                 models: cfg.models.clone(),
+                api_version: cfg.api_version.clone(),
             },
             model_id.to_string(),
         ))
@@ -641,6 +649,7 @@ mod tests {
             headers: BTreeMap::new(),
             models: vec![],
             prompt_caching: false,
+            api_version: None,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();

@@ -23,6 +23,7 @@ pub static FORMATS: &[&dyn WireFormat] = &[
     &super::openai::OPENAI,
     &super::gemini::Gemini,
     &super::openai::COMPATIBLE,
+    &super::azure::Azure,
     &super::ollama::Ollama,
 ];
 

@@ -111,7 +111,7 @@ def test_unknown_subcommand_lists_the_available_ones(editor):
 
 
 def test_setup_rejects_a_bad_provider_kind_with_one_clear_error(editor):
-    with pytest.raises(NvimError, match=r'mia.setup: `providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, ollama \(got "olama"\)'):
+    with pytest.raises(NvimError, match=r'mia.setup: `providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, azure_openai, ollama \(got "olama"\)'):
         editor.lua("require('mia').setup({ providers = { x = { kind = 'olama' } } })")
 
 

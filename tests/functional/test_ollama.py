@@ -191,7 +191,7 @@ def test_the_builtin_ollama_provider_needs_no_key(editor_factory, server, root):
 def test_setup_accepts_the_ollama_kind_before_the_library_loads(editor_factory):
     ed = editor_factory()
     err = ed.lua("local ok, err = pcall(require('mia').setup, { providers = { x = { kind = 'olama' } } }) return err")
-    assert "must be one of anthropic, openai, gemini, openai_compatible, ollama" in err, err
+    assert "must be one of anthropic, openai, gemini, openai_compatible, azure_openai, ollama" in err, err
     ok = ed.lua("return pcall(require('mia').setup, { providers = { x = { kind = 'ollama', base_url = 'http://h:1' } } })")
     assert ok is True
     assert "libmia_core" not in open(f"/proc/{ed.pid}/maps").read()

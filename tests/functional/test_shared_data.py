@@ -125,5 +125,5 @@ def test_the_names_setup_checks_without_the_library_are_the_cores(editor):
     editor.lua("require('mia')._core()")
     assert editor.lua("return require('mia.config')._names()") == fallback
     # and once loaded, setup() checks against the core's own list
-    with pytest.raises(NvimError, match=r"`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible"):
+    with pytest.raises(NvimError, match=r"`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, azure_openai"):
         editor.lua("require('mia').setup({ providers = { x = { kind = 'olama' } } })")

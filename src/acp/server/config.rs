@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use crate::agent::AgentSettings;
-use crate::llm::providers::{CoreConfig, ProviderKind};
+use crate::llm::providers::CoreConfig;
 use crate::shared::{builtin_modes, DEFAULT_MODE, USER_MODE_PERMISSIONS};
 
 /// Options the plugin reads that only matter inside Neovim: accepted (one
@@ -340,8 +340,8 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
         return Ok(json!({}));
     };
     let builtins = crate::llm::providers::builtin_providers();
-    // The kinds are the registered wire formats (src/llm/wire.rs).
-    let kinds: Vec<&str> = ProviderKind::all().into_iter().map(ProviderKind::name).collect();
+    let all = crate::llm::providers::ProviderKind::all();
+    let kinds: Vec<&str> = all.iter().map(|k| k.name()).collect();
     let mut out = Map::new();
     for (name, p) in user {
         let path = format!("providers.{name}");
@@ -357,11 +357,12 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
                 "headers",
                 "models",
                 "prompt_caching",
+                "api_version",
             ]
             .contains(&key.as_str())
             {
                 return Err(ConfigError(format!(
-                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching)"
+                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching, api_version)"
                 )));
             }
         }
@@ -386,12 +387,12 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
         let base_url = string_opt(p, "base_url", &format!("{path}.base_url"))?;
         let needs_url = kind
             .as_deref()
-            .and_then(ProviderKind::named)
+            .and_then(crate::llm::providers::ProviderKind::named)
             .is_some_and(|k| k.format().needs_base_url());
         if needs_url && base_url.is_none() {
-            let k = kind.as_deref().unwrap_or_default();
             return Err(ConfigError(format!(
-                "`{path}.base_url` is required for a provider of kind {k}"
+                "`{path}.base_url` is required for a provider of kind {}",
+                kind.as_deref().unwrap_or_default()
             )));
         }
         if let Some(env) = string_opt(p, "api_key_env", &format!("{path}.api_key_env"))? {
@@ -521,8 +522,9 @@ mod tests {
     fn errors_name_the_option_at_fault() {
         assert!(err(json!({ "model": "gpt" })).contains("`model` must be \"provider/model\""));
         assert!(err(json!({ "modle": "a/b" })).contains("`modle` is not an option"));
-        assert!(err(json!({ "providers": { "x": { "kind": "olama" } } }))
-            .contains("`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, ollama"));
+        assert!(err(json!({ "providers": { "x": { "kind": "olama" } } })).contains(
+            "`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, azure_openai, ollama"
+        ));
         assert!(err(json!({ "providers": { "x": { "kind": "openai_compatible" } } }))
             .contains("`providers.x.base_url` is required"));
         assert!(err(json!({ "costs": { "daily_limit_usd": -1 } })).contains("`costs.daily_limit_usd`"));
