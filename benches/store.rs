@@ -1,20 +1,29 @@
 //! The store at the scale of heavy long-term use (numbers for notes, not a
 //! test): 1,000,000 usage rows over 90 days, 5 models, 3 providers and 2,000
-//! sessions, then the medians of the queries the UI runs (weekly report,
-//! 30-day chart, the per-request budget check), the throughput of the async
-//! write API with the writer's batching, and the disk cost of messages.
+//! sessions, then the medians of the queries the UI runs (`/costs weekly`,
+//! a 90-day report, `:MiaCosts`' data, the 30-day chart, the per-request
+//! budget check), the throughput of the async write API with the writer's
+//! batching, and the disk cost of messages.
+//!
+//! Every report is timed twice in the same run: summed from the usage rows
+//! (as all reports were before the usage rollup) and read from the rollup;
+//! the run fails if the two answers differ.
 //!
 //! The usage rows are bulk-loaded through a plain connection in big
-//! transactions (loading is not what is measured); every timed operation
-//! goes through `Store`.
+//! transactions (loading is not what is measured; the schema's trigger
+//! keeps the rollup as they go in); every timed operation goes through
+//! `Store`.
 //!
 //! Run: `cargo bench --bench store`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use mia_core::cost::PricingRegistry;
 use mia_core::llm::message::Role;
-use mia_core::store::{MessageKind, MessageRow, MessageState, ReportQuery, SessionRow, Store, UsageRow};
+use mia_core::store::{
+    CostQuery, CostScope, MessageKind, MessageRow, MessageState, ReportQuery, SessionRow, Store, UsageRow,
+};
 use serde_json::json;
 
 const USAGE_ROWS: usize = 1_000_000;
@@ -64,6 +73,11 @@ fn median(mut samples: Vec<Duration>) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A report's median summed from the rows, then from the rollup.
+fn side_by_side(rows: Duration, rollup: Duration) -> String {
+    format!("rows {} → rollup {}", ms(rows), ms(rollup))
 }
 
 fn mib(bytes: u64) -> String {
@@ -282,36 +296,115 @@ async fn run() -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
     let now = now_ms();
     let mut rows: Vec<(String, String)> = Vec::new();
 
-    let store = Store::open(&path)?;
+    // A file as the mia before the rollup left it (schema version 2), loaded
+    // with a heavy history, then opened: the migration builds the rollup
+    // from the rows, as it will for a user upgrading.
+    drop(Store::open(&path)?);
+    rusqlite::Connection::open(&path)?.execute_batch(
+        "DROP TRIGGER usage_rollup; DROP TRIGGER usage_rows_are_kept; DROP TRIGGER usage_rows_are_final;
+         DROP TABLE usage_hours; DROP TABLE usage_days; DROP TABLE usage_ids; DROP TABLE usage_id_hours; DROP TABLE usage_quarters;
+         PRAGMA user_version = 2;",
+    )?;
     let t = Instant::now();
     bulk_load(&path, now)?;
     rows.push((
-        format!("bulk load {USAGE_ROWS} usage rows + {SESSIONS} sessions"),
+        format!("bulk load {USAGE_ROWS} usage rows + {SESSIONS} sessions (schema 2)"),
         format!("{:.1} s", t.elapsed().as_secs_f64()),
     ));
-    rows.push(("file size with 1M usage rows".into(), mib(file_size(&path))));
+    let size_before = file_size(&path);
+    let t = Instant::now();
+    let store = Store::open(&path)?;
+    rows.push((
+        "first open after the upgrade: migration builds the rollup from 1M rows".into(),
+        format!("{:.1} s", t.elapsed().as_secs_f64()),
+    ));
+    store.checkpoint().await?;
+    let rollup_rows: String = rusqlite::Connection::open(&path)?.query_row(
+        "SELECT (SELECT count(*) FROM usage_hours) || ' hour, ' || (SELECT count(*) FROM usage_days) || ' day, '
+                || (SELECT count(*) FROM usage_quarters) || ' quarter, ' || (SELECT count(*) FROM usage_ids) || ' id, '
+                || (SELECT count(*) FROM usage_id_hours) || ' id-hour rows'",
+        [],
+        |r| r.get(0),
+    )?;
+    rows.push(("rollup size".into(), rollup_rows));
+    rows.push((
+        "file size with 1M usage rows: without → with the rollup".into(),
+        format!("{} → {}", mib(size_before), mib(file_size(&path))),
+    ));
 
+    // The reports the UI runs, each timed summed from the rows (how every
+    // report was read before the rollup) and from the rollup, side by
+    // side; the two answers must be equal.
+    let pricing = PricingRegistry::builtin();
+    let cost = |scope: CostScope, utc_offset_s: i32| CostQuery {
+        scope,
+        session_id: Some("session-01999".into()),
+        model: None,
+        provider: None,
+        utc_offset_s,
+        system_tokens: Some(3000),
+    };
+    let reports = [
+        ("`/costs weekly` at UTC+2 (cost_report)", cost(CostScope::Weekly, 7200)),
+        (
+            "`/costs weekly` at UTC+5:30 (cost_report)",
+            cost(CostScope::Weekly, 19_800),
+        ),
+        (
+            "90-day report at UTC+2 (cost_report, days 90)",
+            cost(CostScope::Days(90), 7200),
+        ),
+        (
+            "`:MiaCosts` session tab (cost_report, session)",
+            cost(CostScope::Session, 7200),
+        ),
+        (
+            "`:MiaCosts` models tab (cost_report, days 30)",
+            cost(CostScope::Days(30), 7200),
+        ),
+    ];
+    for (label, q) in &reports {
+        let from_rows = store.cost_report_from_rows(q, pricing, now).await?;
+        let from_rollup = store.cost_report(q, pricing, now).await?;
+        if from_rows != from_rollup {
+            return Err(format!("{label}: the rollup's report differs from the rows'").into());
+        }
+        let before = time_async(QUERY_RUNS, || store.cost_report_from_rows(q, pricing, now)).await;
+        let after = time_async(QUERY_RUNS, || store.cost_report(q, pricing, now)).await;
+        rows.push((
+            format!("{label}, {} rows", from_rows.usage.totals.requests),
+            side_by_side(before, after),
+        ));
+    }
     let week = ReportQuery {
         from_ms: Some(now - 7 * DAY_MS),
         ..ReportQuery::default()
     };
-    let weekly = store.usage_report(&week).await?;
-    let d = time_async(QUERY_RUNS, || store.usage_report(&week)).await;
-    rows.push((
-        format!("usage_report, last 7 days ({} rows)", weekly.totals.requests),
-        ms(d),
-    ));
     let all = ReportQuery::default();
-    let d = time_async(QUERY_RUNS, || store.usage_report(&all)).await;
-    rows.push(("usage_report, all 90 days (1M rows)".into(), ms(d)));
+    for (label, q) in [
+        ("usage_report, last 7 days", &week),
+        ("usage_report, all time (90 days)", &all),
+    ] {
+        let from_rows = store.usage_report_from_rows(q).await?;
+        if from_rows != store.usage_report(q).await? {
+            return Err(format!("{label}: the rollup's report differs from the rows'").into());
+        }
+        let before = time_async(QUERY_RUNS, || store.usage_report_from_rows(q)).await;
+        let after = time_async(QUERY_RUNS, || store.usage_report(q)).await;
+        rows.push((
+            format!("{label} ({} rows)", from_rows.totals.requests),
+            side_by_side(before, after),
+        ));
+    }
+    let before = time_async(QUERY_RUNS, || store.daily_costs_from_rows(now - 29 * DAY_MS, 30, 7200)).await;
+    let after = time_async(QUERY_RUNS, || store.daily_costs(now - 29 * DAY_MS, 30, 7200)).await;
+    rows.push(("daily_costs, 30 days".into(), side_by_side(before, after)));
     let one_session = ReportQuery {
         session_id: Some("session-01000".into()),
         ..ReportQuery::default()
     };
     let d = time_async(QUERY_RUNS, || store.usage_report(&one_session)).await;
     rows.push(("usage_report, one session".into(), ms(d)));
-    let d = time_async(QUERY_RUNS, || store.daily_costs(now - 29 * DAY_MS, 30, 7200)).await;
-    rows.push(("daily_costs, 30 days".into(), ms(d)));
     let day_start = now - now.rem_euclid(DAY_MS);
     let d = time_async(SPEND_RUNS, || {
         store.spend("session-01999", day_start, day_start + DAY_MS)

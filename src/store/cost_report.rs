@@ -73,6 +73,28 @@ impl Store {
         pricing: &PricingRegistry,
         now_ms: i64,
     ) -> Result<CostReport, StoreError> {
+        self.cost_report_from(q, pricing, now_ms, false).await
+    }
+
+    /// [`Store::cost_report`] summed from the usage rows alone, without the
+    /// rollup (see [`Store::usage_report_from_rows`]).
+    #[doc(hidden)]
+    pub async fn cost_report_from_rows(
+        &self,
+        q: &CostQuery,
+        pricing: &PricingRegistry,
+        now_ms: i64,
+    ) -> Result<CostReport, StoreError> {
+        self.cost_report_from(q, pricing, now_ms, true).await
+    }
+
+    async fn cost_report_from(
+        &self,
+        q: &CostQuery,
+        pricing: &PricingRegistry,
+        now_ms: i64,
+        from_rows: bool,
+    ) -> Result<CostReport, StoreError> {
         let (today, _) = local_day(now_ms, q.utc_offset_s);
         let from_ms = match q.scope {
             CostScope::Session => None,
@@ -91,10 +113,19 @@ impl Store {
             model: q.model.clone(),
             provider: q.provider.clone(),
         };
-        let usage = self.usage_report(&query).await?;
-        let daily = self
-            .daily_costs(today - i64::from(CHART_DAYS - 1) * DAY_MS, CHART_DAYS, q.utc_offset_s)
-            .await?;
+        let chart_from = today - i64::from(CHART_DAYS - 1) * DAY_MS;
+        let (usage, daily) = if from_rows {
+            (
+                self.usage_report_from_rows(&query).await?,
+                self.daily_costs_from_rows(chart_from, CHART_DAYS, q.utc_offset_s)
+                    .await?,
+            )
+        } else {
+            (
+                self.usage_report(&query).await?,
+                self.daily_costs(chart_from, CHART_DAYS, q.utc_offset_s).await?,
+            )
+        };
         let suggestions = match session_id {
             Some(session) => suggest(pricing, &self.session_stats(&session, &usage, q.system_tokens).await?),
             None => Vec::new(),

@@ -8,7 +8,8 @@
 //! - Reads run on a small pool of read-only connections ([`reader`]) inside
 //!   `spawn_blocking`. WAL mode lets them run while anyone writes.
 //! - The file's layout and its upgrades live in [`schema`]; reports in
-//!   [`reports`]; daily costs and budget spend in [`spend`]; the whole
+//!   [`reports`], most of them read from the per-hour and per-day usage
+//!   rollup ([`rollup`]); daily costs and budget spend in [`spend`]; the whole
 //!   `mia.costs` report (window, chart, suggestions) in [`cost_report`];
 //!   session and message reads in [`sessions`]; the pagination cursor
 //!   format in [`cursor`].
@@ -26,6 +27,7 @@ mod cursor;
 mod error;
 mod reader;
 mod reports;
+mod rollup;
 mod rows;
 mod schema;
 mod sessions;
@@ -242,12 +244,35 @@ impl Store {
         self.read(move |c, p| reports::usage_report(c, p, &query)).await
     }
 
+    /// The same report as [`Store::usage_report`], summed from the usage
+    /// rows alone without the rollup: what the rollup must always equal
+    /// (tests) and the figure it is measured against (benches).
+    #[doc(hidden)]
+    pub async fn usage_report_from_rows(&self, query: &ReportQuery) -> Result<UsageReport, StoreError> {
+        let query = query.clone();
+        self.read(move |c, p| reports::usage_report_from_rows(c, p, &query))
+            .await
+    }
+
     /// Known cost and request count per local calendar day, oldest first:
     /// `days` entries (zero days included) starting with the day that
     /// contains `from_ms`, where local time is UTC + `tz_offset_s` seconds.
     /// [`StoreError::InvalidInput`] past [`MAX_DAYS`].
     pub async fn daily_costs(&self, from_ms: i64, days: u32, tz_offset_s: i32) -> Result<Vec<DayCost>, StoreError> {
-        self.read(move |c, p| spend::daily_costs(c, p, from_ms, days, tz_offset_s))
+        self.read(move |c, p| spend::daily_costs(c, p, from_ms, days, tz_offset_s, spend::Source::Rollup))
+            .await
+    }
+
+    /// [`Store::daily_costs`] summed from the usage rows alone (see
+    /// [`Store::usage_report_from_rows`]).
+    #[doc(hidden)]
+    pub async fn daily_costs_from_rows(
+        &self,
+        from_ms: i64,
+        days: u32,
+        tz_offset_s: i32,
+    ) -> Result<Vec<DayCost>, StoreError> {
+        self.read(move |c, p| spend::daily_costs(c, p, from_ms, days, tz_offset_s, spend::Source::Rows))
             .await
     }
 

@@ -6,10 +6,16 @@
 //! requests and tokens, and are also counted apart so the UI can say how much
 //! of the usage has no price.
 //!
-//! The report reads the matching rows once and sums them per
-//! `(agent, provider, model, cost_known)` group; turning groups into totals,
-//! breakdowns and percentages is the pure [`assemble`], tested without a
-//! database.
+//! Money is summed in whole nano-dollars (each row's USD rounded once, see
+//! `schema::nusd!`), so sums are exact whatever order they are added in.
+//!
+//! A report over an open-ended window (no `to_ms`, no session) reads the
+//! rollup ([`super::rollup`]): hours and days, plus the rows of a partial
+//! hour at its start. Any other report reads the matching rows once
+//! ([`usage_report_from_rows`]); a session has few rows and its own index.
+//! Both give per-`(agent, provider, model, cost_known)` sums; turning groups
+//! into totals, breakdowns and percentages is the pure [`assemble`], tested
+//! without a database.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -18,6 +24,7 @@ use rusqlite::{params_from_iter, Connection, ToSql};
 use serde::{Deserialize, Serialize};
 
 use super::error::{from_sqlite, StoreError};
+use super::schema::nusd;
 
 /// What to report on; every field narrows the rows, `None` means "all".
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -119,11 +126,12 @@ pub(crate) struct GroupSums {
     pub cache_read_tokens: u64,
     pub cache_write_tokens: u64,
     pub reasoning_tokens: u64,
-    pub input_usd: f64,
-    pub output_usd: f64,
-    pub cache_read_usd: f64,
-    pub cache_write_usd: f64,
-    pub total_usd: f64,
+    /// Money in nano-dollars (i128: no sum of i64 bucket sums can overflow it).
+    pub input_nusd: i128,
+    pub output_nusd: i128,
+    pub cache_read_nusd: i128,
+    pub cache_write_nusd: i128,
+    pub total_nusd: i128,
     pub duration_ms: u64,
 }
 
@@ -171,32 +179,63 @@ pub(crate) fn count(v: i64) -> u64 {
     v.max(0) as u64
 }
 
+/// The columns of one usage row that a report reads, in the order
+/// [`Accumulator::add_row`] takes them; money converted as the rollup does.
+pub(crate) const ROW_COLUMNS: &str = concat!(
+    "agent, provider, model, cost_known, input_tokens, output_tokens, cache_read_tokens,
+     cache_write_tokens, reasoning_tokens, ",
+    nusd!("input_usd"),
+    ", ",
+    nusd!("output_usd"),
+    ", ",
+    nusd!("cache_read_usd"),
+    ", ",
+    nusd!("cache_write_usd"),
+    ", ",
+    nusd!("total_usd"),
+    ", duration_ms, created_at_ms, message_id, session_id"
+);
+
+/// The report for `q`: from the rollup when the window is open-ended and
+/// no session is named (every report the UI runs over days), from the rows
+/// otherwise. Both give the same answer; the rollup reads days, not rows.
 pub(crate) fn usage_report(conn: &Connection, path: &Path, q: &ReportQuery) -> Result<UsageReport, StoreError> {
+    if q.session_id.is_none() && q.to_ms.is_none() {
+        super::rollup::usage_report(conn, path, q)
+    } else {
+        usage_report_from_rows(conn, path, q)
+    }
+}
+
+/// The report for `q` summed from the matching usage rows alone: what the
+/// rollup must always equal, and how session reports are answered.
+pub(crate) fn usage_report_from_rows(
+    conn: &Connection,
+    path: &Path,
+    q: &ReportQuery,
+) -> Result<UsageReport, StoreError> {
     let err = |e: rusqlite::Error| from_sqlite(path, "building a usage report", &e);
     let (where_clause, args) = filter(q);
     // One pass over the matching rows, summed here rather than with GROUP BY
     // and COUNT(DISTINCT): SQLite would sort the rows three times for those
     // (measured 98 ms against 40 ms for a 78k-row week).
-    let sql = format!(
-        "SELECT agent, provider, model, cost_known, input_tokens, output_tokens, cache_read_tokens,
-             cache_write_tokens, reasoning_tokens, input_usd, output_usd, cache_read_usd, cache_write_usd,
-             total_usd, duration_ms, created_at_ms, message_id, session_id
-         FROM usage {where_clause}"
-    );
+    let sql = format!("SELECT {ROW_COLUMNS} FROM usage {where_clause}");
     let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
     let mut rows = stmt.query(params_from_iter(&args)).map_err(err)?;
-    let mut acc = Accumulator::default();
+    let mut acc = Accumulator::new(true);
     while let Some(row) = rows.next().map_err(err)? {
-        acc.add(row).map_err(err)?;
+        acc.add_row(row).map_err(err)?;
     }
     let (groups, distinct) = acc.finish();
     Ok(assemble(&groups, distinct))
 }
 
-/// Per-group sums and the distinct counts, built row by row.
-#[derive(Default)]
-struct Accumulator {
+/// Per-group sums and the distinct counts, built row by row or bucket by
+/// bucket.
+pub(crate) struct Accumulator {
     groups: Vec<GroupSums>,
+    /// Whether rows feed the distinct sets (the rollup counts ids itself).
+    count_ids: bool,
     messages: HashSet<String>,
     sessions: HashSet<String>,
     first_at_ms: Option<i64>,
@@ -204,10 +243,20 @@ struct Accumulator {
 }
 
 impl Accumulator {
-    /// Adds one row of the report query (columns in its SELECT order).
-    fn add(&mut self, r: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
+    pub(crate) fn new(count_ids: bool) -> Accumulator {
+        Accumulator {
+            groups: Vec::new(),
+            count_ids,
+            messages: HashSet::new(),
+            sessions: HashSet::new(),
+            first_at_ms: None,
+            last_at_ms: None,
+        }
+    }
+
+    /// The group of `(agent, provider, model, cost_known)` in columns 0–3.
+    fn group(&mut self, r: &rusqlite::Row<'_>) -> rusqlite::Result<&mut GroupSums> {
         let text = |i: usize| -> rusqlite::Result<&str> { r.get_ref(i)?.as_str().map_err(Into::into) };
-        let n = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
         let (agent, provider, model) = (text(0)?, text(1)?, text(2)?);
         let cost_known: bool = r.get(3)?;
         // A report holds a few dozen groups at most: a linear search beats
@@ -229,7 +278,19 @@ impl Accumulator {
                 self.groups.len() - 1
             }
         };
-        let g = &mut self.groups[index];
+        Ok(&mut self.groups[index])
+    }
+
+    fn span(&mut self, first: i64, last: i64) {
+        self.first_at_ms = Some(self.first_at_ms.map_or(first, |f| f.min(first)));
+        self.last_at_ms = Some(self.last_at_ms.map_or(last, |l| l.max(last)));
+    }
+
+    /// Adds one usage row ([`ROW_COLUMNS`]).
+    pub(crate) fn add_row(&mut self, r: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
+        let n = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
+        let nusd = |i: usize| -> rusqlite::Result<i128> { Ok(i128::from(r.get::<_, i64>(i)?)) };
+        let g = self.group(r)?;
         g.requests += 1;
         g.input_tokens += n(4)?;
         let output = n(5)?;
@@ -238,26 +299,53 @@ impl Accumulator {
         g.cache_read_tokens += n(6)?;
         g.cache_write_tokens += n(7)?;
         g.reasoning_tokens += n(8)?;
-        g.input_usd += r.get::<_, f64>(9)?;
-        g.output_usd += r.get::<_, f64>(10)?;
-        g.cache_read_usd += r.get::<_, f64>(11)?;
-        g.cache_write_usd += r.get::<_, f64>(12)?;
-        g.total_usd += r.get::<_, f64>(13)?;
+        g.input_nusd += nusd(9)?;
+        g.output_nusd += nusd(10)?;
+        g.cache_read_nusd += nusd(11)?;
+        g.cache_write_nusd += nusd(12)?;
+        g.total_nusd += nusd(13)?;
         g.duration_ms += n(14)?;
         let at: i64 = r.get(15)?;
-        self.first_at_ms = Some(self.first_at_ms.map_or(at, |f| f.min(at)));
-        self.last_at_ms = Some(self.last_at_ms.map_or(at, |l| l.max(at)));
-        for (set, column) in [(&mut self.messages, 16), (&mut self.sessions, 17)] {
-            if let Some(id) = r.get_ref(column)?.as_str_or_null()? {
-                if !set.contains(id) {
-                    set.insert(id.to_string());
+        self.span(at, at);
+        if self.count_ids {
+            for (set, column) in [(&mut self.messages, 16), (&mut self.sessions, 17)] {
+                if let Some(id) = r.get_ref(column)?.as_str_or_null()? {
+                    if !set.contains(id) {
+                        set.insert(id.to_string());
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    fn finish(self) -> (Vec<GroupSums>, Distinct) {
+    /// Adds one rollup bucket (`agent, provider, model, cost_known` and then
+    /// the rollup's summed columns, in the schema's order).
+    pub(crate) fn add_bucket(&mut self, r: &rusqlite::Row<'_>) -> rusqlite::Result<()> {
+        let n = |i: usize| -> rusqlite::Result<u64> { Ok(r.get::<_, i64>(i)?.max(0) as u64) };
+        let nusd = |i: usize| -> rusqlite::Result<i128> { Ok(i128::from(r.get::<_, i64>(i)?)) };
+        let g = self.group(r)?;
+        g.requests += n(4)?;
+        g.input_tokens += n(5)?;
+        g.output_tokens += n(6)?;
+        g.max_output_tokens = g.max_output_tokens.max(n(7)?);
+        g.cache_read_tokens += n(8)?;
+        g.cache_write_tokens += n(9)?;
+        g.reasoning_tokens += n(10)?;
+        g.input_nusd += nusd(11)?;
+        g.output_nusd += nusd(12)?;
+        g.cache_read_nusd += nusd(13)?;
+        g.cache_write_nusd += nusd(14)?;
+        g.total_nusd += nusd(15)?;
+        g.duration_ms += n(16)?;
+        let (first, last): (i64, i64) = (r.get(17)?, r.get(18)?);
+        self.span(first, last);
+        Ok(())
+    }
+
+    /// The groups, and the distinct figures counted from rows (the ids are
+    /// 0 when `count_ids` was off; the caller fills them in).
+    pub(crate) fn finish(self) -> (Vec<GroupSums>, Distinct) {
         let distinct = Distinct {
             messages: self.messages.len() as u64,
             sessions: self.sessions.len() as u64,
@@ -266,6 +354,11 @@ impl Accumulator {
         };
         (self.groups, distinct)
     }
+}
+
+/// Nano-dollars as dollars.
+pub(crate) fn usd(nanos: i128) -> f64 {
+    nanos as f64 / 1e9
 }
 
 /// Builds the report from per-group sums: totals, the three breakdowns
@@ -280,9 +373,12 @@ pub(crate) fn assemble(groups: &[GroupSums], distinct: Distinct) -> UsageReport 
         ..Totals::default()
     };
     let mut types = CostTypes::default();
-    let mut agents: HashMap<&str, Breakdown> = HashMap::new();
-    let mut models: HashMap<&str, Breakdown> = HashMap::new();
-    let mut providers: HashMap<&str, Breakdown> = HashMap::new();
+    // Money is added up in nano-dollars and turned into dollars once.
+    let mut cost: i128 = 0;
+    let mut parts: [i128; 4] = [0; 4];
+    let mut agents: HashMap<&str, (Breakdown, i128)> = HashMap::new();
+    let mut models: HashMap<&str, (Breakdown, i128)> = HashMap::new();
+    let mut providers: HashMap<&str, (Breakdown, i128)> = HashMap::new();
     for g in groups {
         totals.requests += g.requests;
         totals.input_tokens += g.input_tokens;
@@ -292,11 +388,11 @@ pub(crate) fn assemble(groups: &[GroupSums], distinct: Distinct) -> UsageReport 
         totals.reasoning_tokens += g.reasoning_tokens;
         totals.duration_ms += g.duration_ms;
         if g.cost_known {
-            totals.cost_usd += g.total_usd;
-            types.input_usd += g.input_usd;
-            types.output_usd += g.output_usd;
-            types.cache_read_usd += g.cache_read_usd;
-            types.cache_write_usd += g.cache_write_usd;
+            cost += g.total_nusd;
+            parts[0] += g.input_nusd;
+            parts[1] += g.output_nusd;
+            parts[2] += g.cache_read_nusd;
+            parts[3] += g.cache_write_nusd;
         } else {
             totals.unknown_cost_requests += g.requests;
             totals.unknown_cost_input_tokens += g.input_tokens;
@@ -309,21 +405,29 @@ pub(crate) fn assemble(groups: &[GroupSums], distinct: Distinct) -> UsageReport 
             (&mut models, g.model.as_str()),
             (&mut providers, g.provider.as_str()),
         ] {
-            let b = map.entry(key).or_insert_with(|| Breakdown {
-                key: key.to_string(),
-                ..Breakdown::default()
+            let (b, nusd) = map.entry(key).or_insert_with(|| {
+                let b = Breakdown {
+                    key: key.to_string(),
+                    ..Breakdown::default()
+                };
+                (b, 0)
             });
             b.requests += g.requests;
             b.input_tokens += g.input_tokens;
             b.output_tokens += g.output_tokens;
             b.max_output_tokens = b.max_output_tokens.max(g.max_output_tokens);
             if g.cost_known {
-                b.cost_usd += g.total_usd;
+                *nusd += g.total_nusd;
             } else {
                 b.unknown_cost_requests += g.requests;
             }
         }
     }
+    totals.cost_usd = usd(cost);
+    types.input_usd = usd(parts[0]);
+    types.output_usd = usd(parts[1]);
+    types.cache_read_usd = usd(parts[2]);
+    types.cache_write_usd = usd(parts[3]);
     let total = totals.cost_usd;
     types.input_percent = percent(types.input_usd, total);
     types.output_percent = percent(types.output_usd, total);
@@ -347,10 +451,11 @@ pub(crate) fn percent(part: f64, whole: f64) -> f64 {
     }
 }
 
-fn ranked(map: HashMap<&str, Breakdown>, total: f64) -> Vec<Breakdown> {
+fn ranked(map: HashMap<&str, (Breakdown, i128)>, total: f64) -> Vec<Breakdown> {
     let mut rows: Vec<Breakdown> = map
         .into_values()
-        .map(|mut b| {
+        .map(|(mut b, nusd)| {
+            b.cost_usd = usd(nusd);
             b.percent = percent(b.cost_usd, total);
             b
         })
@@ -377,9 +482,9 @@ mod tests {
             requests,
             input_tokens: 100 * requests,
             output_tokens: 10 * requests,
-            input_usd: usd * 0.25,
-            output_usd: usd * 0.75,
-            total_usd: usd,
+            input_nusd: (usd * 0.25e9) as i128,
+            output_nusd: (usd * 0.75e9) as i128,
+            total_nusd: (usd * 1e9) as i128,
             ..GroupSums::default()
         }
     }

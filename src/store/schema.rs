@@ -112,8 +112,348 @@ ALTER TABLE messages ADD COLUMN covers_to INTEGER CHECK (
 CREATE INDEX messages_compactions ON messages (session_id, seq) WHERE kind = 'compaction';
 ";
 
+/// The rollup's bucket of a time in ms: `floor(t / len)` for any sign of
+/// `t` (SQLite's `/` and `%` truncate toward zero). `hour!` and `day!` name
+/// the two lengths. Shared by the trigger, the backfill and the readers.
+macro_rules! bucket {
+    ($t:literal, $len:literal) => {
+        concat!("((", $t, " - ((", $t, " % ", $len, ") + ", $len, ") % ", $len, ") / ", $len, ")")
+    };
+}
+macro_rules! hour {
+    ($t:literal) => {
+        bucket!($t, "3600000")
+    };
+}
+macro_rules! quarter {
+    ($t:literal) => {
+        bucket!($t, "900000")
+    };
+}
+macro_rules! day {
+    ($t:literal) => {
+        bucket!($t, "86400000")
+    };
+}
+
+/// One USD column of a usage row as whole nano-dollars, the unit every
+/// report sums in: integer sums are exact in any order, so a report read
+/// from the rollup equals, to the last bit, the same report summed from the
+/// rows. A call is capped at $1,000,000 either way (keeps the sums in range;
+/// no real call comes near it).
+macro_rules! nusd {
+    ($c:literal) => {
+        concat!("CAST(round(max(min(", $c, ", 1e6), -1e6) * 1e9) AS INTEGER)")
+    };
+}
+pub(crate) use nusd;
+
+/// The columns a rollup bucket sums, after its key columns; the rollup
+/// tables list them in this order.
+macro_rules! rollup_columns {
+    () => {
+        "requests, input_tokens, output_tokens, max_output_tokens, cache_read_tokens, cache_write_tokens,
+         reasoning_tokens, input_nusd, output_nusd, cache_read_nusd, cache_write_nusd, total_nusd, duration_ms,
+         first_at_ms, last_at_ms"
+    };
+}
+
+/// A rollup table's definition, keyed by `$bucket` (hour or day number).
+macro_rules! rollup_table {
+    ($name:literal, $bucket:literal) => {
+        concat!(
+            "CREATE TABLE ",
+            $name,
+            " (
+    ",
+            $bucket,
+            "               INTEGER NOT NULL,
+    agent              TEXT NOT NULL,
+    provider           TEXT NOT NULL,
+    model              TEXT NOT NULL,
+    cost_known         INTEGER NOT NULL,
+    requests           INTEGER NOT NULL,
+    input_tokens       INTEGER NOT NULL,
+    output_tokens      INTEGER NOT NULL,
+    max_output_tokens  INTEGER NOT NULL,
+    cache_read_tokens  INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    reasoning_tokens   INTEGER NOT NULL,
+    input_nusd         INTEGER NOT NULL,
+    output_nusd        INTEGER NOT NULL,
+    cache_read_nusd    INTEGER NOT NULL,
+    cache_write_nusd   INTEGER NOT NULL,
+    total_nusd         INTEGER NOT NULL,
+    duration_ms        INTEGER NOT NULL,
+    first_at_ms        INTEGER NOT NULL,
+    last_at_ms         INTEGER NOT NULL,
+    PRIMARY KEY (",
+            $bucket,
+            ", agent, provider, model, cost_known)
+) STRICT, WITHOUT ROWID;
+"
+        )
+    };
+}
+
+/// The trigger statement that adds the new usage row to one rollup table.
+macro_rules! rollup_add {
+    ($name:literal, $bucket:literal, $len:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $name,
+            " (",
+            $bucket,
+            ", agent, provider, model, cost_known, ",
+            rollup_columns!(),
+            ")
+    VALUES (",
+            bucket!("NEW.created_at_ms", $len),
+            ", NEW.agent, NEW.provider, NEW.model, NEW.cost_known, 1,
+            max(NEW.input_tokens, 0), max(NEW.output_tokens, 0), max(NEW.output_tokens, 0),
+            max(NEW.cache_read_tokens, 0), max(NEW.cache_write_tokens, 0), max(NEW.reasoning_tokens, 0), ",
+            nusd!("NEW.input_usd"),
+            ", ",
+            nusd!("NEW.output_usd"),
+            ", ",
+            nusd!("NEW.cache_read_usd"),
+            ", ",
+            nusd!("NEW.cache_write_usd"),
+            ", ",
+            nusd!("NEW.total_usd"),
+            ", max(NEW.duration_ms, 0), NEW.created_at_ms, NEW.created_at_ms)
+    ON CONFLICT DO UPDATE SET
+        requests = requests + 1,
+        input_tokens = input_tokens + excluded.input_tokens,
+        output_tokens = output_tokens + excluded.output_tokens,
+        max_output_tokens = max(max_output_tokens, excluded.max_output_tokens),
+        cache_read_tokens = cache_read_tokens + excluded.cache_read_tokens,
+        cache_write_tokens = cache_write_tokens + excluded.cache_write_tokens,
+        reasoning_tokens = reasoning_tokens + excluded.reasoning_tokens,
+        input_nusd = input_nusd + excluded.input_nusd,
+        output_nusd = output_nusd + excluded.output_nusd,
+        cache_read_nusd = cache_read_nusd + excluded.cache_read_nusd,
+        cache_write_nusd = cache_write_nusd + excluded.cache_write_nusd,
+        total_nusd = total_nusd + excluded.total_nusd,
+        duration_ms = duration_ms + excluded.duration_ms,
+        first_at_ms = min(first_at_ms, excluded.first_at_ms),
+        last_at_ms = max(last_at_ms, excluded.last_at_ms);
+"
+        )
+    };
+}
+
+/// The keys the new usage row counts under in `usage_ids`: its message and
+/// its session (when set), each under the four filter shapes.
+macro_rules! new_row_keys {
+    () => {
+        "(SELECT i.kind AS kind, s.shape AS shape,
+                CASE WHEN s.shape IN (1, 3) THEN NEW.provider ELSE '' END AS provider,
+                CASE WHEN s.shape IN (2, 3) THEN NEW.model ELSE '' END AS model,
+                i.id AS id
+         FROM (SELECT 0 AS kind, NEW.message_id AS id UNION ALL SELECT 1, NEW.session_id) AS i,
+              (SELECT 0 AS shape UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) AS s
+         WHERE i.id IS NOT NULL)"
+    };
+}
+
+/// One backfill statement of `usage_ids` for one kind and shape.
+macro_rules! ids_backfill {
+    ($kind:literal, $id:literal, $shape:literal, $provider:literal, $model:literal, $group:literal) => {
+        concat!(
+            "INSERT INTO usage_ids (kind, shape, provider, model, id, last_ms)
+SELECT ",
+            $kind,
+            ", ",
+            $shape,
+            ", ",
+            $provider,
+            ", ",
+            $model,
+            ", ",
+            $id,
+            ", max(created_at_ms) FROM usage WHERE ",
+            $id,
+            " IS NOT NULL GROUP BY ",
+            $group,
+            ";
+"
+        )
+    };
+}
+
+/// Version 3: the usage rollup, so a report over months reads hours and
+/// days instead of a million rows. The usage rows stay the source of truth;
+/// the rollup is derived from them, in the same statement that inserts each
+/// row (a trigger, so every writer, the store's own or any other, keeps it).
+///
+/// - `usage_hours` / `usage_days`: per UTC hour / UTC day and per
+///   `(agent, provider, model, cost_known)`, what the report sums (money in
+///   nano-dollars, see `nusd!`), the longest answer, and the first and last
+///   call. Hours let a report start at any local midnight (the rows of a
+///   partial hour at its start, e.g. at UTC+5:30, are read from `usage`);
+///   days keep months short.
+/// - `usage_quarters`: known cost and requests per quarter hour, for the
+///   daily chart: every UTC offset in use is a whole number of quarter
+///   hours, so a local day is whole quarters and the chart reads no rows.
+/// - `usage_ids`: for each message and session id (`kind` 0 / 1), and for
+///   each filter a report can have (`shape`: 0 none, 1 provider, 2 model,
+///   3 both, the unfiltered parts stored as ''), the last time a row with
+///   that id matching that filter was recorded. An id appears in a report
+///   from `t` onwards exactly when that time is `>= t`.
+/// - `usage_id_hours`: how many ids have their last time in each hour, so
+///   counting the distinct messages and sessions since `t` adds up hours
+///   (plus the ids of `t`'s partial hour, through `usage_ids_by_last`).
+/// - Usage rows are append-only (they are money spent); deleting or
+///   changing one is refused, since the rollup could not follow.
+const V3: &str = concat!(
+    rollup_table!("usage_hours", "hour"),
+    rollup_table!("usage_days", "day"),
+    "
+CREATE TABLE usage_ids (
+    kind     INTEGER NOT NULL CHECK (kind IN (0, 1)),
+    shape    INTEGER NOT NULL CHECK (shape BETWEEN 0 AND 3),
+    provider TEXT NOT NULL,
+    model    TEXT NOT NULL,
+    id       TEXT NOT NULL,
+    last_ms  INTEGER NOT NULL,
+    PRIMARY KEY (kind, shape, provider, model, id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX usage_ids_by_last ON usage_ids (kind, shape, provider, model, last_ms);
+CREATE TABLE usage_quarters (
+    quarter    INTEGER PRIMARY KEY NOT NULL,
+    known_nusd INTEGER NOT NULL,
+    requests   INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE usage_id_hours (
+    kind     INTEGER NOT NULL,
+    shape    INTEGER NOT NULL,
+    provider TEXT NOT NULL,
+    model    TEXT NOT NULL,
+    hour     INTEGER NOT NULL,
+    n        INTEGER NOT NULL,
+    PRIMARY KEY (kind, shape, provider, model, hour)
+) STRICT, WITHOUT ROWID;
+
+INSERT INTO usage_hours (hour, agent, provider, model, cost_known, ",
+    rollup_columns!(),
+    ")
+SELECT ",
+    hour!("created_at_ms"),
+    ", agent, provider, model, cost_known, count(*), sum(max(input_tokens, 0)), sum(max(output_tokens, 0)),
+    max(max(output_tokens, 0)), sum(max(cache_read_tokens, 0)), sum(max(cache_write_tokens, 0)),
+    sum(max(reasoning_tokens, 0)), sum(",
+    nusd!("input_usd"),
+    "), sum(",
+    nusd!("output_usd"),
+    "), sum(",
+    nusd!("cache_read_usd"),
+    "), sum(",
+    nusd!("cache_write_usd"),
+    "), sum(",
+    nusd!("total_usd"),
+    "), sum(max(duration_ms, 0)), min(created_at_ms), max(created_at_ms)
+FROM usage GROUP BY 1, 2, 3, 4, 5;
+INSERT INTO usage_days (day, agent, provider, model, cost_known, ",
+    rollup_columns!(),
+    ")
+SELECT ",
+    day!("first_at_ms"),
+    ", agent, provider, model, cost_known, sum(requests), sum(input_tokens), sum(output_tokens),
+    max(max_output_tokens), sum(cache_read_tokens), sum(cache_write_tokens), sum(reasoning_tokens),
+    sum(input_nusd), sum(output_nusd), sum(cache_read_nusd), sum(cache_write_nusd), sum(total_nusd),
+    sum(duration_ms), min(first_at_ms), max(last_at_ms)
+FROM usage_hours GROUP BY 1, 2, 3, 4, 5;
+INSERT INTO usage_quarters (quarter, known_nusd, requests)
+SELECT ",
+    quarter!("created_at_ms"),
+    ", sum(CASE WHEN cost_known THEN ",
+    nusd!("total_usd"),
+    " ELSE 0 END), count(*) FROM usage GROUP BY 1;
+",
+    ids_backfill!("0", "message_id", "0", "''", "''", "message_id"),
+    ids_backfill!("0", "message_id", "1", "provider", "''", "provider, message_id"),
+    ids_backfill!("0", "message_id", "2", "''", "model", "model, message_id"),
+    ids_backfill!(
+        "0",
+        "message_id",
+        "3",
+        "provider",
+        "model",
+        "provider, model, message_id"
+    ),
+    ids_backfill!("1", "session_id", "0", "''", "''", "session_id"),
+    ids_backfill!("1", "session_id", "1", "provider", "''", "provider, session_id"),
+    ids_backfill!("1", "session_id", "2", "''", "model", "model, session_id"),
+    ids_backfill!(
+        "1",
+        "session_id",
+        "3",
+        "provider",
+        "model",
+        "provider, model, session_id"
+    ),
+    "INSERT INTO usage_id_hours (kind, shape, provider, model, hour, n)
+SELECT kind, shape, provider, model, ",
+    hour!("last_ms"),
+    ", count(*) FROM usage_ids GROUP BY 1, 2, 3, 4, 5;
+
+CREATE TRIGGER usage_rollup AFTER INSERT ON usage BEGIN
+    ",
+    rollup_add!("usage_hours", "hour", "3600000"),
+    "    ",
+    rollup_add!("usage_days", "day", "86400000"),
+    "    INSERT INTO usage_quarters (quarter, known_nusd, requests)
+    VALUES (",
+    quarter!("NEW.created_at_ms"),
+    ", CASE WHEN NEW.cost_known THEN ",
+    nusd!("NEW.total_usd"),
+    " ELSE 0 END, 1)
+    ON CONFLICT DO UPDATE SET known_nusd = known_nusd + excluded.known_nusd, requests = requests + 1;
+",
+    "    UPDATE usage_id_hours SET n = n - 1
+    WHERE (kind, shape, provider, model, hour) IN (
+        SELECT l.kind, l.shape, l.provider, l.model, ",
+    hour!("l.last_ms"),
+    "
+        FROM usage_ids AS l JOIN ",
+    new_row_keys!(),
+    " AS k USING (kind, shape, provider, model, id)
+        WHERE l.last_ms < NEW.created_at_ms AND ",
+    hour!("l.last_ms"),
+    " <> ",
+    hour!("NEW.created_at_ms"),
+    ");
+    INSERT INTO usage_id_hours (kind, shape, provider, model, hour, n)
+    SELECT k.kind, k.shape, k.provider, k.model, ",
+    hour!("NEW.created_at_ms"),
+    ", 1
+    FROM ",
+    new_row_keys!(),
+    " AS k LEFT JOIN usage_ids AS l USING (kind, shape, provider, model, id)
+    WHERE l.last_ms IS NULL OR (l.last_ms < NEW.created_at_ms AND ",
+    hour!("l.last_ms"),
+    " <> ",
+    hour!("NEW.created_at_ms"),
+    ")
+    ON CONFLICT DO UPDATE SET n = n + 1;
+    INSERT INTO usage_ids (kind, shape, provider, model, id, last_ms)
+    SELECT k.kind, k.shape, k.provider, k.model, k.id, NEW.created_at_ms FROM ",
+    new_row_keys!(),
+    " AS k WHERE true
+    ON CONFLICT DO UPDATE SET last_ms = max(last_ms, excluded.last_ms);
+END;
+CREATE TRIGGER usage_rows_are_kept BEFORE DELETE ON usage BEGIN
+    SELECT RAISE(ABORT, 'usage rows are never deleted: they are money spent, and the usage rollup is built from them');
+END;
+CREATE TRIGGER usage_rows_are_final BEFORE UPDATE ON usage BEGIN
+    SELECT RAISE(ABORT, 'usage rows are never changed: they are money spent, and the usage rollup is built from them');
+END;
+"
+);
+
 /// Every migration step in order (see the module docs).
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Opens the connection that writes: WAL (readers never block the writer nor
 /// each other, across processes), `synchronous=NORMAL` (durable at every

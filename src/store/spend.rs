@@ -2,7 +2,9 @@
 //! budgets check before every request.
 //!
 //! Like reports, these filter on `usage.created_at_ms` and add up only rows
-//! with `cost_known`; both run on the `usage_by_time` and `usage_by_session`
+//! with `cost_known`. The chart reads the usage rollup (hours and days, see
+//! [`super::rollup`]) and sums nano-dollars like reports; the spend that
+//! budgets check runs on the `usage_by_time` and `usage_by_session`
 //! covering indexes without reading the table.
 
 use std::path::Path;
@@ -11,7 +13,9 @@ use rusqlite::{params, Connection};
 use serde::{Deserialize, Serialize};
 
 use super::error::{from_sqlite, StoreError};
-use super::reports::count;
+use super::reports::{count, usd};
+use super::rollup::window_cost;
+use super::schema::nusd;
 
 /// One local calendar day of [`crate::store::Store::daily_costs`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,44 +64,58 @@ pub(crate) fn day_label(days_since_epoch: i64) -> String {
         .unwrap_or_else(|| format!("day {days_since_epoch}"))
 }
 
+/// Where [`daily_costs`] reads its sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// The usage rollup: hours and days (what the UI uses).
+    Rollup,
+    /// The usage rows alone: what the rollup must equal, for tests and benches.
+    Rows,
+}
+
 pub(crate) fn daily_costs(
     conn: &Connection,
     path: &Path,
     from_ms: i64,
     days: u32,
     tz_offset_s: i32,
+    source: Source,
 ) -> Result<Vec<DayCost>, StoreError> {
     if days > MAX_DAYS {
         return Err(StoreError::InvalidInput {
             detail: format!("daily_costs for {days} days; at most {MAX_DAYS} are supported"),
         });
     }
+    let err = |e: rusqlite::Error| from_sqlite(path, "summing daily costs", &e);
     let (start_ms, first_day) = day_window(from_ms, tz_offset_s);
-    let mut out: Vec<DayCost> = (0..i64::from(days))
-        .map(|i| DayCost {
+    // One read transaction, so every day sees the same rows.
+    let tx = conn.unchecked_transaction().map_err(err)?;
+    let mut out = Vec::with_capacity(days as usize);
+    for i in 0..i64::from(days) {
+        let from = start_ms.saturating_add(i * DAY_MS);
+        let to = from.saturating_add(DAY_MS);
+        let (nusd, requests) = match source {
+            Source::Rollup => window_cost(&tx, from, to).map_err(err)?,
+            Source::Rows => {
+                // One range query per day over `usage_by_time`: each is an
+                // index range scan with no sort, where a single GROUP BY over
+                // the window would sort every row.
+                let (cost, requests): (Option<i64>, i64) = tx
+                    .prepare_cached(concat!(
+                        "SELECT sum(CASE WHEN cost_known THEN ",
+                        nusd!("total_usd"),
+                        " END), count(*) FROM usage WHERE created_at_ms >= ?1 AND created_at_ms < ?2"
+                    ))
+                    .and_then(|mut s| s.query_row(params![from, to], |r| Ok((r.get(0)?, r.get(1)?))))
+                    .map_err(err)?;
+                (i128::from(cost.unwrap_or(0)), count(requests))
+            }
+        };
+        out.push(DayCost {
             day: day_label(first_day + i),
-            cost_usd: 0.0,
-            requests: 0,
-        })
-        .collect();
-    // One range query per day over `usage_by_time`: each is an index range
-    // scan with no sort, where a single GROUP BY over the window would sort
-    // every row (measured 12 ms against 53 ms for 30 days of 11k rows each).
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT total(CASE WHEN cost_known THEN total_usd END), count(*)
-             FROM usage WHERE created_at_ms >= ?1 AND created_at_ms < ?2",
-        )
-        .map_err(|e| from_sqlite(path, "summing daily costs", &e))?;
-    for (i, slot) in out.iter_mut().enumerate() {
-        let from = start_ms.saturating_add(i as i64 * DAY_MS);
-        let (cost, requests): (f64, i64) = stmt
-            .query_row(params![from, from.saturating_add(DAY_MS)], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
-            .map_err(|e| from_sqlite(path, "summing daily costs", &e))?;
-        slot.cost_usd = cost;
-        slot.requests = count(requests);
+            cost_usd: usd(nusd),
+            requests,
+        });
     }
     Ok(out)
 }

@@ -467,6 +467,9 @@ fn role_text(row: &MessageRow) -> Result<String, JobError> {
     }
 }
 
+/// Inserts one usage row. The insert's trigger (`schema::V3`) adds it to the
+/// usage rollup in the same statement, so the row and its sums commit or
+/// fail together in this batch's transaction.
 fn record_usage(conn: &Connection, row: &UsageRow) -> Result<i64, JobError> {
     let tokens = [
         ("input_tokens", row.input_tokens),
