@@ -312,7 +312,8 @@ fn a_compaction_row_without_its_range_is_refused_by_the_schema() {
     assert!(bad.is_err(), "a plain message with a range was stored");
 }
 
-/// The version-1 layout of the tables the migration touches.
+/// The version-1 layout of the tables the migrations touch (sessions,
+/// messages, and usage, which version 3 rolls up), with one spent call.
 const V1_TABLES: &str = "
 CREATE TABLE sessions (
     id TEXT PRIMARY KEY NOT NULL, cwd TEXT NOT NULL, title TEXT, mode TEXT NOT NULL, model TEXT NOT NULL,
@@ -326,7 +327,19 @@ CREATE TABLE messages (
     meta TEXT NOT NULL DEFAULT '{}', created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL,
     UNIQUE (session_id, seq)
 ) STRICT;
-CREATE TABLE usage (id INTEGER PRIMARY KEY, session_id TEXT, total_usd REAL NOT NULL DEFAULT 0, cost_known INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE usage (
+    id INTEGER PRIMARY KEY, session_id TEXT, message_id TEXT, agent TEXT NOT NULL, provider TEXT NOT NULL,
+    model TEXT NOT NULL, input_tokens INTEGER NOT NULL DEFAULT 0, output_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0, cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    reasoning_tokens INTEGER NOT NULL DEFAULT 0, estimated INTEGER NOT NULL DEFAULT 0,
+    cost_known INTEGER NOT NULL, input_usd REAL NOT NULL DEFAULT 0, output_usd REAL NOT NULL DEFAULT 0,
+    cache_read_usd REAL NOT NULL DEFAULT 0, cache_write_usd REAL NOT NULL DEFAULT 0,
+    total_usd REAL NOT NULL DEFAULT 0, started_at_ms INTEGER NOT NULL, duration_ms INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL
+) STRICT;
+INSERT INTO usage (session_id, message_id, agent, provider, model, output_tokens, cost_known, total_usd,
+                   started_at_ms, duration_ms, created_at_ms)
+VALUES ('old', 'old-1', 'mia', 'p', 'm', 7, 1, 0.25, 0, 10, 1000);
 INSERT INTO sessions VALUES ('old', '/p', NULL, 'ask', 'm', 0, 0, '{}');
 INSERT INTO messages VALUES ('old-0', 'old', 0, 'user', '[{\"type\":\"text\",\"text\":\"before\"}]', 'complete', '{}', 0, 0);
 INSERT INTO messages VALUES ('old-1', 'old', 1, 'assistant', '[{\"type\":\"text\",\"text\":\"answer\"}]', 'complete', '{}', 0, 0);
