@@ -157,6 +157,7 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
         models: vec![],
         prompt_caching: false,
         api_version: None,
+        native_tools: true,
     }
 }
 

@@ -103,6 +103,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    {}); its compact JSON is cut into 3 pieces for streaming
                    (Ollama streams calls whole).
   tools2           two calls: read_file {"path":"a.txt"}, read_file {"path":"b.txt"}.
+  texttool NAME JSON  a model without native tools: the text "Calling NAME. "
+                   then <tool_call>{"name": NAME, "arguments": JSON}</tool_call>
+                   (the tag itself split across two tokens), finishing "stop".
   retry429 N [S]   attempts are counted per (format, exact user text); the
                    first N get 429 (OpenAI "retry-after: S" and
                    "retry-after-ms: S*1000"; Anthropic "retry-after: S";
@@ -420,6 +423,15 @@ def parse_scenario(text, seq, whole=None):
             obj = None
         if isinstance(obj, dict):
             return Plan("tool", calls=[(name, obj)], finish="tool")
+    if key == "texttool" and args:
+        # a model without native tools: the call written in the answer's text
+        _, name, *raw = text.split(None, 2)
+        try:
+            arguments = json.loads(raw[0]) if raw else {}
+        except ValueError:
+            arguments = raw[0]
+        block = "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+        return Plan("texttool", ["Calling ", name + ". ", block[:7], block[7:]])
     if key == "tools2" and not args:
         return Plan("tools2", calls=[("read_file", {"path": "a.txt"}),
                                      ("read_file", {"path": "b.txt"})], finish="tool")

@@ -102,6 +102,7 @@ fn providers(kind: ProviderKind, port: u16, max_retries: u32) -> Providers {
             models: vec!["m".into()],
             prompt_caching: false,
             api_version: None,
+            native_tools: true,
         },
     );
     Providers::new(config)
@@ -256,6 +257,7 @@ fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
         models: vec![],
         prompt_caching: false,
         api_version: None,
+        native_tools: true,
     };
     config.providers.insert("lit".into(), entry(Some(KEY), None));
     config

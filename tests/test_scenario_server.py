@@ -264,6 +264,16 @@ def test_azure_routes_need_an_api_version_and_redact_the_api_key(server):
     assert "az-secret" not in json.dumps(seen)
 
 
+def test_texttool_writes_the_call_in_the_answer_text(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+    body = dumps({"messages": [{"role": "user", "content": 'texttool shout {"word": "hi"}'}]})
+    conn.request("POST", "/v1/chat/completions", body=body, headers={"content-type": "application/json"})
+    answer = json.loads(conn.getresponse().read())
+    choice = answer["choices"][0]
+    assert choice["message"]["content"] == 'Calling shout. <tool_call>{"name": "shout", "arguments": {"word": "hi"}}</tool_call>'
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
+
+
 def test_long(server):
     c = Conn(server.port)
     c.chat("long 3000", usage=True)

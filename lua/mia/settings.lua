@@ -43,6 +43,9 @@ function M.core()
       prompt_caching = p.prompt_caching,
       api_version = p.api_version,
     }
+    if p.native_tools ~= nil then
+      entry.native_tools = p.native_tools
+    end
     if p.headers and next(p.headers) then
       entry.headers = p.headers
     end

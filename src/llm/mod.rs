@@ -18,6 +18,7 @@ pub mod http;
 pub mod message;
 pub mod ollama;
 pub mod openai;
+pub mod prompt_tools;
 pub mod providers;
 pub mod ratelimit;
 pub mod stream;
@@ -231,6 +232,16 @@ async fn attempt_once(
     timeouts: &providers::Timeouts,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
+    // A provider without a native tool field gets the tools in the prompt,
+    // and the calls written in the answer are read back out of its text.
+    let prompted;
+    let (req, mut extractor) = if provider.native_tools {
+        (req, None)
+    } else {
+        prompted = prompt_tools::into_prompt(req);
+        let extractor = prompt_tools::CallExtractor::new(&wire::unique_call_prefix());
+        (&prompted, Some(extractor))
+    };
     let wire = prepare(provider, model, req, stream);
     let client = providers.client(&provider.name)?;
     let timeouts = *timeouts;
@@ -239,7 +250,16 @@ async fn attempt_once(
     let mut acc = Accumulator::default();
     let max_event = providers.config.limits.max_event_bytes;
     if stream {
-        decode_stream(provider, response, &timeouts, max_event, &mut acc, emit).await?;
+        decode_stream(
+            provider,
+            response,
+            &timeouts,
+            max_event,
+            extractor.as_mut(),
+            &mut acc,
+            emit,
+        )
+        .await?;
     } else {
         let idle = Duration::from_millis(timeouts.stream_idle_ms.max(timeouts.request_ms));
         let body = match tokio::time::timeout(idle, read_body(provider, response, max_event)).await {
@@ -253,7 +273,15 @@ async fn attempt_once(
                 format!("{}: the response is not valid JSON ({e}).", provider.name),
             )
         })?;
-        let events = provider.kind.format().parse_response(&provider.name, &json)?;
+        let mut events = provider.kind.format().parse_response(&provider.name, &json)?;
+        if let Some(x) = extractor.as_mut() {
+            let mut read = Vec::new();
+            for e in events {
+                x.feed(e, &mut read);
+            }
+            x.flush(&mut read);
+            events = read;
+        }
         for e in events {
             acc.apply(&e);
             if let DecodeEvent::Delta(d) = e {
@@ -335,10 +363,12 @@ async fn decode_stream(
     response: reqwest::Response,
     timeouts: &providers::Timeouts,
     max_event_bytes: usize,
+    mut extractor: Option<&mut prompt_tools::CallExtractor>,
     acc: &mut Accumulator,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<(), LlmError> {
     let mut decoder = provider.kind.format().decoder(provider);
+    let mut read = Vec::new();
     // No content type at all is read as SSE (what every provider sends);
     // one that names another format is refused, never guessed at.
     let content_type = match response.headers().get(reqwest::header::CONTENT_TYPE) {
@@ -388,7 +418,23 @@ async fn decode_stream(
         };
         for event in sse_events.drain(..) {
             decoder.decode(&event, &mut decoded)?;
+            if let Some(x) = extractor.as_deref_mut() {
+                for d in decoded.drain(..) {
+                    x.feed(d, &mut read);
+                }
+                decoded.append(&mut read);
+            }
             for d in decoded.drain(..) {
+                acc.apply(&d);
+                if let DecodeEvent::Delta(delta) = d {
+                    emit(delta);
+                }
+            }
+        }
+        // An answer cut off mid-tag keeps what it wrote as text.
+        if let (true, Some(x)) = (ended || overflow.is_some(), extractor.as_deref_mut()) {
+            x.flush(&mut read);
+            for d in read.drain(..) {
                 acc.apply(&d);
                 if let DecodeEvent::Delta(delta) = d {
                     emit(delta);

@@ -95,6 +95,14 @@ pub struct ProviderConfig {
     /// Azure OpenAI only: the `api-version` query parameter.
     #[serde(default)]
     pub api_version: Option<String>,
+    /// `false` for a server or model that refuses the `tools` field: tools
+    /// then travel in the system prompt ([`super::prompt_tools`]).
+    #[serde(default = "yes")]
+    pub native_tools: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// How failed requests are retried: exponential backoff with jitter, or the
@@ -301,6 +309,7 @@ pub struct ResolvedProvider {
     pub prompt_caching: bool,
     pub models: Vec<String>,
     pub api_version: Option<String>,
+    pub native_tools: bool,
 }
 
 /// `<redacted>` for a set secret, for `Debug` output.
@@ -319,6 +328,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("models", &self.models)
             .field("prompt_caching", &self.prompt_caching)
             .field("api_version", &self.api_version)
+            .field("native_tools", &self.native_tools)
             .finish()
     }
 }
@@ -335,6 +345,7 @@ impl std::fmt::Debug for ResolvedProvider {
             .field("prompt_caching", &self.prompt_caching)
             .field("models", &self.models)
             .field("api_version", &self.api_version)
+            .field("native_tools", &self.native_tools)
             .finish()
     }
 }
@@ -373,6 +384,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
                 models: Vec::new(),
                 prompt_caching: false,
                 api_version: None,
+                native_tools: true,
             };
             Some((b.name.to_string(), entry))
         })
@@ -484,6 +496,7 @@ impl Providers {
                 prompt_caching: cfg.prompt_caching,
                 models: cfg.models.clone(),
                 api_version: cfg.api_version.clone(),
+                native_tools: cfg.native_tools,
             },
             model_id.to_string(),
         ))
@@ -650,6 +663,7 @@ mod tests {
             models: vec![],
             prompt_caching: false,
             api_version: None,
+            native_tools: true,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();

@@ -358,11 +358,12 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
                 "models",
                 "prompt_caching",
                 "api_version",
+                "native_tools",
             ]
             .contains(&key.as_str())
             {
                 return Err(ConfigError(format!(
-                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching, api_version)"
+                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching, api_version, native_tools)"
                 )));
             }
         }
