@@ -95,6 +95,9 @@ pub struct CallExtractor {
     /// Text not yet passed on: a partial opening tag, or an open block.
     pending: String,
     inside: bool,
+    /// How much of an open block's `pending` is known to hold no closing
+    /// tag: each chunk is searched once, not the whole block again.
+    scanned: usize,
     calls: usize,
 }
 
@@ -105,6 +108,7 @@ impl CallExtractor {
             id_prefix: id_prefix.to_string(),
             pending: String::new(),
             inside: false,
+            scanned: 0,
             calls: 0,
         }
     }
@@ -132,6 +136,7 @@ impl CallExtractor {
     /// Passes on whatever is held back (an unclosed block as its text).
     pub fn flush(&mut self, out: &mut Vec<DecodeEvent>) {
         self.inside = false;
+        self.scanned = 0;
         if !self.pending.is_empty() {
             let text = std::mem::take(&mut self.pending);
             out.push(DecodeEvent::Delta(Delta::Text { text }));
@@ -142,7 +147,14 @@ impl CallExtractor {
         self.pending.push_str(text);
         loop {
             if self.inside {
-                let Some(end) = self.pending.find(CLOSE) else {
+                // Search only what arrived since the last look (with room
+                // for a tag split across chunks).
+                let mut from = self.scanned.saturating_sub(CLOSE.len() - 1).max(OPEN.len());
+                while !self.pending.is_char_boundary(from) {
+                    from -= 1;
+                }
+                let Some(end) = self.pending[from..].find(CLOSE).map(|i| from + i) else {
+                    self.scanned = self.pending.len();
                     if self.pending.len() > MAX_CALL_BYTES {
                         self.flush(out);
                     }
@@ -150,6 +162,7 @@ impl CallExtractor {
                 };
                 let block: String = self.pending.drain(..end + CLOSE.len()).collect();
                 self.inside = false;
+                self.scanned = 0;
                 let body = &block[OPEN.len()..block.len() - CLOSE.len()];
                 if !self.call(body, out) {
                     out.push(DecodeEvent::Delta(Delta::Text { text: block }));
@@ -163,6 +176,7 @@ impl CallExtractor {
                         out.push(DecodeEvent::Delta(Delta::Text { text: before }));
                     }
                     self.inside = true;
+                    self.scanned = 0;
                 }
                 None => {
                     // Hold back a tail that could still become "<tool_call>".
@@ -302,6 +316,19 @@ mod tests {
             vec![("c_0".into(), json!({})), ("c_1".into(), json!({ "k": 1 }))]
         );
         assert_eq!(text_of(&out), " and ");
+    }
+
+    #[test]
+    fn a_block_in_tiny_pieces_is_found_once_its_tag_closes() {
+        let mut x = CallExtractor::new("c_");
+        let mut out = Vec::new();
+        let arg = "é".repeat(2000);
+        let answer = format!("<tool_call>{{\"name\": \"n\", \"arguments\": {{\"a\": \"{arg}\"}}}}</tool_call>");
+        for ch in answer.chars() {
+            x.feed(DecodeEvent::Delta(Delta::Text { text: ch.to_string() }), &mut out);
+        }
+        assert!(x.scanned == 0 && x.pending.is_empty());
+        assert_eq!(calls_of(&out), vec![("c_0".to_string(), json!({ "a": arg }))]);
     }
 
     #[test]
