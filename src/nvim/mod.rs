@@ -730,7 +730,9 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
         // Leaving Neovim: the session summary's write gets a short bound to land.
         let note = EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let (Some(note), Ok(rt)) = (note, runtime::handle()) {
-            let _ = rt.block_on(tokio::time::timeout(EXIT_NOTE_WAIT, note));
+            // The timer is made inside the runtime: `timeout` built out here
+            // panics (no reactor on the editor's thread) and loses the note.
+            let _ = rt.block_on(async { tokio::time::timeout(EXIT_NOTE_WAIT, note).await });
         }
         crate::reaper::kill_all();
         runtime::shutdown(wait);

@@ -100,8 +100,16 @@ class Editor:
         return self.nvim.exec_lua(code, *args)
 
     def wait(self, condition: str, timeout_ms: int = 30000):
-        """Runs Neovim's own loop until the Lua expression is true (a guard, not a timing assertion)."""
-        ok = self.lua(f"return vim.wait({timeout_ms}, function() return {condition} end, 5)")
+        """Runs Neovim's own loop until the Lua expression is true (a guard, not a timing assertion).
+
+        Waits in short slices, returning to Neovim's main loop between them:
+        `vim.wait` runs events but never reads typed keys, so one long wait
+        right after `nvim_input` could hold the keys back until it ends."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        check = f"return vim.wait(50, function() return {condition} end, 5)"
+        ok = self.lua(check)
+        while not ok and time.monotonic() < deadline:
+            ok = self.lua(check)
         assert ok, f"timed out waiting for: {condition}\nchat:\n{self.chat_text()}\nmessages:\n{self.messages()}"
 
     def chat_text(self, footers: bool = False) -> str:

@@ -371,6 +371,7 @@ def test_leaving_neovim_logs_the_summary_and_the_next_start_shows_it_once(make, 
     quit(first)
     logged = open(log_file, encoding="utf-8").read()
     assert "mia: session “echo before quitting” ended: $0.0" in logged
+    assert "panicked" not in logged, logged
     second = make("second")
     second.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('last time, session', 1, true) ~= nil",
                 10000)
