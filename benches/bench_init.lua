@@ -7,7 +7,12 @@ local base_url = assert(vim.env.MIA_BENCH_BASE_URL)
 vim.o.laststatus = 2
 vim.o.shortmess = vim.o.shortmess .. "I"
 
-_G.bench = { t = {}, n = {}, done = false, t0 = 0 }
+_G.bench = { t = {}, n = {}, done = false, t0 = 0, notices = {} }
+-- Notices are kept, not echoed: a session summary's lines would stop the
+-- TUI at a hit-enter prompt between runs.
+vim.notify = function(msg)
+  bench.notices[#bench.notices + 1] = msg
+end
 local api = vim.api
 local uv = vim.uv or vim.loop
 
@@ -21,7 +26,7 @@ if not vim.env.MIA_BENCH_NO_MIA then
 end
 
 local function record(buf)
-  bench.t, bench.n, bench.done = {}, {}, false
+  bench.t, bench.n, bench.done, bench.buf = {}, {}, false, buf
   local total = 0
   api.nvim_buf_attach(buf, false, {
     on_bytes = function(_, _, _, _, _, _, _, _, _, _, _, new_end_byte)
@@ -35,14 +40,41 @@ local function record(buf)
   })
 end
 
---- mia's full path: :Mia prompt into the chat buffer.
-function bench.start_mia(prompt)
+--- mia's full path: :Mia prompt into the chat buffer (with the chat's
+--- regex syntax set to `syntax` when given, e.g. "markdown").
+function bench.start_mia(prompt, syntax)
   bench.detach = true
   require("mia.chat").clear()
   bench.detach = false
+  local chat = require("mia.chat").buffer()
+  local want = syntax or require("mia.config").get().chat.syntax
+  if vim.bo[chat].syntax ~= want then
+    vim.bo[chat].syntax = want
+  end
   bench.t0 = uv.hrtime()
   vim.cmd("Mia prompt " .. prompt)
-  record(require("mia.chat").buffer())
+  record(chat)
+end
+
+--- The first prompt after start, timed to its end (MiaAnswerEnd).
+function bench.first_turn()
+  local t0 = uv.hrtime()
+  vim.api.nvim_create_autocmd("User", {
+    pattern = "MiaAnswerEnd",
+    once = true,
+    callback = function()
+      bench.first_turn_ms = (uv.hrtime() - t0) / 1e6
+    end,
+  })
+  vim.cmd("Mia prompt echo first")
+end
+
+function bench.start_mia_md(prompt)
+  bench.start_mia(prompt, "markdown")
+end
+
+bench.mia_md_done = function()
+  return bench.mia_done()
 end
 
 function bench.mia_done()
@@ -118,6 +150,66 @@ function bench.curl_done()
   return bench.done
 end
 
+--- The times and byte counts of every change; `offset` is where the answer's
+--- first word starts (mia's chat writes the prompt and a header first).
 function bench.result()
-  return { t0 = bench.t0, t = bench.t, n = bench.n }
+  local offset = 0
+  if bench.buf and api.nvim_buf_is_valid(bench.buf) then
+    local text = table.concat(api.nvim_buf_get_lines(bench.buf, 0, -1, true), "\n")
+    offset = (text:find("w00000 ", 1, true) or 1) - 1
+  end
+  return { t0 = bench.t0, t = bench.t, n = bench.n, offset = offset }
+end
+
+--- Typing while a stream runs: a scratch buffer in its own window, in
+--- insert mode. Records when each typed change lands (on_bytes) and when
+--- each redraw ends (a decoration provider's on_end, just before the grid
+--- goes to the UI).
+local typing = { buf = nil, win = nil, keys = {}, redraws = {} }
+local typing_ns = api.nvim_create_namespace("bench_typing")
+api.nvim_set_decoration_provider(typing_ns, {
+  on_end = function()
+    if typing.on then
+      typing.redraws[#typing.redraws + 1] = uv.hrtime()
+    end
+  end,
+})
+
+--- Starts `client`'s stream of `prompt` (nil: none), then puts the cursor
+--- in the typing window (the caller types `i`, as a user would).
+function bench.typing_start(client, prompt)
+  if client ~= nil and client ~= vim.NIL then
+    bench["start_" .. client](prompt)
+  end
+  if not (typing.buf and api.nvim_buf_is_valid(typing.buf)) then
+    typing.buf = api.nvim_create_buf(false, true)
+    vim.cmd("topleft split")
+    typing.win = api.nvim_get_current_win()
+    api.nvim_win_set_buf(typing.win, typing.buf)
+    -- Keys that wait in typeahead are inserted together: one change
+    -- carries several, so each change records the bytes typed so far.
+    api.nvim_buf_attach(typing.buf, false, {
+      on_bytes = function(_, _, _, _, _, _, _, _, _, _, _, new_end_byte)
+        if typing.on then
+          typing.total = typing.total + new_end_byte
+          typing.keys[#typing.keys + 1] = uv.hrtime()
+          typing.counts[#typing.counts + 1] = typing.total
+        end
+      end,
+    })
+  end
+  api.nvim_buf_set_lines(typing.buf, 0, -1, false, { "" })
+  typing.keys, typing.counts, typing.redraws, typing.total, typing.on = {}, {}, {}, 0, true
+  api.nvim_set_current_win(typing.win)
+end
+
+function bench.typing_result()
+  typing.on = false
+  vim.cmd("stopinsert")
+  return {
+    keys = typing.keys,
+    counts = typing.counts,
+    redraws = typing.redraws,
+    text = api.nvim_buf_get_lines(typing.buf, 0, 1, true)[1],
+  }
 end

@@ -3,9 +3,10 @@
 by side in one run, in a real Neovim TUI (inside tmux) talking to the
 scenario server over loopback.
 
-For each scenario (a 5000-token burst, 1 kHz for 3 s, 50 Hz) and each client
-(mia's `:Mia prompt`; a curl subprocess with one scheduled Lua decode and
-buffer write per SSE line) it reports medians over --runs runs of:
+For each scenario (a 5000-token burst, 1 kHz for 1 s, 50 Hz for 4 s) and each
+client (mia's `:Mia prompt`; the same with Vim's full markdown syntax in the
+chat; a curl subprocess with one scheduled Lua decode and buffer write per SSE
+line into a markdown buffer) it reports medians over --runs runs of:
   - wall time from the command to the final text in the buffer,
   - CPU time of Neovim's main thread (from /proc/<pid>/task/<pid>/schedstat),
     and of the TUI client process,
@@ -13,8 +14,14 @@ buffer write per SSE line) it reports medians over --runs runs of:
     buffer (server and Neovim both read CLOCK_MONOTONIC), and the time from
     the command to the first text. In the burst the server writes tokens in
     batches and logs after each batch is flushed, so its per-token latency
-    can read below zero there; the paced scenarios write one token at a time.
-Then: idle CPU for 10 s with and without mia loaded, the time setup() adds
+    can read below zero there; the paced scenarios write one token at a time,
+  - the longest gap between two buffer changes while the text streams.
+Then typing: one key every 10 ms into another window (insert mode) while
+each client streams at 1 kHz, and with nothing streaming; the latency from
+the key's send (over RPC, as the TUI sends it) to the end of the redraw that
+shows it (a decoration provider's on_end), p50/p99/max over every key.
+Then: the first turn in a fresh Neovim (`:Mia prompt` to the answer's end),
+idle CPU for 10 s with and without mia loaded, the time setup() adds
 to startup, the .so size, and (with --build-time) a clean release build.
 
     .venv/bin/python benches/stream_bench.py [--runs 5] [--build-time] [--json out.json]
@@ -38,9 +45,15 @@ import pynvim
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = [
     ("5000-token burst", "long 5000", 5000),
-    ("1 kHz for 3 s", "slow 3000 1000", 3000),
-    ("50 Hz (200 tokens)", "slow 200 50", 200),
+    ("1 kHz for 1 s", "slow 1000 1000", 1000),
+    ("50 Hz for 4 s (200 tokens)", "slow 200 50", 200),
 ]
+# mia as configured (lean chat syntax), mia with Vim's full markdown syntax
+# in the chat, and the curl baseline (a markdown buffer, as plugins use).
+CLIENTS = ("mia", "mia_md", "curl")
+TYPING_PROMPT = "slow 1000 1000"
+TYPING_KEYS = 100
+TYPING_EVERY_S = 0.010
 TOKEN_BYTES = 7
 # The library is copied once at start, so edits and rebuilds during a run
 # neither trip the loader's staleness check nor change what is measured.
@@ -112,7 +125,14 @@ class Tui:
             if Path(self.sock).exists():
                 break
             time.sleep(0.01)
-        self.nvim = pynvim.attach("socket", path=self.sock)
+        for attempt in range(50):  # the socket file appears before Neovim accepts on it
+            try:
+                self.nvim = pynvim.attach("socket", path=self.sock)
+                break
+            except ConnectionRefusedError:
+                if attempt == 49:
+                    raise
+                time.sleep(0.02)
         self.pid = self.nvim.call("getpid")
         # The TUI client is the pane's process; the server (pid above) is its child.
         pane = subprocess.run(self.tmux + ["list-panes", "-F", "#{pane_pid}"], capture_output=True, text=True, check=True)
@@ -141,7 +161,9 @@ def run_stream(tui, server, client, prompt, n_tokens):
     main_ns = task_cpu_ns(tui.pid, tui.pid) - main0
     tui_ns = process_cpu_ns(tui.tui_pid) - tui0
     res = tui.lua("return bench.result()")
-    times, counts = res["t"], res["n"]
+    # Bytes of the answer itself: what was written before its first word
+    # (the chat's prompt and header) is not a token.
+    times, counts = res["t"], [c - res["offset"] for c in res["n"]]
     expected = n_tokens * TOKEN_BYTES
     if not counts or counts[-1] < expected:
         raise RuntimeError(f"{client} {prompt}: got {counts[-1] if counts else 0} of {expected} bytes")
@@ -157,16 +179,66 @@ def run_stream(tui, server, client, prompt, n_tokens):
         lat.append((times[j] - sent[i]) / 1e6)
     last = next(t for t, c in zip(times, counts) if c >= expected)
     lat.sort()
+    end = times.index(last)
+    gaps = [(times[k + 1] - times[k]) / 1e6 for k in range(end)]
     return {
         "wall_ms": (last - res["t0"]) / 1e6,
         "main_cpu_ms": main_ns / 1e6,
         "tui_cpu_ms": tui_ns / 1e6,
         "first_token_ms": lat_first(times, counts, sent),
-        "cmd_to_first_ms": (times[0] - res["t0"]) / 1e6,
+        "cmd_to_first_ms": (times[next(k for k, c in enumerate(counts) if c >= TOKEN_BYTES)] - res["t0"]) / 1e6,
         "p50_ms": lat[len(lat) // 2],
         "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
         "buffer_changes": len(times),
+        "max_gap_ms": max(gaps) if gaps else 0.0,
     }
+
+
+def run_typing(tui, server, client):
+    """Types one key every 10 ms into another window while `client` streams
+    at 1 kHz (client None: nothing streams). Returns each key's latency
+    from its send to the end of the first redraw after it landed."""
+    tui.lua("bench.typing_start(...)", client, TYPING_PROMPT if client else None)
+    tui.nvim.input("i")
+    while tui.nvim.api.get_mode()["mode"] != "i":
+        time.sleep(0.005)
+    sends = []
+    next_at = time.monotonic()
+    for _ in range(TYPING_KEYS):
+        next_at += TYPING_EVERY_S
+        sends.append(time.monotonic_ns())
+        tui.nvim.input("x")
+        pause = next_at - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+    if client:
+        deadline = time.monotonic() + 120
+        while not tui.lua("return bench.%s_done()" % client):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{client}: no end after 120 s")
+            time.sleep(0.05)
+    time.sleep(0.2)
+    res = tui.lua("return bench.typing_result()")
+    changes, counts, redraws = res["keys"], res["counts"], res["redraws"]
+    if res["text"] != "x" * len(sends) or counts[-1] != len(sends):
+        raise RuntimeError(f"typing: {res['text']!r} for {len(sends)} keys")
+    out = []
+    j = k = 0
+    for i, send in enumerate(sends):
+        while counts[k] < i + 1:  # the change that carried key i
+            k += 1
+        landed = changes[k]
+        while j < len(redraws) and redraws[j] < landed:
+            j += 1
+        if j == len(redraws):
+            raise RuntimeError("typing: a key landed with no redraw after it")
+        out.append((redraws[j] - send) / 1e6)
+    return out
+
+
+def percentile(values, p):
+    v = sorted(values)
+    return v[min(len(v) - 1, int(len(v) * p))]
 
 
 def lat_first(times, counts, sent):
@@ -176,6 +248,25 @@ def lat_first(times, counts, sent):
 
 def median_of(runs):
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def first_turns(tmp, base_url, runs):
+    """A fresh Neovim each time: from the first `:Mia prompt` to the answer's
+    end (library load, runtime start, store open and the first request)."""
+    out = []
+    for _ in range(runs):
+        tui = Tui(tmp, base_url)
+        try:
+            tui.lua("bench.first_turn()")
+            deadline = time.monotonic() + 30
+            while (ms := tui.lua("return bench.first_turn_ms")) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("first turn: no end after 30 s")
+                time.sleep(0.02)
+            out.append(ms)
+        finally:
+            tui.close()
+    return statistics.median(out)
 
 
 def idle_cpu(tmp, base_url, with_mia, seconds=10):
@@ -256,14 +347,24 @@ def main():
                 while not tui.lua("return bench.curl_done()"):
                     time.sleep(0.05)
                 for label, prompt, n in SCENARIOS:
-                    per = {"mia": [], "curl": []}
+                    per = {c: [] for c in CLIENTS}
                     for _ in range(args.runs):
-                        for client in ("mia", "curl"):  # interleaved: drift hits both alike
+                        for client in CLIENTS:  # interleaved: drift hits all alike
                             per[client].append(run_stream(tui, server, client, prompt, n))
                     results["streams"][label] = {c: median_of(r) for c, r in per.items()}
                     print(f"{label}: done", file=sys.stderr)
+                typing = {c or "nothing streaming": [] for c in (None, *CLIENTS)}
+                for _ in range(args.runs):
+                    for client in (None, *CLIENTS):
+                        typing[client or "nothing streaming"] += run_typing(tui, server, client)
+                results["typing"] = {
+                    c: {"keys": len(v), "p50_ms": percentile(v, 0.5), "p99_ms": percentile(v, 0.99), "max_ms": max(v)}
+                    for c, v in typing.items()
+                }
+                print("typing: done", file=sys.stderr)
             finally:
                 tui.close()
+            results["first_turn_ms"] = first_turns(tmp, server.base_url, args.runs)
             results["idle_10s"] = {
                 "with mia": idle_cpu(tmp, server.base_url, True),
                 "without mia": idle_cpu(tmp, server.base_url, False),
@@ -283,14 +384,23 @@ def main():
 
 def report(r, runs):
     print(f"## Streaming (medians of {runs} runs; Neovim TUI in tmux; ms)\n")
-    print("| scenario | client | wall | main-thread CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| scenario | client | wall | main-thread CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes | longest gap |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, per in r["streams"].items():
         for client, m in per.items():
             print(f"| {label} | {client} | {m['wall_ms']:.1f} | {m['main_cpu_ms']:.1f} | {m['tui_cpu_ms']:.1f} | "
-                  f"{m['cmd_to_first_ms']:.2f} | {m['first_token_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['buffer_changes']:.0f} |")
+                  f"{m['cmd_to_first_ms']:.2f} | {m['first_token_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | "
+                  f"{m['buffer_changes']:.0f} | {m['max_gap_ms']:.1f} |")
         ratio = per["curl"]["main_cpu_ms"] / max(per["mia"]["main_cpu_ms"], 1e-9)
-        print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | |")
+        print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | | |")
+    print(f"\n## Typing one key every {TYPING_EVERY_S * 1000:.0f} ms in another window during a 1 kHz stream "
+          "(send → end of the redraw showing it; ms)\n")
+    print("| while | keys | p50 | p99 | max |")
+    print("|---|---|---|---|---|")
+    for c, m in r["typing"].items():
+        print(f"| {c} | {m['keys']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['max_ms']:.2f} |")
+    print(f"\nFirst turn after start (fresh Neovim, `:Mia prompt` to the answer's end, median): "
+          f"{r['first_turn_ms']:.1f} ms")
     print("\n## Idle for 10 s (CPU ms)\n")
     for k, v in r["idle_10s"].items():
         print(f"- {k}: main thread {v['main_ms']:.2f}, whole server process {v['process_ms']:.2f}, TUI {v['tui_ms']:.2f}")

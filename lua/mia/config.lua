@@ -64,6 +64,8 @@
 --- @field size? integer Width (or height) of the split; 0 lets Neovim halve the window (default 0).
 --- @field synmaxcol? integer Syntax highlighting stops at this column of a line (default 1000): regex
 --- markdown syntax over a very long streamed line costs milliseconds on every redraw.
+--- @field syntax? string The chat buffer's regex syntax (default "mia_chat", a lean markdown; "markdown" is
+--- Vim's full one, "" none). Treesitter highlighting started for markdown is left alone.
 
 --- @class mia.ReviewKeys Keys of the review (a string, or false for none)
 --- @field next_hunk? string|false Next pending hunk (default "]h"; also in the diff float)
@@ -150,7 +152,7 @@ local function defaults()
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
     system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
-    chat = { position = "right", size = 0, synmaxcol = 1000 },
+    chat = { position = "right", size = 0, synmaxcol = 1000, syntax = "mia_chat" },
     permissions = { rules = {} },
     mode = M._names().default_mode,
     review = "diff",
@@ -531,6 +533,10 @@ local function validate(opts)
   end
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
     fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)
+  end
+  local syntax = opts.chat and opts.chat.syntax
+  if syntax ~= nil and (type(syntax) ~= "string" or not syntax:match("^[%w_.]*$")) then
+    fail("chat.syntax", 'must be a syntax name such as "mia_chat", "markdown" or ""', syntax)
   end
 end
 

@@ -178,3 +178,51 @@ def test_range_prompt_includes_the_selected_lines(editor):
     editor.wait("require('mia.chat').state() == 'done'")
     prompt = "echo Explain this\n\n```lua\nlocal x = 1\nreturn x\n```"
     assert editor.chat_text() == transcript(prompt, prompt)
+
+
+def syntax_names(ed, line_text, *words):
+    """The syntax item under the first letter of each of `words` on the chat line `line_text`."""
+    return ed.lua("""
+        local line_text, words = ...
+        local buf = require('mia.chat').buffer()
+        return vim.api.nvim_buf_call(buf, function()
+          local lines = vim.api.nvim_buf_get_lines(buf, 0, -1, false)
+          for lnum, l in ipairs(lines) do
+            if l == line_text then
+              local out = {}
+              for _, w in ipairs(words) do
+                local col = l:find(w, 1, true)
+                out[#out + 1] = vim.fn.synIDattr(vim.fn.synID(lnum, col, 0), 'name')
+              end
+              return out
+            end
+          end
+          return 'no line ' .. line_text
+        end)
+    """, line_text, list(words))
+
+
+def test_the_chat_is_highlighted_with_the_lean_markdown_syntax(editor):
+    text = "echo see **bold** and `x = 1` here"
+    editor.nvim.command("Mia prompt " + text)
+    editor.wait("require('mia.chat').state() == 'done'")
+    buf = "require('mia.chat').buffer()"
+    assert editor.lua(f"return {{ vim.bo[{buf}].filetype, vim.bo[{buf}].syntax }}") == ["markdown", "mia_chat"]
+    assert syntax_names(editor, "## You", "You") == ["miaChatHeading"]
+    assert syntax_names(editor, text, "bold", "x = 1", "here") == ["miaChatBold", "miaChatCode", ""]
+
+
+def test_chat_syntax_markdown_keeps_vims_full_markdown_syntax(editor_factory, server):
+    ed = editor_factory(setup=scenario_setup(server, chat={"syntax": "markdown"}))
+    text = "echo see **bold** here"
+    ed.nvim.command("Mia prompt " + text)
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert ed.lua("return vim.bo[require('mia.chat').buffer()].syntax") == "markdown"
+    assert syntax_names(ed, "## You", "You")[0].startswith("markdownH")
+    assert syntax_names(ed, text, "bold") == ["markdownBold"]
+
+
+def test_a_chat_syntax_that_is_not_a_syntax_name_is_refused_at_setup(editor_factory, server):
+    ed = editor_factory()
+    with pytest.raises(NvimError, match=r"`chat.syntax` must be a syntax name"):
+        ed.lua("require('mia').setup(...)", scenario_setup(server, chat={"syntax": "x | !rm"}))

@@ -17,8 +17,27 @@ local function create_buffer(on_stop)
   vim.bo[b].swapfile = false
   -- A streamed answer is not an edit to undo, and undo history grows with every change.
   vim.bo[b].undolevels = -1
-  vim.bo[b].filetype = "markdown"
-  vim.bo[b].synmaxcol = require("mia.config").get().chat.synmaxcol
+  local chat = require("mia.config").get().chat
+  -- The lean chat syntax replaces Vim's regex markdown syntax (|mia-chat-syntax|):
+  -- FileType handlers (ftplugins, the user's) run, but markdown's syntax files
+  -- (html and all it includes) are not loaded only to be replaced.
+  local lean = chat.syntax ~= "markdown"
+  local ignored = vim.o.eventignore
+  if lean then
+    vim.o.eventignore = ignored == "" and "Syntax" or (ignored .. ",Syntax")
+  end
+  local ok, err = pcall(function()
+    vim.bo[b].filetype = "markdown"
+  end)
+  vim.o.eventignore = ignored
+  if not ok then
+    error(err, 0)
+  end
+  vim.bo[b].synmaxcol = chat.synmaxcol
+  -- Treesitter highlighting started by the user's FileType autocmd is left alone.
+  if lean and not (vim.treesitter.highlighter and vim.treesitter.highlighter.active[b]) then
+    vim.bo[b].syntax = chat.syntax
+  end
   vim.keymap.set("n", "<C-c>", on_stop, { buffer = b, desc = "mia: stop the answer" })
   return b
 end
