@@ -108,8 +108,8 @@ pub async fn run(
             ended.insert(call.id.clone(), ToolStatus::Cancelled);
             continue;
         }
-        let tool = match deps.registry.get(&call.name) {
-            Ok(t) => t,
+        let (tool, compiled) = match deps.registry.get_checked(&call.name) {
+            Ok(found) => found,
             Err(e) => {
                 results.insert(
                     call.id.clone(),
@@ -118,7 +118,7 @@ pub async fn run(
                 continue;
             }
         };
-        if let Err(problem) = crate::tools::schema::validate(&call.name, &tool.parameters(), &call.arguments) {
+        if let Err(problem) = crate::tools::schema::check(&call.name, &compiled, &call.arguments) {
             results.insert(call.id.clone(), ToolOutput::from(problem));
             continue;
         }

@@ -57,8 +57,8 @@ pub struct DirectEnv {
 /// the tool's schema come back as a tool error (the tool does not run), as
 /// the model would see them; an unknown tool is an error.
 pub async fn run_direct(env: DirectEnv, run: DirectRun) -> Result<DirectOutput, ToolError> {
-    let tool = env.registry.get(&run.name)?;
-    if let Err(problem) = schema::validate(&run.name, &tool.parameters(), &run.args) {
+    let (tool, compiled) = env.registry.get_checked(&run.name)?;
+    if let Err(problem) = schema::check(&run.name, &compiled, &run.args) {
         return Ok(DirectOutput {
             output: ToolOutput::from(problem),
             elapsed_us: None,

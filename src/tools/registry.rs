@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::permissions::PermissionConfig;
+use super::schema::{self, Compiled};
 use super::{SharedTool, ToolEffect};
 
 /// Where a tool was registered from, in override order.
@@ -73,12 +74,21 @@ pub struct ToolNotFound {
     pub known: String,
 }
 
+/// A registered tool, where it came from, and its parameter schema compiled
+/// when it was registered (a call only checks its arguments against it).
+#[derive(Clone)]
+struct Entry {
+    tool: SharedTool,
+    source: ToolSource,
+    schema: Compiled,
+}
+
 pub struct Registry {
     /// The tool each name means now: the one from the latest source.
-    tools: RwLock<BTreeMap<String, (SharedTool, ToolSource)>>,
+    tools: RwLock<BTreeMap<String, Entry>>,
     /// The ones it hides, by name: when it goes, the latest of them comes
     /// back (a user's `read_file` unregistered brings the built-in back).
-    beneath: RwLock<BTreeMap<String, Vec<(SharedTool, ToolSource)>>>,
+    beneath: RwLock<BTreeMap<String, Vec<Entry>>>,
     /// Every change of what a name means, to whoever listens.
     changes: tokio::sync::broadcast::Sender<ToolChange>,
 }
@@ -126,29 +136,35 @@ impl Registry {
     /// Adds `tool` (in place of one from the same source). Returns false
     /// when a tool of that name from a later source stays in front: `tool`
     /// is then kept beneath it, and comes forward when that one goes.
+    /// Its parameter schema is compiled here, once.
     pub fn register(&self, tool: SharedTool, source: ToolSource) -> bool {
+        let entry = Entry {
+            schema: schema::compile(&tool.parameters()),
+            tool,
+            source,
+        };
         let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
         let mut beneath = self.beneath.write().unwrap_or_else(|p| p.into_inner());
-        let name = tool.name().to_string();
+        let name = entry.tool.name().to_string();
         let layers = beneath.entry(name.clone()).or_default();
-        layers.retain(|(_, s)| *s != source);
-        let front = match tools.get(&name) {
-            Some((_, existing)) if existing.rank() > source.rank() => {
-                layers.push((tool, source));
+        layers.retain(|e| e.source != source);
+        let front = match tools.get(&name).map(|e| e.source) {
+            Some(existing) if existing.rank() > source.rank() => {
+                layers.push(entry);
                 false
             }
-            Some((_, existing)) if *existing == source => {
-                tools.insert(name.clone(), (tool, source));
+            Some(existing) if existing == source => {
+                tools.insert(name.clone(), entry);
                 true
             }
             Some(_) => {
-                if let Some(old) = tools.insert(name.clone(), (tool, source)) {
+                if let Some(old) = tools.insert(name.clone(), entry) {
                     layers.push(old);
                 }
                 true
             }
             None => {
-                tools.insert(name.clone(), (tool, source));
+                tools.insert(name.clone(), entry);
                 true
             }
         };
@@ -168,18 +184,18 @@ impl Registry {
         let mut tools = self.tools.write().unwrap_or_else(|p| p.into_inner());
         let mut beneath = self.beneath.write().unwrap_or_else(|p| p.into_inner());
         let mut back = None;
-        let left = tools.get(name).is_some_and(|(_, s)| *s == source);
+        let left = tools.get(name).is_some_and(|e| e.source == source);
         if left {
             tools.remove(name);
             if let Some(layers) = beneath.get_mut(name) {
-                if let Some(i) = (0..layers.len()).max_by_key(|&i| layers[i].1.rank()) {
-                    let (tool, from) = layers.swap_remove(i);
-                    back = Some(from);
-                    tools.insert(name.to_string(), (tool, from));
+                if let Some(i) = (0..layers.len()).max_by_key(|&i| layers[i].source.rank()) {
+                    let entry = layers.swap_remove(i);
+                    back = Some(entry.source);
+                    tools.insert(name.to_string(), entry);
                 }
             }
         } else if let Some(layers) = beneath.get_mut(name) {
-            layers.retain(|(_, s)| *s != source);
+            layers.retain(|e| e.source != source);
         }
         if beneath.get(name).is_some_and(Vec::is_empty) {
             beneath.remove(name);
@@ -205,12 +221,12 @@ impl Registry {
         let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
         let mut out: Vec<ToolInfo> = tools
             .values()
-            .map(|(t, source)| ToolInfo {
-                name: t.name().to_string(),
-                description: t.description().to_string(),
-                parameters: t.parameters(),
-                source: *source,
-                effect: t.effect(),
+            .map(|e| ToolInfo {
+                name: e.tool.name().to_string(),
+                description: e.tool.description().to_string(),
+                parameters: e.tool.parameters(),
+                source: e.source,
+                effect: e.tool.effect(),
             })
             .collect();
         out.sort_by(|a, b| (a.source, &a.name).cmp(&(b.source, &b.name)));
@@ -218,11 +234,20 @@ impl Registry {
     }
 
     pub fn get(&self, name: &str) -> Result<SharedTool, ToolNotFound> {
+        self.get_checked(name).map(|(tool, _)| tool)
+    }
+
+    /// The tool `name` with its parameter schema compiled at registration,
+    /// for [`schema::check`]ing a call's arguments.
+    pub fn get_checked(&self, name: &str) -> Result<(SharedTool, Compiled), ToolNotFound> {
         let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
-        tools.get(name).map(|(t, _)| t.clone()).ok_or_else(|| ToolNotFound {
-            name: name.to_string(),
-            known: tools.keys().cloned().collect::<Vec<_>>().join(", "),
-        })
+        tools
+            .get(name)
+            .map(|e| (e.tool.clone(), e.schema.clone()))
+            .ok_or_else(|| ToolNotFound {
+                name: name.to_string(),
+                known: tools.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
     }
 
     /// The tools `mode` may be offered under `permissions`.
@@ -230,8 +255,8 @@ impl Registry {
         let tools = self.tools.read().unwrap_or_else(|p| p.into_inner());
         tools
             .values()
-            .filter(|(t, _)| permissions.offered(mode, t.name(), t.effect()))
-            .map(|(t, _)| t.clone())
+            .filter(|e| permissions.offered(mode, e.tool.name(), e.tool.effect()))
+            .map(|e| e.tool.clone())
             .collect()
     }
 }
@@ -331,5 +356,77 @@ mod tests {
         };
         assert_eq!(names("architect"), vec!["read"]);
         assert_eq!(names("ask"), vec!["read", "write"]);
+    }
+
+    /// A tool whose schema is whatever it was registered with.
+    struct Shaped(Value);
+    impl Tool for Shaped {
+        fn name(&self) -> &str {
+            "shaped"
+        }
+        fn description(&self) -> &str {
+            ""
+        }
+        fn parameters(&self) -> Value {
+            self.0.clone()
+        }
+        fn effect(&self) -> ToolEffect {
+            ToolEffect::Read
+        }
+        fn call(&self, _: Value, _: ToolContext) -> BoxFuture<'static, ToolOutput> {
+            Box::pin(async { ToolOutput::ok("") })
+        }
+    }
+
+    #[test]
+    fn a_tool_registered_again_is_checked_against_its_new_schema() {
+        let r = Registry::default();
+        let needs = |key: &str| serde_json::json!({"type": "object", "required": [key]});
+        let check = |args: Value| {
+            let (_, compiled) = r.get_checked("shaped").unwrap();
+            schema::check("shaped", &compiled, &args)
+        };
+        r.register(Arc::new(Shaped(needs("path"))), ToolSource::User);
+        assert_eq!(check(serde_json::json!({"path": "a"})), Ok(()));
+        assert!(check(serde_json::json!({"query": "a"})).is_err());
+        r.register(Arc::new(Shaped(needs("query"))), ToolSource::User);
+        assert_eq!(check(serde_json::json!({"query": "a"})), Ok(()));
+        let err = check(serde_json::json!({"path": "a"})).unwrap_err().to_string();
+        assert!(err.contains("\"query\" is a required property"), "{err}");
+        // Back to the one it hid: that one's schema again.
+        r.register(Arc::new(Shaped(needs("path"))), ToolSource::Project);
+        assert_eq!(check(serde_json::json!({"path": "a"})), Ok(()));
+        r.unregister("shaped", ToolSource::Project);
+        assert_eq!(check(serde_json::json!({"query": "a"})), Ok(()));
+    }
+
+    #[test]
+    fn a_lua_tool_registered_again_gets_a_fresh_validator() {
+        use crate::tools::lua_tool::{LuaTool, LuaToolSpec};
+        let r = Registry::default();
+        let lua = |parameters: Value| {
+            let spec: LuaToolSpec =
+                serde_json::from_value(serde_json::json!({"name": "lt", "parameters": parameters})).unwrap();
+            Arc::new(LuaTool { spec })
+        };
+        let typed = |ty: &str| serde_json::json!({"type": "object", "properties": {"n": {"type": ty}}});
+        let check = |args: Value| {
+            let (_, compiled) = r.get_checked("lt").unwrap();
+            schema::check("lt", &compiled, &args)
+        };
+        r.register(lua(typed("string")), ToolSource::User);
+        assert_eq!(check(serde_json::json!({"n": "x"})), Ok(()));
+        assert!(check(serde_json::json!({"n": 1})).is_err());
+        r.register(lua(typed("integer")), ToolSource::User);
+        assert_eq!(check(serde_json::json!({"n": 1})), Ok(()));
+        assert!(check(serde_json::json!({"n": "x"})).is_err());
+        // A schema that does not compile is reported at the call, as before.
+        r.register(lua(typed("nonsense")), ToolSource::User);
+        let err = check(serde_json::json!({"n": 1})).unwrap_err();
+        assert!(matches!(err, crate::tools::ToolError::InvalidSchema(_)), "{err:?}");
+        assert!(
+            err.to_string().starts_with("`lt` has an invalid parameter schema"),
+            "{err}"
+        );
     }
 }

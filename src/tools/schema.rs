@@ -1,20 +1,44 @@
 //! Argument validation: a tool only runs with arguments that match its JSON
 //! Schema; anything else goes back to the model as a tool error it can fix.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::ToolError;
 
+/// A tool's parameter schema compiled once, when the tool is registered
+/// (see [`super::registry::Registry::get_checked`]), so that a call is only
+/// checked, never compiled. A schema that does not compile keeps its error,
+/// reported at each call as today.
+#[derive(Debug, Clone)]
+pub struct Compiled(Result<Arc<jsonschema::Validator>, String>);
+
+/// Compiles `schema` for [`check`].
+pub fn compile(schema: &Value) -> Compiled {
+    Compiled(
+        jsonschema::validator_for(schema)
+            .map(Arc::new)
+            .map_err(|e| e.to_string()),
+    )
+}
+
 /// Checks `args` against `schema`; the error lists every problem in one
 /// message written for the model ("`path`: … is a required property").
+/// Compiles the schema each time: a registered tool's calls use [`check`].
 pub fn validate(tool: &str, schema: &Value, args: &Value) -> Result<(), ToolError> {
+    check(tool, &compile(schema), args)
+}
+
+/// [`validate`] against a schema compiled beforehand.
+pub fn check(tool: &str, compiled: &Compiled, args: &Value) -> Result<(), ToolError> {
     if let Value::String(raw) = args {
         let start: String = raw.chars().take(200).collect();
         return Err(ToolError::InvalidArguments(format!(
             "Invalid arguments for `{tool}`: they are not valid JSON ({start}). Call `{tool}` again with a JSON object."
         )));
     }
-    let validator = match jsonschema::validator_for(schema) {
+    let validator = match &compiled.0 {
         Ok(v) => v,
         Err(e) => {
             return Err(ToolError::InvalidSchema(format!(
@@ -78,5 +102,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("not valid JSON"), "{err}");
+    }
+
+    #[test]
+    fn a_precompiled_schema_gives_the_same_answers() {
+        let compiled = compile(&schema());
+        for args in [
+            json!({"path": "a"}),
+            json!({"limit": "x", "nope": 1}),
+            Value::String("{".into()),
+        ] {
+            assert_eq!(
+                check("read_file", &compiled, &args),
+                validate("read_file", &schema(), &args)
+            );
+        }
+    }
+
+    #[test]
+    fn an_invalid_schema_is_reported_at_each_call() {
+        let bad = json!({"type": "object", "properties": {"path": {"type": "nonsense"}}});
+        let compiled = compile(&bad);
+        let err = check("t", &compiled, &json!({})).unwrap_err();
+        assert!(matches!(err, ToolError::InvalidSchema(_)), "{err:?}");
+        assert_eq!(err, validate("t", &bad, &json!({})).unwrap_err());
+        assert!(
+            err.to_string().starts_with("`t` has an invalid parameter schema (")
+                && err.to_string().ends_with("); it cannot be called."),
+            "{err}"
+        );
     }
 }
