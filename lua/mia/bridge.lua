@@ -1,14 +1,18 @@
 --- The main-thread half of the runtime bridge. The core signals one file
 --- descriptor when its event queue goes non-empty; a libuv poll watcher sees
 --- it, and `drain` (scheduled on the main loop) takes every pending event in
---- one call. Drains are capped at one per frame (~16 ms); the first event
---- after a quiet spell is delivered at once.
+--- one call. Drains that write text are capped at one per frame (~33 ms,
+--- 30 a second); the first event after a quiet spell is delivered at once.
 
 local M = {}
 
 local uv = vim.uv or vim.loop
 
-local FRAME_NS = 16 * 1000 * 1000
+-- Two 60 Hz display frames. Each drain that writes text costs a buffer
+-- change and a redraw of the line it grows; 30 a second halves that work at
+-- 1 kHz (and cuts it by 40% at 50 Hz) against 60, and keeps every gap
+-- between visible updates under 40 ms (benches/stream_bench.py).
+local FRAME_NS = 33 * 1000 * 1000
 
 --- @class mia.StreamCallbacks
 --- @field on_delta? fun(delta: table)
