@@ -28,6 +28,10 @@ syn match miaChatLink /\[[^\]]*\]([^)]*)/ contains=@NoSpell
 syn region miaChatFence matchgroup=miaChatFenceDelimiter start=/^\s*```.*$/ end=/^\s*```\ze\s*$/ keepend contains=@NoSpell
 let s:done = {}
 for s:entry in get(g:, 'markdown_fenced_languages', [])
+  " Only names (`lua`, `js=javascript`): the entry is spliced into commands.
+  if type(s:entry) != v:t_string || s:entry !~# '^[A-Za-z0-9_+-]\+\%(=[A-Za-z0-9_.]\+\)\=$'
+    continue
+  endif
   let s:name = matchstr(s:entry, '[^=]*')
   let s:type = matchstr(s:entry, '[^=]*$')
   let s:group = substitute(s:type, '\.', '', 'g')
