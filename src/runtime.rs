@@ -96,6 +96,31 @@ pub fn registry() -> Arc<Registry> {
     REGISTRY.get_or_init(|| Arc::new(Registry::with_builtins())).clone()
 }
 
+/// Starts the runtime and, on it, what the first request will need and
+/// would otherwise wait for: the store (opened on the blocking pool) and
+/// the HTTP client of `model`'s provider (building one loads the TLS roots).
+/// Called by the first command that loads the core, so this overlaps the
+/// rest of that command's work on the main thread. Failures are left for
+/// the request to report.
+pub fn prewarm(model: Option<String>) -> io::Result<()> {
+    let rt = handle()?;
+    let on = rt.clone();
+    rt.spawn_blocking(move || {
+        // What these log (a store that cannot be opened) must reach the log.
+        crate::logging::wait_ready(Duration::from_millis(200));
+        on.spawn(async {
+            store().await;
+        });
+        if let Some(model) = model {
+            let providers = providers();
+            if let Ok((provider, _)) = providers.resolve(&model) {
+                let _ = providers.client(&provider.name);
+            }
+        }
+    });
+    Ok(())
+}
+
 static SESSIONS: OnceLock<Arc<crate::session::Sessions>> = OnceLock::new();
 
 /// The chat sessions this Neovim has open.

@@ -15,16 +15,25 @@ function M._core()
     loader.call(core.configure, cfg.core())
     loader.call(core.configure_agent, cfg.agent())
     bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
+    -- The runtime starts, and opens the store and the default provider's
+    -- HTTP client (TLS roots) in the background while the rest of the
+    -- first command runs here.
+    loader.call(core.prewarm, cfg.get().model)
     M._started = true
     require("mia.hooks").sync()
     require("mia.tools.editor").register()
     require("mia.tools").flush()
     -- The core's own tools exist from here on: say so as for Lua ones
     -- (scheduled: the core may start under textlock, e.g. in a completion).
-    local builtin = vim.tbl_filter(function(t)
-      return t.source == "builtin"
-    end, loader.call(core.tools))
+    -- The list is only read when someone listens (it is not free, and the
+    -- first prompt is waiting on this thread).
     vim.schedule(function()
+      if #vim.api.nvim_get_autocmds({ event = "User", pattern = "MiaToolRegistered" }) == 0 then
+        return
+      end
+      local builtin = vim.tbl_filter(function(t)
+        return t.source == "builtin"
+      end, loader.call(core.tools))
       for _, t in ipairs(builtin) do
         vim.api.nvim_exec_autocmds("User", { pattern = "MiaToolRegistered", data = { name = t.name, source = t.source } })
       end

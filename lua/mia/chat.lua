@@ -330,10 +330,16 @@ function M.prompt(text, opts)
     native = agents.prompt(content, id)
   else
     require("mia.tools.project").load(vim.fn.getcwd())
-    M.open()
     local table_ = M.prompt_table(content, model)
     table_.attachments = opts.attachments
-    native = require("mia.core").call(c.session_prompt, id, table_)
+    local sent, result = pcall(require("mia.core").call, c.session_prompt, id, table_)
+    -- The request is on its way: the chat opens (filetype plugins and all)
+    -- while it flies; its answer is drawn after this command returns.
+    M.open()
+    if not sent then
+      error(result, 0)
+    end
+    native = result
   end
   local entry = { model = model, retries = 0 }
   entry.handle = require("mia")._handle_of(native)

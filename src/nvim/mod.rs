@@ -97,6 +97,14 @@ fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
     })
 }
 
+/// `prewarm(model?)`: starts the runtime, which opens the store and
+/// `model`'s HTTP client in the background (see `runtime::prewarm`).
+fn prewarm(_: &Lua, model: Option<String>) -> LuaResult<()> {
+    guarded("prewarm", || {
+        runtime::prewarm(model).map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))
+    })
+}
+
 fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<crate::events::EventQueue>)> {
     let rt = runtime::handle().map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
     let queue =
@@ -788,6 +796,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("unregister_tool", lua.create_function(unregister_tool)?)?;
     m.set("tools", lua.create_function(tools)?)?;
     m.set("watch_tools", lua.create_function(watch_tools)?)?;
+    m.set("prewarm", lua.create_function(prewarm)?)?;
     m.set("configure_agent", lua.create_function(configure_agent)?)?;
     m.set("mcp_status", lua.create_function(mcp_status)?)?;
     m.set("mcp_start", lua.create_function(mcp_api::mcp_start)?)?;

@@ -136,7 +136,7 @@ impl Registry {
     /// Adds `tool` (in place of one from the same source). Returns false
     /// when a tool of that name from a later source stays in front: `tool`
     /// is then kept beneath it, and comes forward when that one goes.
-    /// Its parameter schema is compiled here, once.
+    /// Its parameter schema is compiled once, on the first call checked against it.
     pub fn register(&self, tool: SharedTool, source: ToolSource) -> bool {
         let entry = Entry {
             schema: schema::compile(&tool.parameters()),

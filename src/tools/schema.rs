@@ -1,26 +1,41 @@
 //! Argument validation: a tool only runs with arguments that match its JSON
 //! Schema; anything else goes back to the model as a tool error it can fix.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
 use super::ToolError;
 
-/// A tool's parameter schema compiled once, when the tool is registered
-/// (see [`super::registry::Registry::get_checked`]), so that a call is only
-/// checked, never compiled. A schema that does not compile keeps its error,
-/// reported at each call as today.
+/// A tool's parameter schema, compiled once: on the first call checked
+/// against it (see [`super::registry::Registry::get_checked`]), on the
+/// runtime rather than at registration, which happens on Neovim's main
+/// thread (the built-in tools' schemas cost ~1.5 ms there before the first
+/// prompt could go out). A call is only checked, never compiled again. A
+/// schema that does not compile keeps its error, reported at each call.
 #[derive(Debug, Clone)]
-pub struct Compiled(Result<Arc<jsonschema::Validator>, String>);
+pub struct Compiled(Arc<Lazy>);
 
-/// Compiles `schema` for [`check`].
+#[derive(Debug)]
+struct Lazy {
+    schema: Value,
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+impl Compiled {
+    fn validator(&self) -> &Result<jsonschema::Validator, String> {
+        self.0
+            .validator
+            .get_or_init(|| jsonschema::validator_for(&self.0.schema).map_err(|e| e.to_string()))
+    }
+}
+
+/// Holds `schema` for [`check`], which compiles it on first use.
 pub fn compile(schema: &Value) -> Compiled {
-    Compiled(
-        jsonschema::validator_for(schema)
-            .map(Arc::new)
-            .map_err(|e| e.to_string()),
-    )
+    Compiled(Arc::new(Lazy {
+        schema: schema.clone(),
+        validator: OnceLock::new(),
+    }))
 }
 
 /// Checks `args` against `schema`; the error lists every problem in one
@@ -38,7 +53,7 @@ pub fn check(tool: &str, compiled: &Compiled, args: &Value) -> Result<(), ToolEr
             "Invalid arguments for `{tool}`: they are not valid JSON ({start}). Call `{tool}` again with a JSON object."
         )));
     }
-    let validator = match &compiled.0 {
+    let validator = match compiled.validator() {
         Ok(v) => v,
         Err(e) => {
             return Err(ToolError::InvalidSchema(format!(
