@@ -409,3 +409,102 @@ fn the_backlog_is_sent_once_the_collector_answers() {
     let st = telemetry::status().unwrap();
     assert_eq!(st.backlog, 0, "{st:?}");
 }
+
+fn cpu_time() -> Duration {
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+/// The numbers for the closing note (prints them; asserts only the
+/// bounds that hold on any machine): `cargo test --release --test telemetry
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn numbers_for_the_closing_note() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // Off: what a hook costs when nothing is configured.
+    let n = 1_000_000;
+    let r = row("off");
+    let (t0, c0) = (Instant::now(), cpu_time());
+    for _ in 0..n {
+        telemetry::usage(std::hint::black_box(&r));
+    }
+    eprintln!(
+        "off: usage() {:.1} ns wall, {:.1} ns CPU per call",
+        t0.elapsed().as_nanos() as f64 / n as f64,
+        (cpu_time() - c0).as_nanos() as f64 / n as f64
+    );
+
+    // On, against a sink: CPU per recorded request, bytes per request.
+    let sink = Sink::start();
+    telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
+    let requests = 10_000;
+    let (t0, c0) = (Instant::now(), cpu_time());
+    for i in 0..requests {
+        telemetry::usage(&row(&format!("s-{}", i % 10)));
+    }
+    let record_wall = t0.elapsed();
+    telemetry::flush();
+    let cpu = cpu_time() - c0;
+    eprintln!(
+        "on: usage() {:.2} µs wall per request (the caller's thread); {:.2} µs CPU per request, all threads, export included",
+        record_wall.as_nanos() as f64 / 1e3 / requests as f64,
+        cpu.as_nanos() as f64 / 1e3 / requests as f64
+    );
+    let t0 = Instant::now();
+    telemetry::shutdown(Duration::from_millis(500));
+    eprintln!("shutdown flush (after a flush): {} ms", t0.elapsed().as_millis());
+    let sent: usize = sink.take("/v1/logs").iter().map(|r| r.body.len()).sum();
+    eprintln!("events: {:.0} bytes per request", sent as f64 / requests as f64);
+
+    // One request per 60 s interval: what one interval's metrics export weighs.
+    let sink = Sink::start();
+    telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
+    telemetry::session_started("s-x", "anthropic/claude-sonnet-4-5", "code", "mia");
+    telemetry::usage(&row("s-x"));
+    let t0 = Instant::now();
+    telemetry::shutdown(Duration::from_millis(500));
+    eprintln!(
+        "shutdown flush with one request pending: {} ms",
+        t0.elapsed().as_millis()
+    );
+    let m: usize = sink.take("/v1/metrics").iter().map(|r| r.body.len()).sum();
+    let l: usize = sink.take("/v1/logs").iter().map(|r| r.body.len()).sum();
+    eprintln!("one request alone: metrics {m} bytes, events {l} bytes");
+
+    // An hour with the collector down: a request every 5 s in 20 sessions
+    // (720), with tools and edits, and a metrics export every minute (60).
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
+    let before = rss_kb();
+    for minute in 0..60 {
+        for i in 0..12 {
+            one_prompt(&format!("s-{}", (minute * 12 + i) % 20));
+        }
+        telemetry::flush();
+    }
+    let st = telemetry::status().unwrap();
+    let after = rss_kb();
+    eprintln!(
+        "an hour down: RSS {before} -> {after} kB; backlog {} posts, {} bytes; dropped {}; failed exports {}",
+        st.backlog, st.backlog_bytes, st.dropped, st.exports_failed
+    );
+    assert!(st.backlog_bytes <= 4 * 1024 * 1024);
+    let t0 = Instant::now();
+    telemetry::shutdown(Duration::from_millis(500));
+    eprintln!("shutdown with the collector down: {} ms", t0.elapsed().as_millis());
+}
