@@ -232,16 +232,16 @@ mod tests {
             vec![("team.id".into(), "core".into()), ("cost_center".into(), "42".into())]
         );
         assert!(!s.describe().contains("cret"), "{}", s.describe());
-        let mut c = TelemetryConfig::default();
-        c.otlp = Some(OtlpConfig {
-            endpoint: Some("https://setup:4318".into()),
-            ..OtlpConfig::default()
-        });
-        c.otlp
-            .as_mut()
-            .unwrap()
-            .headers
-            .insert("X-Api-Key".into(), "mine".into());
+        let mut headers = std::collections::BTreeMap::new();
+        headers.insert("X-Api-Key".to_string(), "mine".to_string());
+        let c = TelemetryConfig {
+            otlp: Some(OtlpConfig {
+                endpoint: Some("https://setup:4318".into()),
+                headers,
+                ..OtlpConfig::default()
+            }),
+            ..TelemetryConfig::default()
+        };
         let s = resolve(c, &env).unwrap().unwrap();
         assert_eq!(s.endpoint, "https://setup:4318");
         assert_eq!(
