@@ -23,7 +23,8 @@ pub fn telemetry_configure(lua: &Lua, cfg: LuaValue) -> LuaResult<String> {
 /// bytes_sent, backlog, dropped, last_result, ... }` or nil when never configured.
 pub fn telemetry_status(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
     guarded("telemetry_status", || match telemetry::status() {
-        Some(s) => lua.to_value(&s),
+        // None fields are nil (not the null userdata, which RPC cannot carry).
+        Some(s) => lua.to_value_with(&s, LuaSerializeOptions::new().serialize_none_to_null(false)),
         None => Ok(LuaValue::Nil),
     })
 }

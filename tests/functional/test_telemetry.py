@@ -201,3 +201,28 @@ def test_a_bad_setting_is_refused_at_setup_with_the_option_named(editor_factory)
     ]:
         err = ed.lua("local ok, e = pcall(require('mia').setup, { telemetry = ... }) return e", bad)
         assert words in err, (bad, err)
+
+
+def test_a_bad_otel_variable_is_told_once_and_mia_works_on(editor_factory, server):
+    ed = editor_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+                             "OTEL_METRICS_EXPORTER": "prometheus"},
+                        setup=scenario_setup(server))
+    prompt(ed, "echo still fine")
+    assert "echo still fine" in ed.chat_text()
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('OTEL_METRICS_EXPORTER', 1, true) ~= nil")
+    assert 'mia: OTEL_METRICS_EXPORTER must be "otlp" or "none" (got "prometheus")' in ed.messages(), ed.messages()
+    assert ed.lua("return require('mia.core').get().telemetry_status()") is None
+
+
+def test_the_standard_variables_alone_turn_export_on(editor_factory, server, test_agent):
+    ed = editor_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{test_agent.otlp}",
+                             "OTEL_METRICS_EXPORTER": "none"},
+                        setup=scenario_setup(server))
+    prompt(ed, "echo env only")
+    st = ed.lua("return require('mia.core').get().telemetry_status()")
+    assert st["enabled"] and "on: events to" in st["state"], st
+    quit(ed)
+    assert test_agent.get("/test/session/metrics") == []
+    names = [r.get("event_name") for req in test_agent.get("/test/session/logs") for rl in req["resource_logs"]
+             for sl in rl["scope_logs"] for r in sl["log_records"]]
+    assert "mia.api_request" in names, names
