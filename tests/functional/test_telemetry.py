@@ -39,6 +39,7 @@ class OtlpReceiver:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
                     raise RuntimeError("ddapm-test-agent did not start: " + (tmp_path / "test-agent.log").read_text())
                 time.sleep(0.1)
 
