@@ -124,11 +124,22 @@ pub async fn call_model(
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
     let req = apply(caller, req).await?;
-    if streaming {
+    let result = if streaming {
         crate::llm::stream_chat(providers, &req, emit).await
     } else {
         crate::llm::send_chat(providers, &req, emit).await
+    };
+    if let Err(e) = &result {
+        if e.class != crate::llm::error::ErrorClass::Cancelled {
+            let model = req.model.split_once('/').map_or(req.model.as_str(), |(_, m)| m);
+            let provider = e
+                .provider
+                .as_deref()
+                .unwrap_or_else(|| req.model.split('/').next().unwrap_or(""));
+            crate::telemetry::api_error(None, provider, model, e.class.as_str(), e.status);
+        }
     }
+    result
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ pub mod session;
 pub mod shared;
 pub mod store;
 pub mod stream_task;
+pub mod telemetry;
 pub mod tools;
 pub mod version;
 

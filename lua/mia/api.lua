@@ -4,6 +4,26 @@
 
 local M = {}
 
+--- Starts, restarts or stops the OpenTelemetry export (`:h mia-telemetry`).
+--- A bad setting (e.g. in an OTEL_* variable) is told once and leaves
+--- export off; mia works on.
+function M._telemetry(core)
+  local c = require("mia.config").get()
+  local t = c.telemetry or {}
+  local ok, err = pcall(core.telemetry_configure, {
+    otlp = t.otlp,
+    log_prompts = t.log_prompts,
+    project = t.project,
+    data_dir = c.data_dir,
+  })
+  if not ok then
+    local msg = tostring(err):gsub("^[^\n]-: mia:", "mia:")
+    vim.schedule(function()
+      vim.notify(msg, vim.log.levels.ERROR)
+    end)
+  end
+end
+
 --- The loaded core with its bridge running; raises the loader's one-line reason.
 --- @return table
 function M._core()
@@ -15,6 +35,7 @@ function M._core()
     loader.call(core.configure, cfg.core())
     loader.call(core.configure_agent, cfg.agent())
     bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
+    M._telemetry(core)
     -- The runtime starts, and opens the store and the default provider's
     -- HTTP client (TLS roots) in the background while the rest of the
     -- first command runs here.

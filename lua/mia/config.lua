@@ -98,6 +98,17 @@
 --- @field tool_names? table<string, string> Names of some tools, by the server's name for them (e.g. { read_text_file = "fs_read" })
 --- @field path_rules? boolean Whether mia's path rules hold for the tools' path arguments (default true)
 
+--- @class mia.OtlpConfig
+--- @field endpoint? string The collector's OTLP/HTTP base address, e.g. "http://localhost:4318" (default: $OTEL_EXPORTER_OTLP_ENDPOINT)
+--- @field protocol? "http/protobuf" The only protocol built in (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else "http/protobuf")
+--- @field headers? table<string,string> Sent with every export (secrets: never logged or shown); added to $OTEL_EXPORTER_OTLP_HEADERS
+--- @field interval_ms? integer How often metrics are sent (default 60000, at least 1000)
+
+--- @class mia.TelemetryConfig OpenTelemetry export to a team's collector (`:h mia-telemetry`); off unless an endpoint is set
+--- @field otlp? mia.OtlpConfig Where to send
+--- @field log_prompts? boolean Include prompt text in the `mia.user_prompt` event (default false)
+--- @field project? string A project name put on every metric and event (default none)
+
 --- @class mia.Config
 --- @field model? string Default model as "provider/model" (default "anthropic/claude-sonnet-4-5").
 --- @field providers? table<string, mia.ProviderConfig> Extra providers, or overrides of the built-in anthropic, openai, gemini and ollama.
@@ -121,6 +132,7 @@
 --- @field checkpoints? mia.CheckpointsConfig What :Mia undo keeps.
 --- @field mcp? { servers?: table<string, mia.McpServerConfig> } Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
 --- @field rules? false|{ files?: string[], user_file?: string|false, max_kb?: integer } Project rules files put in the system prompt (`:h mia-rules`); false turns them off.
+--- @field telemetry? mia.TelemetryConfig OpenTelemetry export (`:h mia-telemetry`).
 --- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
@@ -531,12 +543,60 @@ local function validate(opts)
       end
     end
   end
+  M._validate_telemetry(opts.telemetry)
   if opts.chat and opts.chat.position ~= nil and not POSITIONS[opts.chat.position] then
     fail("chat.position", "must be one of right, left, bottom, top", opts.chat.position)
   end
   local syntax = opts.chat and opts.chat.syntax
   if syntax ~= nil and (type(syntax) ~= "string" or not syntax:match("^[%w_.]*$")) then
     fail("chat.syntax", 'must be a syntax name such as "mia_chat", "markdown" or ""', syntax)
+  end
+end
+
+--- Checks the `telemetry` section (`:h mia-telemetry`).
+function M._validate_telemetry(t)
+  check_type("telemetry", t, "table", true)
+  if t == nil then
+    return
+  end
+  for key, v in pairs(t) do
+    if key == "otlp" then
+      check_type("telemetry.otlp", v, "table")
+      for k, x in pairs(v) do
+        local path = "telemetry.otlp." .. tostring(k)
+        if k == "endpoint" then
+          if type(x) ~= "string" or not x:match("^https?://.") then
+            fail(path, 'must be an http:// or https:// address, e.g. "http://localhost:4318"', x)
+          end
+        elseif k == "protocol" then
+          if x == "grpc" then
+            fail(path, 'cannot be "grpc": this mia exports over "http/protobuf" only (collectors serve it on port 4318)', x)
+          elseif x ~= "http/protobuf" then
+            fail(path, 'must be "http/protobuf"', x)
+          end
+        elseif k == "headers" then
+          check_type(path, x, "table")
+          for hk, hv in pairs(x) do
+            if type(hk) ~= "string" or type(hv) ~= "string" then
+              -- The value may be a key: only the name is shown.
+              fail(path, "must map header names to strings", hk)
+            end
+          end
+        elseif k == "interval_ms" then
+          if type(x) ~= "number" or x < 1000 or x ~= math.floor(x) then
+            fail(path, "must be a whole number of milliseconds, at least 1000", x)
+          end
+        else
+          fail(path, "is not a telemetry.otlp option (endpoint, protocol, headers, interval_ms)", k)
+        end
+      end
+    elseif key == "log_prompts" then
+      check_type("telemetry.log_prompts", v, "boolean")
+    elseif key == "project" then
+      check_type("telemetry.project", v, "string")
+    else
+      fail("telemetry." .. tostring(key), "is not a telemetry option (otlp, log_prompts, project)", key)
+    end
   end
 end
 

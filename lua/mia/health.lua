@@ -79,6 +79,7 @@ function M.check()
   end
 
   M.check_context(core, cfg.model)
+  M.check_telemetry(core, cfg)
   M.check_agents(core ~= nil)
   M.check_mcp()
 
@@ -117,6 +118,46 @@ function M.check()
   end
 
   M.check_mia_acp()
+end
+
+--- OpenTelemetry export (`:h mia-telemetry`): state and the last export's
+--- result. Header values are secrets: only their count is ever shown.
+function M.check_telemetry(core, cfg)
+  health.start("mia: telemetry (OpenTelemetry export)")
+  local t = cfg.telemetry or {}
+  local endpoint = (t.otlp or {}).endpoint or vim.env.OTEL_EXPORTER_OTLP_ENDPOINT
+  local st
+  if core and core.telemetry_status then
+    local ok, got = pcall(core.telemetry_status)
+    st = ok and got or nil
+  end
+  if not st or not st.enabled then
+    if endpoint and endpoint ~= "" then
+      health.info("configured for " .. endpoint .. "; starts with the core (on the first request)")
+    else
+      health.info("off (set telemetry.otlp.endpoint in setup() or $OTEL_EXPORTER_OTLP_ENDPOINT; :h mia-telemetry)")
+    end
+    return
+  end
+  health.ok(st.state)
+  local counts = string.format(
+    "%d export(s) sent (%d bytes), %d failed; backlog %d (%d bytes), %d dropped",
+    st.exports_ok,
+    st.bytes_sent,
+    st.exports_failed,
+    st.backlog,
+    st.backlog_bytes,
+    st.dropped
+  )
+  if st.last_ok == nil then
+    health.info("nothing exported yet (metrics every interval_ms, events within 5 s); " .. counts)
+  elseif st.last_ok then
+    health.ok("last export: " .. st.last_result .. " at " .. os.date("%H:%M:%S", math.floor(st.last_at_ms / 1000)) .. "; " .. counts)
+  else
+    health.warn("last export failed: " .. st.last_result .. "; " .. counts, {
+      "check that the collector listens at the endpoint (OTLP/HTTP, usually port 4318)",
+    })
+  end
 end
 
 --- mia-acp, mia's agent for other editors: built next to the library?

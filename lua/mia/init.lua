@@ -15,6 +15,7 @@ function M.setup(opts)
   if core and core.is_loaded() and api and api._started then
     core.call(core.get().configure, config.core())
     core.call(core.get().configure_agent, config.agent())
+    api._telemetry(core.get())
   end
 end
 

@@ -339,6 +339,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<TurnEnd, LlmError> {
     let info = session.info();
+    crate::telemetry::user_prompt(Some(&info.id), &prompt.content);
     let root = tokio::fs::canonicalize(&info.cwd)
         .await
         .unwrap_or_else(|_| info.cwd.clone());

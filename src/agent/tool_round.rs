@@ -150,8 +150,12 @@ pub async fn run(
             tool.outside_project(),
         );
         let subject = checked.shown();
+        let sid = (!session_id.is_empty()).then_some(session_id);
         match decision.action {
-            Action::Allow => approved.push((call, tool, checked, false)),
+            Action::Allow => {
+                crate::telemetry::tool_decision(sid, &call.name, true, "config");
+                approved.push((call, tool, checked, false))
+            }
             // An edit the rules would ask about is shown as a diff when it is
             // proposed (landing), unless the user accepted the file for the session.
             Action::Ask if scope.is_some() && tool.reviews_edits() && checked.path().is_some() => {
@@ -161,6 +165,7 @@ pub async fn run(
                 approved.push((call, tool, checked, !accepted_file));
             }
             Action::Deny => {
+                crate::telemetry::tool_decision(sid, &call.name, false, "config");
                 results.insert(
                     call.id.clone(),
                     ToolOutput::error(format!(
@@ -204,6 +209,12 @@ pub async fn run(
                     Ok(Err(_)) => Ok(None),
                     Err(e) => Err(e),
                 };
+                crate::telemetry::tool_decision(
+                    sid,
+                    &call.name,
+                    matches!(&choice, Ok(Some(a)) if a == "allow_once" || a == "allow_always"),
+                    "user",
+                );
                 match choice {
                     Ok(Some(a)) if a == "allow_once" => approved.push((call, tool, checked, false)),
                     Ok(Some(a)) if a == "allow_always" => {
@@ -315,6 +326,12 @@ pub async fn run(
         } else {
             ToolStatus::Done
         };
+        crate::telemetry::tool_result(
+            (!session_id.is_empty()).then_some(session_id),
+            &call.name,
+            status == ToolStatus::Done,
+            took.as_millis() as u64,
+        );
         let outcome = ToolOutcome {
             status,
             duration_ms: Some(took.as_millis() as u64),

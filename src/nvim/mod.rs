@@ -13,6 +13,7 @@ mod acp_api;
 mod checkpoint_api;
 mod mcp_api;
 mod store_api;
+mod telemetry_api;
 
 use mlua::prelude::*;
 use mlua::serde::SerializeOptions;
@@ -743,6 +744,8 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
             let _ = rt.block_on(async { tokio::time::timeout(EXIT_NOTE_WAIT, note).await });
         }
         crate::reaper::kill_all();
+        // Pending metrics and events get their own bound (on a thread; the runtime still runs).
+        crate::telemetry::shutdown(crate::telemetry::FLUSH_AT_EXIT);
         runtime::shutdown(wait);
         logging::flush();
         Ok(())
@@ -810,6 +813,14 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("shutdown", lua.create_function(shutdown)?)?;
     m.set("exit_note", lua.create_function(exit_note)?)?;
     m.set("status", lua.create_function(status)?)?;
+    m.set(
+        "telemetry_configure",
+        lua.create_function(telemetry_api::telemetry_configure)?,
+    )?;
+    m.set(
+        "telemetry_status",
+        lua.create_function(telemetry_api::telemetry_status)?,
+    )?;
     m.set("agent_connect", lua.create_function(acp_api::agent_connect)?)?;
     m.set("agent_prompt", lua.create_function(acp_api::agent_prompt)?)?;
     m.set("agent_info", lua.create_function(acp_api::agent_info)?)?;

@@ -180,6 +180,7 @@ impl Session {
 
     /// A new, empty session (stored at its first prompt).
     pub fn new(info: SessionInfo, store: Option<Arc<Store>>) -> Arc<Session> {
+        crate::telemetry::session_started(&info.id, &info.model, &info.mode, &info.agent);
         let cell = OnceLock::new();
         if let Some(store) = store {
             let _ = cell.set(store);
@@ -254,6 +255,7 @@ impl Session {
     pub fn update_info(&self, mode: Option<&str>, model: Option<&str>, title: Option<&str>) {
         let mut s = self.lock();
         if let Some(mode) = mode.filter(|m| !m.is_empty()) {
+            crate::telemetry::session_mode(&s.info.id, mode);
             s.info.mode = mode.to_string();
         }
         if let Some(model) = model.filter(|m| !m.is_empty()) {

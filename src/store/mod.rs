@@ -186,6 +186,7 @@ impl Store {
     /// need not exist (calls outside sessions, or in since-deleted ones, are
     /// still money spent).
     pub async fn record_usage(&self, row: UsageRow) -> Result<i64, StoreError> {
+        crate::telemetry::usage(&row);
         self.write(Job::RecordUsage(row)).await
     }
 

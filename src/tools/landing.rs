@@ -142,7 +142,10 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
                 modified = true;
             }
             Verdict::Accept { .. } => {}
-            Verdict::Reject { reason } => return rejected(tool, &p.name, reason),
+            Verdict::Reject { reason } => {
+                crate::telemetry::edit_decision(Some(&ctx.session_id), tool, false, "user", 0, 0);
+                return rejected(tool, &p.name, reason);
+            }
         }
     }
     if let Some(cp) = scope.as_ref().and_then(|s| s.checkpoint.clone()) {
@@ -169,7 +172,10 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
     let base = p.before.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
     match super::builtin::write_through_editor(ctx, &p.path, &text, base.as_deref(), ctx.review, &p.name).await {
         Ok(EditorWrite::Written) => {}
-        Ok(EditorWrite::Rejected(reason)) => return rejected(tool, &p.name, Some(reason)),
+        Ok(EditorWrite::Rejected(reason)) => {
+            crate::telemetry::edit_decision(Some(&ctx.session_id), tool, false, "user", 0, 0);
+            return rejected(tool, &p.name, Some(reason));
+        }
         Ok(EditorWrite::NoBuffer) => {
             let path = p.path.clone();
             let bytes = after.clone();
@@ -190,6 +196,11 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
     if let Some(scope) = &scope {
         scope.ledger.saw(&p.path);
     }
+    if crate::telemetry::enabled() {
+        let (added, removed) = line_changes(base.as_deref().unwrap_or(""), &text);
+        let source = if ctx.review { "user" } else { "config" };
+        crate::telemetry::edit_decision(Some(&ctx.session_id), tool, true, source, added, removed);
+    }
     if modified {
         let mut quoted: String = text.chars().take(MODIFIED_QUOTE_CHARS).collect();
         if quoted.len() < text.len() {
@@ -206,6 +217,21 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
         return accepted.with_review("accepted");
     }
     accepted
+}
+
+/// Lines added and removed from `before` to `after` (for the telemetry's
+/// `mia.lines_of_code.count`).
+fn line_changes(before: &str, after: &str) -> (u64, u64) {
+    let diff = similar::TextDiff::from_lines(before, after);
+    let (mut added, mut removed) = (0, 0);
+    for change in diff.iter_all_changes() {
+        match change.tag() {
+            similar::ChangeTag::Insert => added += 1,
+            similar::ChangeTag::Delete => removed += 1,
+            similar::ChangeTag::Equal => {}
+        }
+    }
+    (added, removed)
 }
 
 /// How a rejected edit reaches the model and the chat.

@@ -1,0 +1,30 @@
+//! `telemetry_configure` and `telemetry_status` (issue 18, `:h mia-telemetry`).
+
+use mlua::prelude::*;
+
+use super::guarded;
+use crate::telemetry;
+
+/// `telemetry_configure(cfg)` -> state line: starts, restarts or stops
+/// the OpenTelemetry export; raises one clear message on a bad setting.
+pub fn telemetry_configure(lua: &Lua, cfg: LuaValue) -> LuaResult<String> {
+    guarded("telemetry_configure", || {
+        let cfg: telemetry::TelemetryConfig = lua.from_value(cfg).map_err(|e| {
+            LuaError::RuntimeError(format!(
+                "mia: invalid telemetry configuration: {}",
+                e.to_string().trim_start_matches("deserialize error: ")
+            ))
+        })?;
+        telemetry::configure(cfg).map_err(LuaError::RuntimeError)
+    })
+}
+
+/// `telemetry_status()` -> `{ enabled, state, exports_ok, exports_failed,
+/// bytes_sent, backlog, dropped, last_result, ... }` or nil when never configured.
+pub fn telemetry_status(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
+    guarded("telemetry_status", || match telemetry::status() {
+        // None fields are nil (not the null userdata, which RPC cannot carry).
+        Some(s) => lua.to_value_with(&s, LuaSerializeOptions::new().serialize_none_to_null(false)),
+        None => Ok(LuaValue::Nil),
+    })
+}

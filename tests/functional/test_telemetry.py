@@ -1,0 +1,229 @@
+"""OpenTelemetry export (issue 18, :h mia-telemetry) as a team sees it: a
+real Neovim runs prompts against the scenario server with telemetry pointed
+at an OTLP receiver nobody here wrote (Datadog's ddapm-test-agent, pinned in
+requirements-test.txt), quits, and the test reads back what arrived."""
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port, process_running, scenario_setup
+
+PRICE = {"input": 3.0, "output": 15.0}
+AGENT = Path(sys.executable).parent / "ddapm-test-agent"
+SECRET_HEADER = "team-token-0123456789"
+PROMPT_WORDS = "confidential-roadmap-words"
+
+
+class OtlpReceiver:
+    """ddapm-test-agent on loopback: its APM API on one port; OTLP/HTTP, and
+    the /test/session/{metrics,logs} read-back of what arrived, on another."""
+
+    def __init__(self, tmp_path):
+        self.port, self.otlp = free_port(), free_port()
+        self.log = open(tmp_path / "test-agent.log", "w")
+        self.proc = subprocess.Popen(
+            [str(AGENT), "--host", "127.0.0.1", "--port", str(self.port), "--otlp-http-port", str(self.otlp),
+             "--otlp-grpc-port", str(free_port())],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.get("/test/session/metrics")
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("ddapm-test-agent did not start: " + (tmp_path / "test-agent.log").read_text())
+                time.sleep(0.1)
+
+    def get(self, path):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.otlp}{path}", timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def test_agent(tmp_path):
+    if not AGENT.exists():
+        pytest.skip("ddapm-test-agent is not installed in this venv: run scripts/bootstrap (requirements-test.txt)")
+    a = OtlpReceiver(tmp_path)
+    yield a
+    a.stop()
+
+
+def attrs(kvs):
+    out = {}
+    for kv in kvs or []:
+        v = kv.get("value", {})
+        out[kv["key"]] = next(iter(v.values()), None) if v else None
+    return out
+
+
+def quit(ed):
+    ed.nvim.input(":qa!<CR>")
+    for _ in range(500):
+        if not process_running(ed.pid):
+            break
+        time.sleep(0.01)
+    ed.close()
+
+
+def prompt(ed, text):
+    ed.nvim.command("Mia prompt " + text)
+    ed.wait("require('mia.chat').state() == 'done'")
+
+
+def telemetry_setup(server, endpoint, **extra):
+    return scenario_setup(server, pricing={"scn/echo": PRICE}, telemetry={
+        "otlp": {"endpoint": endpoint, "headers": {"x-team-token": SECRET_HEADER}, "interval_ms": 60000},
+        **extra,
+    })
+
+
+def test_two_prompts_reach_an_independent_otlp_receiver_with_the_issue_names(editor_factory, server, test_agent,
+                                                                              tmp_path):
+    ed = editor_factory(env={"OTEL_RESOURCE_ATTRIBUTES": "team.id=payments,cost_center=cc-42"},
+                        setup=telemetry_setup(server, f"http://127.0.0.1:{test_agent.otlp}", project="webshop"))
+    prompt(ed, f"echo one {PROMPT_WORDS}")
+    prompt(ed, f"echo two {PROMPT_WORDS}")
+    data_dir = Path(ed.lua("return require('mia.config').get().data_dir"))
+    # Quitting flushes what the interval has not sent yet.
+    quit(ed)
+
+    metrics = test_agent.get("/test/session/metrics")
+    logs = test_agent.get("/test/session/logs")
+    everything = json.dumps(metrics) + json.dumps(logs)
+    assert PROMPT_WORDS not in everything, "prompt text was exported without log_prompts"
+    assert SECRET_HEADER not in everything
+
+    user_id = (data_dir / "telemetry-id").read_text().strip()
+    seen = {}
+    for req in metrics:
+        for rm in req["resource_metrics"]:
+            res = attrs(rm["resource"]["attributes"])
+            assert res["team.id"] == "payments" and res["cost_center"] == "cc-42", res
+            assert res["service.name"] == "mia"
+            for sm in rm["scope_metrics"]:
+                for m in sm["metrics"]:
+                    data = m.get("sum") or m.get("histogram")
+                    assert data is not None, m
+                    assert data["aggregation_temporality"] == "AGGREGATION_TEMPORALITY_DELTA", m["name"]
+                    seen.setdefault(m["name"], []).extend(data["data_points"])
+                    for p in data["data_points"]:
+                        a = attrs(p["attributes"])
+                        assert a["user.id"] == user_id, a
+                        assert a["model"] == "echo" and a["provider"] == "scn" and a["agent"] == "mia", a
+                        assert a["mode"] == "ask" and a["project"] == "webshop", a
+                        assert a["session.id"], a
+    for name in ["mia.cost.usage", "mia.token.usage", "mia.session.count", "gen_ai.client.token.usage",
+                 "gen_ai.client.operation.duration"]:
+        assert name in seen, (name, sorted(seen))
+    cost = sum(p["as_double"] for p in seen["mia.cost.usage"])
+    assert cost > 0
+    types = {attrs(p["attributes"])["type"] for p in seen["mia.token.usage"]}
+    assert {"input", "output"} <= types, types
+    genai = attrs(seen["gen_ai.client.token.usage"][0]["attributes"])
+    assert genai["gen_ai.operation.name"] == "chat"
+    assert genai["gen_ai.provider.name"] == "scn" and genai["gen_ai.request.model"] == "echo"
+    assert genai["gen_ai.token.type"] in ("input", "output")
+
+    events = []
+    for req in logs:
+        for rl in req["resource_logs"]:
+            assert attrs(rl["resource"]["attributes"])["team.id"] == "payments"
+            for sl in rl["scope_logs"]:
+                for r in sl["log_records"]:
+                    events.append((r.get("event_name"), attrs(r["attributes"])))
+    requests = [a for n, a in events if n == "mia.api_request"]
+    assert len(requests) == 2, events
+    for a in requests:
+        assert a["model"] == "echo" and a["provider"] == "scn" and a["status"] == "ok"
+        assert float(a["cost_usd"]) > 0 and int(a["output_tokens"]) > 0 and "duration_ms" in a
+    prompts = [a for n, a in events if n == "mia.user_prompt"]
+    assert len(prompts) == 2 and all("prompt" not in a for a in prompts), prompts
+
+
+def test_checkhealth_shows_the_last_export_and_never_a_header_value(editor_factory, server, test_agent):
+    ed = editor_factory(setup=scenario_setup(server, telemetry={
+        "otlp": {"endpoint": f"http://127.0.0.1:{test_agent.otlp}", "headers": {"x-team-token": SECRET_HEADER},
+                 "interval_ms": 1000},
+    }))
+    prompt(ed, "echo health")
+    ed.wait("(require('mia.core').get().telemetry_status() or {}).exports_ok > 0", 20000)
+    ed.nvim.command("checkhealth mia")
+    text = "\n".join(ed.nvim.current.buffer[:])
+    section = text[text.index("telemetry (OpenTelemetry export)"):]
+    assert f"to http://127.0.0.1:{test_agent.otlp}" in section, section
+    assert "1 header(s)" in section and "last export:" in section, section
+    assert SECRET_HEADER not in text
+
+
+def test_a_dead_collector_never_holds_up_answers_or_quitting(editor_factory, server, tmp_path):
+    dead = free_port()
+    ed = editor_factory(setup=scenario_setup(server, telemetry={"otlp": {"endpoint": f"http://127.0.0.1:{dead}",
+                                                                          "interval_ms": 1000}}))
+    for i in range(3):
+        prompt(ed, f"echo still answering {i}")
+    ed.wait("(require('mia.core').get().telemetry_status() or {}).exports_failed > 0", 20000)
+    st = ed.lua("return require('mia.core').get().telemetry_status()")
+    assert st["enabled"] and st["last_ok"] is False and "connect" in st["last_result"], st
+    ed.nvim.command("checkhealth mia")
+    text = "\n".join(ed.nvim.current.buffer[:])
+    assert "last export failed" in text, text
+    pid = ed.pid
+    quit(ed)
+    assert not process_running(pid)
+    log = (tmp_path / "nvim" / "state" / "nvim" / "mia.log").read_text()
+    assert "panicked" not in log
+    assert log.count("telemetry: export failed") == 1, log
+
+
+def test_a_bad_setting_is_refused_at_setup_with_the_option_named(editor_factory):
+    ed = editor_factory()
+    for bad, words in [
+        ({"otlp": {"endpoint": "collector:4318"}}, "telemetry.otlp.endpoint"),
+        ({"otlp": {"endpoint": "http://c:4318", "protocol": "grpc"}}, "http/protobuf"),
+        ({"otlp": {"endpoint": "http://c:4318", "interval_ms": 10}}, "telemetry.otlp.interval_ms"),
+        ({"log_prompt": True}, "telemetry.log_prompt"),
+    ]:
+        err = ed.lua("local ok, e = pcall(require('mia').setup, { telemetry = ... }) return e", bad)
+        assert words in err, (bad, err)
+
+
+def test_a_bad_otel_variable_is_told_once_and_mia_works_on(editor_factory, server):
+    ed = editor_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+                             "OTEL_METRICS_EXPORTER": "prometheus"},
+                        setup=scenario_setup(server))
+    prompt(ed, "echo still fine")
+    assert "echo still fine" in ed.chat_text()
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('OTEL_METRICS_EXPORTER', 1, true) ~= nil")
+    assert 'mia: OTEL_METRICS_EXPORTER must be "otlp" or "none" (got "prometheus")' in ed.messages(), ed.messages()
+    assert ed.lua("return require('mia.core').get().telemetry_status()") is None
+
+
+def test_the_standard_variables_alone_turn_export_on(editor_factory, server, test_agent):
+    ed = editor_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{test_agent.otlp}",
+                             "OTEL_METRICS_EXPORTER": "none"},
+                        setup=scenario_setup(server))
+    prompt(ed, "echo env only")
+    st = ed.lua("return require('mia.core').get().telemetry_status()")
+    assert st["enabled"] and "on: events to" in st["state"], st
+    quit(ed)
+    assert test_agent.get("/test/session/metrics") == []
+    names = [r.get("event_name") for req in test_agent.get("/test/session/logs") for rl in req["resource_logs"]
+             for sl in rl["scope_logs"] for r in sl["log_records"]]
+    assert "mia.api_request" in names, names
