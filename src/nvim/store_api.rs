@@ -86,6 +86,39 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
+#[derive(Deserialize)]
+struct ExportArgs {
+    format: String,
+    since: Option<String>,
+    until: Option<String>,
+    #[serde(default)]
+    utc_offset_s: i32,
+}
+
+/// `costs_export({ format, since, until, utc_offset_s })` -> handle; its
+/// result is `{ chunks = { text, ... }, rows = n }` (see `store::export`).
+pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
+    use crate::store::export::{self, ExportFormat, ExportQuery};
+    let q: ExportArgs = lua
+        .from_value(query)
+        .map_err(|e| LuaError::RuntimeError(format!("mia.costs_export: invalid query: {e}")))?;
+    let invalid = |m: String| LuaError::RuntimeError(format!("mia: {m}"));
+    let format = match q.format.as_str() {
+        "csv" => ExportFormat::Csv,
+        "json" => ExportFormat::Json,
+        other => return Err(invalid(format!("unknown export format `{other}`; use csv or json"))),
+    };
+    let (from_ms, to_ms) = export::range(q.since.as_deref(), q.until.as_deref(), q.utc_offset_s).map_err(invalid)?;
+    start_job("costs_export", move |_| async move {
+        let store = runtime::store().await.ok_or_else(no_store)?;
+        let out = store
+            .export_usage(ExportQuery { format, from_ms, to_ms })
+            .await
+            .map_err(store_error)?;
+        Ok(serde_json::to_value(&out).unwrap_or(Value::Null))
+    })
+}
+
 pub(super) fn session_info(s: &crate::store::SessionSummary) -> Value {
     json!({
         "sessionId": s.id,
