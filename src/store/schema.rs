@@ -459,8 +459,13 @@ END;
 ///   LiteLLM's `x-litellm-response-cost`; a total without parts).
 /// - Adding a column with a default changes no row, so the rollup built
 ///   from the rows stays equal to them (rows stay append-only).
+/// - `usage_gateway` (partial: gateway rows only) covers what reports say
+///   of them (how many, what they cost) for any filter a report has;
+///   stores without a gateway keep it empty.
 const V4: &str = "
 ALTER TABLE usage ADD COLUMN cost_source TEXT NOT NULL DEFAULT 'local' CHECK (cost_source IN ('local', 'gateway'));
+CREATE INDEX usage_gateway ON usage (created_at_ms, session_id, provider, model, total_usd)
+    WHERE cost_source = 'gateway';
 ";
 
 /// Every migration step in order (see the module docs).
