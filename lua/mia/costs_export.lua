@@ -1,8 +1,8 @@
 --- `:Mia costs export {csv|json} [since] [until]`: every recorded request of
 --- the range in a new scratch buffer (filetype csv or json), which the user
 --- `:w`s wherever they like. The core reads the rows off the main thread
---- and hands over the text in chunks of lines; each chunk is one buffer
---- append on its own tick, so a large export never freezes the editor.
+--- and keeps the text as chunks of lines; Lua takes one chunk per tick
+--- and appends it, so a large export never freezes the editor.
 
 local M = {}
 
@@ -10,25 +10,29 @@ local api = vim.api
 
 local USAGE = "mia: usage: :Mia costs export {csv|json} [since] [until] (dates YYYY-MM-DD, inclusive)"
 
---- Appends `chunks[i..]` to `buf`, one per tick; `done(rows)` at the end.
-local function fill(buf, chunks, i, rows, done)
+--- Appends the export's chunks to `buf`, one per tick (each a few
+--- thousand lines, taken from the core only when it is appended);
+--- `done()` at the end.
+local function fill(buf, id, first, done)
+  local core = require("mia")._core()
   if not api.nvim_buf_is_valid(buf) then
+    core.costs_export_drop(id)
     return
   end
-  local chunk = chunks[i]
-  if chunk then
-    local lines = vim.split(chunk, "\n", { plain = true })
-    if i == 1 then
-      api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-    else
-      api.nvim_buf_set_lines(buf, -1, -1, false, lines)
-    end
-    vim.schedule(function()
-      fill(buf, chunks, i + 1, rows, done)
-    end)
+  local chunk = core.costs_export_take(id)
+  if not chunk then
+    done()
     return
   end
-  done(rows)
+  local lines = vim.split(chunk, "\n", { plain = true })
+  if first then
+    api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  else
+    api.nvim_buf_set_lines(buf, -1, -1, false, lines)
+  end
+  vim.schedule(function()
+    fill(buf, id, false, done)
+  end)
 end
 
 --- Starts the export; the buffer opens when the rows arrive.
@@ -59,7 +63,8 @@ function M.run(format, since, until_, extra)
     end
     vim.b[buf].mia_costs_export = { format = format, rows = out.rows, done = false }
     vim.cmd("tab sbuffer " .. buf)
-    fill(buf, out.chunks or {}, 1, out.rows, function(rows)
+    fill(buf, out.id, true, function()
+      local rows = out.rows
       vim.b[buf].mia_costs_export = { format = format, rows = rows, done = true }
       vim.bo[buf].modified = false
       vim.notify(

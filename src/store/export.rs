@@ -23,7 +23,7 @@ use super::error::{from_sqlite, StoreError};
 use crate::cost::DAY_MS;
 
 /// Lines per chunk handed to Lua (one buffer append each).
-pub const CHUNK_ROWS: usize = 5000;
+pub const CHUNK_ROWS: usize = 2000;
 
 /// The columns, in order (the CSV header, the JSON keys).
 pub const COLUMNS: [&str; 14] = [
