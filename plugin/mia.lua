@@ -35,10 +35,14 @@ end, {
   complete = function(arglead, cmdline)
     local before = cmdline:match("^%S*%s+(.*)$") or ""
     local sub = before:match("^(%S+)%s")
-    if sub == "costs" and not before:match("^costs%s+%S+%s") then
+    if sub == "costs" and before:match("^costs%s+export%s+%S*$") then
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
-      end, { "session", "daily", "weekly", "model", "provider" })
+      end, { "csv", "json" })
+    elseif sub == "costs" and not before:match("^costs%s+%S+%s") then
+      return vim.tbl_filter(function(n)
+        return vim.startswith(n, arglead)
+      end, { "session", "daily", "weekly", "model", "provider", "export" })
     elseif sub == "mode" then
       -- The whole words after `mode` (the one being typed is `arglead`).
       local typed = before:match("^mode%s+(.*)$") or ""

@@ -164,6 +164,13 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    counted, as over a slow network.  For pacing tests.
   lateheaders MS   every attempt waits MS milliseconds before the response
                    headers, then answers "ok".  For timeout-retry tests.
+  gateway WHERE V  the answer "ok" carrying an LLM gateway's cost of the call
+                   (LiteLLM's shapes): WHERE header sends the response header
+                   "x-litellm-response-cost: V" verbatim; WHERE usage puts
+                   V in the usage object's "cost" (the last chunk when
+                   streaming; V as JSON when it parses, else as a string;
+                   OpenAI format only); WHERE both does both.  For
+                   gateway-cost tests, hostile values included.
   ctype TYPE       streaming: "ok", sent as SSE but labelled Content-Type
                    TYPE (e.g. text/html).  For the unknown-framing test.
 Non-streaming requests get the same content in one reply (reset and stall
@@ -390,6 +397,7 @@ class Plan:
     content_type: str | None = None  # ctype: the Content-Type a stream claims
     late: float = 0.0              # lateheaders: seconds before the headers
     window_limit: tuple | None = None  # window: (requests, seconds)
+    gateway: tuple | None = None   # gateway: (header | usage | both, value text)
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -478,6 +486,8 @@ def parse_scenario(text, seq, whole=None):
             return Plan("window", ["ok"], window_limit=(int(args[0]), secs, late / 1000))
     if key == "lateheaders" and len(args) == 1 and args[0].isdecimal() and int(args[0]) <= 60000:
         return Plan("lateheaders", ["ok"], late=int(args[0]) / 1000)
+    if key == "gateway" and len(args) == 2 and args[0] in ("header", "usage", "both"):
+        return Plan("gateway", ["ok"], gateway=(args[0], args[1]))
     if key == "ctype" and len(args) == 1:
         return Plan("ctype", ["ok"], content_type=args[0])
     if key == "unicode":
@@ -657,6 +667,13 @@ class OpenAI(Format):
                  "total_tokens": req.prompt + out}
         if plan.reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": len(plan.reasoning)}
+        if plan.gateway and plan.gateway[0] in ("usage", "both"):
+            def no_constant(name):  # NaN / Infinity are not JSON: sent as strings
+                raise ValueError(name)
+            try:
+                usage["cost"] = json.loads(plan.gateway[1], parse_constant=no_constant)
+            except ValueError:
+                usage["cost"] = plan.gateway[1]
         return usage
 
     @staticmethod
@@ -1544,6 +1561,8 @@ class Server:
         extra += window_state
         if plan.raw is not None:
             extra = fmt.raw_window_headers(plan.raw)
+        if plan.gateway and plan.gateway[0] in ("header", "both"):
+            extra = extra + [f"x-litellm-response-cost: {plan.gateway[1]}"]
         if not req.stream:
             if plan.end == "reset":
                 return await self.reset(out)

@@ -852,3 +852,85 @@ fn another_process_writing_at_once_loses_nothing() {
     assert_eq!(count_usage(&path, "parent"), 2000);
     assert_eq!(count_usage(&path, "child"), 2000);
 }
+
+#[tokio::test]
+async fn gateway_costs_are_stored_with_their_source_and_exported() {
+    use mia_core::cost::CostSource;
+    use mia_core::store::export::{ExportFormat, ExportQuery};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir);
+    store.upsert_session(session("s1", "/proj,a", T0)).await.unwrap();
+    let mut gw = usage("s1", "m1", "mia", "lite", "=cmd", Some(0.25), T0);
+    gw.input_usd = 0.0;
+    gw.output_usd = 0.0;
+    gw.cost_source = CostSource::Gateway;
+    store.record_usage(gw).await.unwrap();
+    store
+        .record_usage(usage("s1", "m2", "mia", "lite", "echo", Some(0.5), T0 + 1000))
+        .await
+        .unwrap();
+    // A gateway source without a known cost is stored as local: there is no gateway figure.
+    let mut unknown = usage("s2", "m3", "mia", "lite", "echo", None, T0 + 2000);
+    unknown.cost_source = CostSource::Gateway;
+    store.record_usage(unknown).await.unwrap();
+    let conn = raw(&db_path(&dir));
+    let sources: Vec<(String, String)> = conn
+        .prepare("SELECT model, cost_source FROM usage ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        sources,
+        [("=cmd", "gateway"), ("echo", "local"), ("echo", "local")].map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    // The schema refuses any other source.
+    let bad = conn.execute(
+        "INSERT INTO usage (agent, provider, model, cost_known, started_at_ms, duration_ms, created_at_ms, cost_source)
+         VALUES ('a', 'p', 'm', 1, 0, 0, 0, 'vendor')",
+        [],
+    );
+    assert!(bad.is_err());
+    // Reports still add the gateway's total in.
+    let report = store.usage_report(&ReportQuery::default()).await.unwrap();
+    assert_close(report.totals.cost_usd, 0.75);
+
+    let all = |format| ExportQuery {
+        format,
+        from_ms: None,
+        to_ms: None,
+    };
+    let csv = store.export_usage(all(ExportFormat::Csv)).await.unwrap();
+    assert_eq!(csv.rows, 3);
+    let lines: Vec<&str> = csv.chunks.iter().flat_map(|c| c.split('\n')).collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines[0].starts_with("time,session_id,provider,model,agent,mode,input_tokens"));
+    assert!(
+        lines[1].ends_with(",s1,lite,\"'=cmd\",mia,build,1000,100,10,1,5,0.25,gateway,\"/proj,a\""),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].contains(",0.5,local,"), "{}", lines[2]);
+    // No session row: mode and project empty; no price: cost empty.
+    assert!(
+        lines[3].ends_with(",s2,lite,echo,mia,,1000,100,10,1,5,,local,"),
+        "{}",
+        lines[3]
+    );
+
+    // The range is [from, to): the middle row only.
+    let mid = store
+        .export_usage(ExportQuery {
+            format: ExportFormat::Json,
+            from_ms: Some(T0 + 1),
+            to_ms: Some(T0 + 2000),
+        })
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&mid.chunks.join("\n")).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["model"], "echo");
+    assert_eq!(v[0]["cost_source"], "local");
+    assert_eq!(v[0]["project"], "/proj,a");
+}

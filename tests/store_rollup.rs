@@ -64,6 +64,12 @@ fn random_row(rng: &mut Rng) -> UsageRow {
         } else {
             input_usd + output_usd + cache_read_usd + cache_write_usd
         },
+        // Some priced by a gateway (a total without parts): the rollup sums them like any other row.
+        cost_source: if rng.below(6) == 0 {
+            mia_core::cost::CostSource::Gateway
+        } else {
+            mia_core::cost::CostSource::Local
+        },
         started_at_ms: at - 2000,
         duration_ms: rng.below(9000) as i64 - 100,
         created_at_ms: at,

@@ -210,6 +210,23 @@ def test_non_streaming(server):
     assert json.loads(c.response()[2])["choices"][0]["message"]["content"] == UNICODE_TEXT
 
 
+def test_gateway_sends_litellms_cost_header_and_usage_cost(server):
+    c = Conn(server.port)
+    c.chat("gateway header 0.0042", stream=False)
+    _, headers, body, _ = c.response()
+    assert headers["x-litellm-response-cost"] == "0.0042"
+    assert "cost" not in json.loads(body)["usage"]
+    c.chat("gateway usage 0.5", usage=True)
+    _, headers, body, _ = c.response()
+    assert "x-litellm-response-cost" not in headers
+    last = json.loads(events(body)[-2][len(b"data: "):])
+    assert last["choices"] == [] and last["usage"]["cost"] == 0.5
+    c.chat("gateway both NaN", stream=False)
+    _, headers, body, _ = c.response()
+    assert headers["x-litellm-response-cost"] == "NaN"
+    assert json.loads(body)["usage"]["cost"] == "NaN"  # not JSON's NaN: a string
+
+
 def test_keep_alive_and_connection_close(server):
     c = Conn(server.port)
     c.chat("one")

@@ -127,7 +127,9 @@ function M.live_line(model, usage, cost)
   parts[#parts + 1] = mark .. thousands(input) .. " in"
   parts[#parts + 1] = mark .. thousands(usage.output_tokens) .. " out"
   if type(cost) == "table" and cost.known and cost.total_usd then
-    parts[#parts + 1] = mark .. require("mia.costs").usd(cost.total_usd)
+    -- the turn's earlier calls as an LLM gateway priced them (|mia-gateway-cost|)
+    local by = cost.source == "gateway" and " (gateway)" or cost.source == "mixed" and " (partly gateway)" or ""
+    parts[#parts + 1] = mark .. require("mia.costs").usd(cost.total_usd) .. by
   end
   return "── " .. table.concat(parts, " · ") .. " … ──"
 end

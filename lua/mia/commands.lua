@@ -118,11 +118,15 @@ M.subcommands = {
     end,
   },
   costs = {
-    desc = "cost report: session, daily, weekly, model {id}, provider {id}",
+    desc = "cost report: session, daily, weekly, model {id}, provider {id}; export {csv|json} [since] [until]",
     run = function(args)
       local words = vim.split(vim.trim(args), "%s+", { trimempty = true })
       local scope = words[1] or "session"
       local query
+      if scope == "export" then
+        require("mia.costs_export").run(words[2], words[3], words[4], words[5])
+        return
+      end
       if scope == "model" or scope == "provider" then
         if not words[2] then
           error("mia: usage: :Mia costs " .. scope .. " {id}", 0)
@@ -131,7 +135,7 @@ M.subcommands = {
       elseif scope == "session" or scope == "daily" or scope == "weekly" then
         query = { scope = scope }
       else
-        error("mia: unknown cost report `" .. scope .. "`. Use session, daily, weekly, model {id} or provider {id}", 0)
+        error("mia: unknown cost report `" .. scope .. "`. Use session, daily, weekly, model {id}, provider {id} or export {csv|json}", 0)
       end
       local costs = require("mia.costs")
       local report = costs.get(query)

@@ -139,6 +139,15 @@ function M.lines(report)
     ),
     string.format("Requests: %d · messages: %d · sessions: %d · model time: %.1f s", t.requests, t.messages, t.sessions, (t.duration_ms or 0) / 1000),
   }
+  if (report.gateway_requests or 0) > 0 then
+    -- |mia-gateway-cost|: the gateway's own figures, already in the totals
+    lines[#lines + 1] = string.format(
+      "Priced by the gateway: %d of %d requests, %s",
+      report.gateway_requests,
+      t.requests,
+      M.usd(report.gateway_usd)
+    )
+  end
   local c = report.by_cost_type
   if c then
     lines[#lines + 1] = ""

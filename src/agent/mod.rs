@@ -605,6 +605,12 @@ fn add_cost(total: &mut Cost, c: &Cost) {
     if !total.known {
         return;
     }
+    // The turn's first priced call says who priced it; a later call priced
+    // by the other makes the sum `mixed`.
+    total.source = match total.total_usd {
+        None => c.source,
+        Some(_) => total.source.join(c.source),
+    };
     let add = |a: Option<f64>, b: Option<f64>| Some(a.unwrap_or(0.0) + b.unwrap_or(0.0));
     total.total_usd = add(total.total_usd, c.total_usd);
     total.input_usd = add(total.input_usd, c.input_usd);

@@ -124,6 +124,7 @@ pub fn usage_row(
         cache_read_usd: c.cache_read_usd.unwrap_or(0.0),
         cache_write_usd: c.cache_write_usd.unwrap_or(0.0),
         total_usd: c.total_usd.unwrap_or(0.0),
+        cost_source: c.source,
         started_at_ms: started_ms,
         duration_ms: now_ms() - started_ms,
         created_at_ms: now_ms(),

@@ -1,6 +1,6 @@
 //! Money and token counts as the chat footer and the cost reports show them.
 
-use super::usage::{Cost, Usage};
+use super::usage::{Cost, CostSource, Usage};
 
 /// Most decimals a dollar figure gets; smaller amounts round to this.
 const MAX_DECIMALS: i32 = 10;
@@ -57,13 +57,24 @@ pub fn tokens_short(count: u64) -> String {
     count.to_string()
 }
 
+/// What follows a dollar amount to say who priced it: nothing for mia's
+/// own price table, " (gateway)" for an LLM gateway's figure, " (partly
+/// gateway)" for a sum of both.
+pub fn source_mark(source: CostSource) -> &'static str {
+    match source {
+        CostSource::Local => "",
+        CostSource::Gateway => " (gateway)",
+        CostSource::Mixed => " (partly gateway)",
+    }
+}
+
 /// The line under an answer in the chat:
 /// `── claude-sonnet-4-5 · 1,247 in · 832 out · 3.2K cached · $0.031 ──`.
 ///
 /// "in" is the uncached input, "cached" (shown only when there were cache
 /// reads) the tokens read from the prompt cache. Counts the server did not
 /// send are estimates and carry a `~`; a model without a price shows
-/// "cost unknown" rather than a misleading $0.00.
+/// "cost unknown" rather than a misleading $0.00; a cost an LLM gateway gave is marked ([`source_mark`]).
 pub fn footer(model: &str, usage: &Usage, cost: &Cost) -> String {
     let approx = if usage.estimated { "~" } else { "" };
     let mut parts = vec![
@@ -75,7 +86,7 @@ pub fn footer(model: &str, usage: &Usage, cost: &Cost) -> String {
         parts.push(format!("{approx}{} cached", tokens_short(usage.cache_read_tokens)));
     }
     parts.push(match cost.total_usd {
-        Some(total) if cost.known => usd(total),
+        Some(total) if cost.known => format!("{}{}", usd(total), source_mark(cost.source)),
         _ => "cost unknown".to_string(),
     });
     format!("── {} ──", parts.join(" · "))

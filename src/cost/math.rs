@@ -118,6 +118,7 @@ pub fn cost_of(registry: &PricingRegistry, provider: &str, model: &str, usage: &
         output_usd: Some(c.output_usd),
         cache_read_usd: Some(c.cache_read_usd),
         cache_write_usd: Some(c.cache_write_usd),
+        source: super::CostSource::Local,
     }
 }
 

@@ -14,6 +14,7 @@
 pub mod budget;
 pub mod calendar;
 pub mod format;
+pub mod gateway;
 pub mod math;
 mod model_id;
 pub mod pricing;
@@ -26,4 +27,4 @@ pub use format::{footer, tokens, tokens_short, usd};
 pub use math::{cost, cost_at, cost_of, prompt_tokens, rates, CostBreakdown, Rates};
 pub use pricing::{Price, PricingError, PricingRegistry, Resolved, Tier};
 pub use suggest::{suggest, ModelStats, SessionStats, Suggestion, SuggestionKind};
-pub use usage::{Cost, Usage};
+pub use usage::{Cost, CostSource, Usage};

@@ -34,4 +34,45 @@ pub struct Cost {
     pub cache_read_usd: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_write_usd: Option<f64>,
+    /// Who priced it: mia's own price table, or the LLM gateway the request
+    /// went through (see [`crate::cost::gateway`]). Left out of the JSON
+    /// when local, so the shapes Lua and the store already read stay the same.
+    #[serde(skip_serializing_if = "CostSource::is_local")]
+    pub source: CostSource,
+}
+
+/// Who priced a call (or a sum of calls): `local` (mia's price table),
+/// `gateway` (the gateway's own figure), or `mixed` for a sum of both.
+/// The store keeps `local` or `gateway` per row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CostSource {
+    #[default]
+    Local,
+    Gateway,
+    Mixed,
+}
+
+impl CostSource {
+    pub fn is_local(&self) -> bool {
+        *self == CostSource::Local
+    }
+
+    /// The text stored in `usage.cost_source` (a sum is never stored).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CostSource::Local => "local",
+            CostSource::Gateway => "gateway",
+            CostSource::Mixed => "mixed",
+        }
+    }
+
+    /// The source of a sum of `self` and `other`.
+    pub fn join(self, other: CostSource) -> CostSource {
+        if self == other {
+            self
+        } else {
+            CostSource::Mixed
+        }
+    }
 }

@@ -55,6 +55,9 @@ pub enum DecodeEvent {
     Finish(StopReason),
     /// The wire format's own end marker (`[DONE]`, `message_stop`).
     Terminal,
+    /// What an LLM gateway says the call cost (`usage.cost`), already
+    /// checked by [`crate::cost::gateway`]; the last one wins.
+    GatewayCost(f64),
 }
 
 /// Most tool calls one answer may carry; past it the answer ends with an error.
@@ -120,7 +123,8 @@ fn carried_bytes(event: &DecodeEvent) -> usize {
         DecodeEvent::RedactedReasoning(data) => data.len(),
         DecodeEvent::Delta(Delta::Usage { .. } | Delta::Retry { .. })
         | DecodeEvent::Finish(_)
-        | DecodeEvent::Terminal => 0,
+        | DecodeEvent::Terminal
+        | DecodeEvent::GatewayCost(_) => 0,
     }
 }
 
@@ -193,6 +197,8 @@ pub struct Accumulator {
     pub usage: Option<Usage>,
     pub stop_reason: Option<StopReason>,
     pub terminal: bool,
+    /// The gateway's cost of the call, when the stream carried one.
+    pub gateway_cost: Option<f64>,
 }
 
 impl Accumulator {
@@ -230,6 +236,7 @@ impl Accumulator {
             DecodeEvent::Delta(Delta::ToolCallDelta { .. }) | DecodeEvent::Delta(Delta::Retry { .. }) => {}
             DecodeEvent::Finish(reason) => self.stop_reason = Some(reason.clone()),
             DecodeEvent::Terminal => self.terminal = true,
+            DecodeEvent::GatewayCost(usd) => self.gateway_cost = Some(*usd),
         }
     }
 

@@ -247,6 +247,10 @@ async fn attempt_once(
     let timeouts = *timeouts;
     tracing::debug!(provider = %provider.name, model = %model, stream, "request sent");
     let response = http::send(&client, provider, model, wire, &timeouts, &providers.rate_limits).await?;
+    let header_cost = response
+        .headers()
+        .get(crate::cost::gateway::HEADER)
+        .and_then(|v| crate::cost::gateway::from_header(v.as_bytes()));
     let mut acc = Accumulator::default();
     let max_event = providers.config.limits.max_event_bytes;
     if stream {
@@ -300,7 +304,12 @@ async fn attempt_once(
         ));
     }
     let usage = acc.usage.unwrap_or_else(|| estimate_usage(req, &acc.text));
-    let cost = crate::cost::cost_of(&providers.pricing, &provider.name, model, &usage);
+    // A gateway's own figure wins over the price table: the body's (the
+    // last streamed chunk's) `usage.cost`, else the response header.
+    let cost = match acc.gateway_cost.or(header_cost) {
+        Some(usd) => crate::cost::gateway::cost(usd),
+        None => crate::cost::cost_of(&providers.pricing, &provider.name, model, &usage),
+    };
     Ok(StreamDone {
         message: acc.message(),
         retries: 0,

@@ -335,6 +335,10 @@ impl OpenAiDecoder {
             .or_else(|| chunk.pointer("/x_groq/usage").filter(|u| u.is_object()));
         if let Some(usage) = usage {
             out.push(DecodeEvent::Delta(Delta::Usage { usage: usage_of(usage) }));
+            // LiteLLM (and OpenRouter) put their own cost of the call here.
+            if let Some(usd) = crate::cost::gateway::from_usage(usage) {
+                out.push(DecodeEvent::GatewayCost(usd));
+            }
         }
         Ok(())
     }
@@ -511,6 +515,34 @@ mod tests {
                 DecodeEvent::Terminal,
             ]
         );
+    }
+
+    #[test]
+    fn a_gateways_cost_in_the_last_usage_chunk_is_decoded_and_a_hostile_one_dropped() {
+        let last = |cost: &str| {
+            let chunk =
+                format!(r#"{{"choices":[],"usage":{{"prompt_tokens":5,"completion_tokens":2,"cost":{cost}}}}}"#);
+            decode_all(&[chunk.as_str(), "[DONE]"]).unwrap()
+        };
+        let out = last("0.00042");
+        assert_eq!(out[1], DecodeEvent::GatewayCost(0.00042));
+        assert_eq!(out.len(), 3, "{out:?}");
+        for hostile in ["-1", "1e9", "\"NaN\"", "\"\"", "[1]", "null"] {
+            let out = last(hostile);
+            assert!(
+                !out.iter().any(|e| matches!(e, DecodeEvent::GatewayCost(_))),
+                "{hostile}: {out:?}"
+            );
+            assert!(
+                matches!(out[0], DecodeEvent::Delta(Delta::Usage { .. })),
+                "usage still counts"
+            );
+        }
+        // A whole response carries it the same way.
+        let body = json!({"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],
+                          "usage":{"prompt_tokens":5,"completion_tokens":2,"cost":0.5}});
+        let events = parse_response("lite", &body).unwrap();
+        assert!(events.contains(&DecodeEvent::GatewayCost(0.5)), "{events:?}");
     }
 
     #[test]

@@ -790,6 +790,9 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
     m.set("costs", lua.create_function(store_api::costs)?)?;
+    m.set("costs_export", lua.create_function(store_api::costs_export)?)?;
+    m.set("costs_export_take", lua.create_function(store_api::costs_export_take)?)?;
+    m.set("costs_export_drop", lua.create_function(store_api::costs_export_drop)?)?;
     m.set("checkpoints", lua.create_function(checkpoint_api::checkpoints)?)?;
     m.set("checkpoint_undo", lua.create_function(checkpoint_api::checkpoint_undo)?)?;
     m.set("sessions_list", lua.create_function(store_api::sessions_list)?)?;

@@ -86,6 +86,73 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
+#[derive(Deserialize)]
+struct ExportArgs {
+    format: String,
+    since: Option<String>,
+    until: Option<String>,
+    #[serde(default)]
+    utc_offset_s: i32,
+}
+
+/// Finished exports whose chunks Lua has not taken yet, by export id.
+/// Handing Lua the whole text as one result would convert it all on the
+/// main thread at once (1.8 s for a million rows); Lua takes one chunk per
+/// tick instead ([`costs_export_take`]).
+static EXPORTS: std::sync::Mutex<Vec<(u64, std::collections::VecDeque<String>)>> = std::sync::Mutex::new(Vec::new());
+static NEXT_EXPORT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn exports() -> std::sync::MutexGuard<'static, Vec<(u64, std::collections::VecDeque<String>)>> {
+    EXPORTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// `costs_export_take(id)` -> the export's next chunk of lines, or nil once
+/// it is all taken (the export is then forgotten).
+pub fn costs_export_take(_: &Lua, id: u64) -> LuaResult<Option<String>> {
+    let mut all = exports();
+    let Some(i) = all.iter().position(|(e, _)| *e == id) else {
+        return Ok(None);
+    };
+    let chunk = all[i].1.pop_front();
+    if chunk.is_none() || all[i].1.is_empty() {
+        all.remove(i);
+    }
+    Ok(chunk)
+}
+
+/// `costs_export_drop(id)`: forgets an export Lua no longer wants.
+pub fn costs_export_drop(_: &Lua, id: u64) -> LuaResult<()> {
+    exports().retain(|(e, _)| *e != id);
+    Ok(())
+}
+
+/// `costs_export({ format, since, until, utc_offset_s })` -> handle; its
+/// result is `{ id = n, rows = n }`: the text waits in the core, taken a
+/// chunk at a time with `costs_export_take(id)` (see `store::export`).
+pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
+    use crate::store::export::{self, ExportFormat, ExportQuery};
+    let q: ExportArgs = lua
+        .from_value(query)
+        .map_err(|e| LuaError::RuntimeError(format!("mia.costs_export: invalid query: {e}")))?;
+    let invalid = |m: String| LuaError::RuntimeError(format!("mia: {m}"));
+    let format = match q.format.as_str() {
+        "csv" => ExportFormat::Csv,
+        "json" => ExportFormat::Json,
+        other => return Err(invalid(format!("unknown export format `{other}`; use csv or json"))),
+    };
+    let (from_ms, to_ms) = export::range(q.since.as_deref(), q.until.as_deref(), q.utc_offset_s).map_err(invalid)?;
+    start_job("costs_export", move |_| async move {
+        let store = runtime::store().await.ok_or_else(no_store)?;
+        let out = store
+            .export_usage(ExportQuery { format, from_ms, to_ms })
+            .await
+            .map_err(store_error)?;
+        let id = NEXT_EXPORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        exports().push((id, out.chunks.into()));
+        Ok(json!({ "id": id, "rows": out.rows }))
+    })
+}
+
 pub(super) fn session_info(s: &crate::store::SessionSummary) -> Value {
     json!({
         "sessionId": s.id,

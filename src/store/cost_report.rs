@@ -63,6 +63,10 @@ pub struct CostReport {
     pub scope: &'static str,
     pub daily: Vec<DayCost>,
     pub suggestions: Vec<Suggestion>,
+    /// How many of the report's calls an LLM gateway priced
+    /// (`cost_source = "gateway"`), and their cost (part of the totals).
+    pub gateway_requests: u64,
+    pub gateway_usd: f64,
 }
 
 impl Store {
@@ -130,7 +134,14 @@ impl Store {
             Some(session) => suggest(pricing, &self.session_stats(&session, &usage, q.system_tokens).await?),
             None => Vec::new(),
         };
+        let (gateway_requests, gateway_usd) = {
+            let query = query.clone();
+            self.read(move |c, p| super::reports::gateway_share(c, p, &query))
+                .await?
+        };
         Ok(CostReport {
+            gateway_requests,
+            gateway_usd,
             usage,
             scope: q.scope.name(),
             daily,

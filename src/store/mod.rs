@@ -25,6 +25,7 @@
 mod cost_report;
 mod cursor;
 mod error;
+pub mod export;
 mod reader;
 mod reports;
 mod rollup;
@@ -284,6 +285,12 @@ impl Store {
         let id = session_id.to_string();
         self.read(move |c, p| spend::spend(c, p, &id, day_start_ms, day_end_ms))
             .await
+    }
+
+    /// Every usage row of `query`'s range as CSV or JSON text, in chunks of
+    /// lines (see [`export`]); read on the blocking pool, row by row.
+    pub async fn export_usage(&self, query: export::ExportQuery) -> Result<export::Export, StoreError> {
+        self.read(move |c, p| export::export(c, p, &query)).await
     }
 
     /// Runs `f` on a pooled read connection on tokio's blocking pool.

@@ -175,6 +175,29 @@ fn filter(q: &ReportQuery) -> (String, Vec<&dyn ToSql>) {
     }
 }
 
+/// How many of `q`'s rows a gateway priced, and what they cost in all (USD,
+/// summed in nano-dollars like every report). The partial index
+/// `usage_gateway` holds only such rows: nothing to read for users
+/// without a gateway.
+pub(crate) fn gateway_share(conn: &Connection, path: &Path, q: &ReportQuery) -> Result<(u64, f64), StoreError> {
+    let (where_clause, args) = filter(q);
+    let cond = if where_clause.is_empty() {
+        "WHERE cost_source = 'gateway'".to_string()
+    } else {
+        format!("{where_clause} AND cost_source = 'gateway'")
+    };
+    let sql = format!(
+        "SELECT count(*), coalesce(sum({}), 0) FROM usage {cond}",
+        nusd!("total_usd")
+    );
+    let err = |e: rusqlite::Error| from_sqlite(path, "counting gateway-priced calls", &e);
+    let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
+    let (n, nanos): (i64, i64) = stmt
+        .query_row(params_from_iter(&args), |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(err)?;
+    Ok((count(n), usd(i128::from(nanos))))
+}
+
 pub(crate) fn count(v: i64) -> u64 {
     v.max(0) as u64
 }

@@ -179,6 +179,10 @@ pub struct UsageRow {
     pub cache_write_usd: f64,
     /// What the call cost in all; what budgets and reports add up.
     pub total_usd: f64,
+    /// Who priced the call: `local` (mia's price table; then the parts add
+    /// up to the total) or `gateway` (the LLM gateway's own figure, a total
+    /// without parts). A `mixed` value is stored as `local`.
+    pub cost_source: crate::cost::CostSource,
     /// When the request was sent.
     pub started_at_ms: i64,
     /// Time from sending the request to the end of the response.

@@ -452,8 +452,24 @@ END;
 "
 );
 
+/// Version 4: who priced each usage row.
+///
+/// - `cost_source`: `'local'` (mia's price table; every row before this
+///   version) or `'gateway'` (the LLM gateway's own cost of the call, e.g.
+///   LiteLLM's `x-litellm-response-cost`; a total without parts).
+/// - Adding a column with a default changes no row, so the rollup built
+///   from the rows stays equal to them (rows stay append-only).
+/// - `usage_gateway` (partial: gateway rows only) covers what reports say
+///   of them (how many, what they cost) for any filter a report has;
+///   stores without a gateway keep it empty.
+const V4: &str = "
+ALTER TABLE usage ADD COLUMN cost_source TEXT NOT NULL DEFAULT 'local' CHECK (cost_source IN ('local', 'gateway'));
+CREATE INDEX usage_gateway ON usage (created_at_ms, session_id, provider, model, total_usd)
+    WHERE cost_source = 'gateway';
+";
+
 /// Every migration step in order (see the module docs).
-pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3];
+pub(crate) const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// Opens the connection that writes: WAL (readers never block the writer nor
 /// each other, across processes), `synchronous=NORMAL` (durable at every

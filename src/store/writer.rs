@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::cost::CostSource;
 use rusqlite::{params, Connection};
 use tokio::sync::oneshot;
 
@@ -497,13 +498,17 @@ fn record_usage(conn: &Connection, row: &UsageRow) -> Result<i64, JobError> {
     // kept (its tokens still count) but marked as having no known cost.
     let cost_known = row.cost_known && usd.iter().all(|v| v.is_finite());
     let usd = usd.map(|v| if v.is_finite() { v } else { 0.0 });
+    let source = match row.cost_source {
+        CostSource::Gateway if cost_known => "gateway",
+        _ => "local",
+    };
     let mut stmt = conn
         .prepare_cached(
             "INSERT INTO usage (session_id, message_id, agent, provider, model,
                  input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
                  estimated, cost_known, input_usd, output_usd, cache_read_usd, cache_write_usd, total_usd,
-                 started_at_ms, duration_ms, created_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                 started_at_ms, duration_ms, created_at_ms, cost_source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
         )
         .map_err(sqlite("recording usage"))?;
     stmt.execute(params![
@@ -527,6 +532,7 @@ fn record_usage(conn: &Connection, row: &UsageRow) -> Result<i64, JobError> {
         row.started_at_ms,
         row.duration_ms,
         row.created_at_ms,
+        source,
     ])
     .map_err(sqlite("recording usage"))?;
     Ok(conn.last_insert_rowid())
