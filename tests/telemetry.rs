@@ -305,6 +305,7 @@ fn metrics_and_events_reach_the_collector_with_the_issue_names() {
     assert_eq!(attr(api, "duration_ms"), Some(&any_value::Value::IntValue(1500)));
     assert_eq!(s(attr(api, "model")), "claude-sonnet-4-5");
     assert_eq!(s(attr(api, "status")), "ok");
+    assert_eq!(s(attr(api, "cost_source")), "local");
     assert_eq!(s(attr(&events["mia.api_error"], "class")), "rate_limit");
     let tool = &events["mia.tool_result"];
     assert_eq!(s(attr(tool, "tool_name")), "edit_file");

@@ -378,7 +378,10 @@ pub fn usage(row: &UsageRow) {
     ];
     if let Some(i) = &t.instruments {
         if row.cost_known {
-            i.cost.add(row.total_usd.max(0.0), &common);
+            // `source`: "gateway" when an LLM gateway priced the call, else "local".
+            let mut a = common.clone();
+            a.push(KeyValue::new("source", row.cost_source.as_str()));
+            i.cost.add(row.total_usd.max(0.0), &a);
         }
         for (kind, n) in types {
             if n == 0 {
@@ -415,6 +418,7 @@ pub fn usage(row: &UsageRow) {
             AnyValue::Double(if row.cost_known { row.total_usd } else { 0.0 }),
         ),
         ("cost_known", AnyValue::Boolean(row.cost_known)),
+        ("cost_source", AnyValue::from(row.cost_source.as_str())),
         ("input_tokens", n(row.input_tokens)),
         ("output_tokens", n(row.output_tokens)),
         ("cache_read_tokens", n(row.cache_read_tokens)),

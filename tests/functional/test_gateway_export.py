@@ -78,8 +78,12 @@ def test_without_a_gateway_the_source_is_local(make, data_home):
 
 
 def export(ed, args):
+    # Each export opens a buffer of its own: wait for that one, not a
+    # finished earlier export that is still current until the keys run.
+    before = ed.nvim.current.buffer.number
     ed.nvim.input(f":Mia costs export {args}<CR>")
-    ed.wait("vim.b.mia_costs_export ~= nil and vim.b.mia_costs_export.done == true")
+    ed.wait(f"vim.api.nvim_get_current_buf() ~= {before} and vim.b.mia_costs_export ~= nil"
+            " and vim.b.mia_costs_export.done == true")
     return ed.nvim.current.buffer
 
 

@@ -99,7 +99,8 @@ def test_two_prompts_reach_an_independent_otlp_receiver_with_the_issue_names(edi
     ed = editor_factory(env={"OTEL_RESOURCE_ATTRIBUTES": "team.id=payments,cost_center=cc-42"},
                         setup=telemetry_setup(server, f"http://127.0.0.1:{test_agent.otlp}", project="webshop"))
     prompt(ed, f"echo one {PROMPT_WORDS}")
-    prompt(ed, f"echo two {PROMPT_WORDS}")
+    # Priced by the gateway (LiteLLM's header): the export says so.
+    prompt(ed, "gateway header 0.25")
     data_dir = Path(ed.lua("return require('mia.config').get().data_dir"))
     # Quitting flushes what the interval has not sent yet.
     quit(ed)
@@ -133,7 +134,9 @@ def test_two_prompts_reach_an_independent_otlp_receiver_with_the_issue_names(edi
                  "gen_ai.client.operation.duration"]:
         assert name in seen, (name, sorted(seen))
     cost = sum(p["as_double"] for p in seen["mia.cost.usage"])
-    assert cost > 0
+    assert cost > 0.25
+    sources = {attrs(p["attributes"])["source"] for p in seen["mia.cost.usage"]}
+    assert sources == {"local", "gateway"}, sources
     types = {attrs(p["attributes"])["type"] for p in seen["mia.token.usage"]}
     assert {"input", "output"} <= types, types
     genai = attrs(seen["gen_ai.client.token.usage"][0]["attributes"])
@@ -153,6 +156,8 @@ def test_two_prompts_reach_an_independent_otlp_receiver_with_the_issue_names(edi
     for a in requests:
         assert a["model"] == "echo" and a["provider"] == "scn" and a["status"] == "ok"
         assert float(a["cost_usd"]) > 0 and int(a["output_tokens"]) > 0 and "duration_ms" in a
+    assert sorted((a["cost_source"], float(a["cost_usd"])) for a in requests)[0] == ("gateway", 0.25), requests
+    assert sorted(a["cost_source"] for a in requests) == ["gateway", "local"], requests
     prompts = [a for n, a in events if n == "mia.user_prompt"]
     assert len(prompts) == 2 and all("prompt" not in a for a in prompts), prompts
 
