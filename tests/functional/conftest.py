@@ -177,6 +177,16 @@ def process_running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def quit_editor(ed):
+    """The user quits with :qa! (VimLeavePre runs), and Neovim is gone."""
+    ed.nvim.input(":qa!<CR>")
+    for _ in range(500):
+        if not process_running(ed.pid):
+            break
+        time.sleep(0.01)
+    ed.close()
+
+
 def kill_neovim_and_wait_for(ed, pids):
     """SIGKILLs `ed`'s Neovim, as an OOM killer or a crash would (it gets no
     chance to end anything), then waits (bounded) for `pids` to end; the

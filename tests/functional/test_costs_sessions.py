@@ -11,7 +11,7 @@ import time
 import pytest
 from pynvim.api.common import NvimError
 
-from conftest import process_running, scenario_setup
+from conftest import quit_editor as quit, scenario_setup
 
 PRICE = {"input": 3.0, "output": 15.0, "cache_read": 0.3, "cache_write": 3.75}
 
@@ -350,16 +350,6 @@ def test_switching_to_another_session_shows_the_summary_of_the_one_left(make):
     ed.wait("#notices > 0")
     assert summaries(ed)[0].startswith("mia: session “echo the newer one” ended: $0.0"), summaries(ed)
     assert "echo the older one" in ed.chat_text()
-
-
-def quit(ed):
-    """The user quits with :qa! (VimLeavePre runs), and Neovim is gone."""
-    ed.nvim.input(":qa!<CR>")
-    for _ in range(500):
-        if not process_running(ed.pid):
-            break
-        time.sleep(0.01)
-    ed.close()
 
 
 def test_leaving_neovim_logs_the_summary_and_the_next_start_shows_it_once(make, tmp_path):

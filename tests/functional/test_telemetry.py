@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, process_running, scenario_setup
+from conftest import free_port, process_running, quit_editor as quit, scenario_setup
 
 PRICE = {"input": 3.0, "output": 15.0}
 AGENT = Path(sys.executable).parent / "ddapm-test-agent"
@@ -71,15 +71,6 @@ def attrs(kvs):
         v = kv.get("value", {})
         out[kv["key"]] = next(iter(v.values()), None) if v else None
     return out
-
-
-def quit(ed):
-    ed.nvim.input(":qa!<CR>")
-    for _ in range(500):
-        if not process_running(ed.pid):
-            break
-        time.sleep(0.01)
-    ed.close()
 
 
 def prompt(ed, text):
