@@ -209,6 +209,7 @@ fn usage_row(i: usize, active: usize, now: i64) -> UsageRow {
         started_at_ms: now - 3000,
         duration_ms: 3000,
         created_at_ms: now,
+        retries: 0,
         cost_source: Default::default(),
     }
 }

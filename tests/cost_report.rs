@@ -24,6 +24,7 @@ fn usage(session: &str, model: &str, usd: f64, at: i64) -> UsageRow {
         output_usd: usd / 2.0,
         total_usd: usd,
         created_at_ms: at,
+        retries: 0,
         ..UsageRow::default()
     }
 }

@@ -81,6 +81,7 @@ fn usage(
         started_at_ms: at - 1500,
         duration_ms: 1500,
         created_at_ms: at,
+        retries: 0,
         ..UsageRow::default()
     }
 }

@@ -73,6 +73,7 @@ fn random_row(rng: &mut Rng) -> UsageRow {
         started_at_ms: at - 2000,
         duration_ms: rng.below(9000) as i64 - 100,
         created_at_ms: at,
+        retries: 0,
     }
 }
 

@@ -129,6 +129,7 @@ fn row(session: &str) -> UsageRow {
         cost_known: true,
         total_usd: 0.0125,
         duration_ms: 1500,
+        retries: 2,
         ..UsageRow::default()
     }
 }
@@ -306,6 +307,7 @@ fn metrics_and_events_reach_the_collector_with_the_issue_names() {
     assert_eq!(s(attr(api, "model")), "claude-sonnet-4-5");
     assert_eq!(s(attr(api, "status")), "ok");
     assert_eq!(s(attr(api, "cost_source")), "local");
+    assert_eq!(attr(api, "retries"), Some(&any_value::Value::IntValue(2)));
     assert_eq!(s(attr(&events["mia.api_error"], "class")), "rate_limit");
     let tool = &events["mia.tool_result"];
     assert_eq!(s(attr(tool, "tool_name")), "edit_file");

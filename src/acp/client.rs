@@ -845,6 +845,7 @@ impl AgentProc {
             started_at_ms: started_ms,
             duration_ms: now - started_ms,
             created_at_ms: now,
+            retries: 0,
             ..UsageRow::default()
         };
         if let Err(e) = store.record_usage(row).await {

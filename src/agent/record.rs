@@ -128,6 +128,7 @@ pub fn usage_row(
         started_at_ms: started_ms,
         duration_ms: now_ms() - started_ms,
         created_at_ms: now_ms(),
+        retries: done.retries,
     }
 }
 

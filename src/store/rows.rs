@@ -189,6 +189,10 @@ pub struct UsageRow {
     pub duration_ms: i64,
     /// When the call finished and was recorded; every time filter uses this.
     pub created_at_ms: i64,
+    /// How many times the request was retried before its answer: exported
+    /// with the `mia.api_request` event (|mia-telemetry|), not stored.
+    #[serde(skip)]
+    pub retries: u32,
 }
 
 /// A session as a picker shows it: its row without `meta`, plus how many

@@ -425,6 +425,7 @@ pub fn usage(row: &UsageRow) {
         ("cache_write_tokens", n(row.cache_write_tokens)),
         ("reasoning_tokens", n(row.reasoning_tokens)),
         ("duration_ms", AnyValue::Int(row.duration_ms.max(0))),
+        ("retries", AnyValue::Int(i64::from(row.retries))),
         ("status", AnyValue::from("ok")),
     ];
     if row.estimated {

@@ -147,6 +147,7 @@ def test_two_prompts_reach_an_independent_otlp_receiver_with_the_issue_names(edi
     for a in requests:
         assert a["model"] == "echo" and a["provider"] == "scn" and a["status"] == "ok"
         assert float(a["cost_usd"]) > 0 and int(a["output_tokens"]) > 0 and "duration_ms" in a
+        assert int(a["retries"]) == 0
     assert sorted((a["cost_source"], float(a["cost_usd"])) for a in requests)[0] == ("gateway", 0.25), requests
     assert sorted(a["cost_source"] for a in requests) == ["gateway", "local"], requests
     prompts = [a for n, a in events if n == "mia.user_prompt"]
