@@ -58,6 +58,8 @@ pub struct Caller {
     pub cancel: CancellationToken,
     /// Whether the request goes through Lua's `pre_request` hooks first.
     pub hooks: HookSwitch,
+    /// The chat session the request belongs to, if any (named in telemetry).
+    pub session: Option<String>,
 }
 
 /// The call event's payload for a request.
@@ -136,7 +138,7 @@ pub async fn call_model(
                 .provider
                 .as_deref()
                 .unwrap_or_else(|| req.model.split('/').next().unwrap_or(""));
-            crate::telemetry::api_error(None, provider, model, e.class.as_str(), e.status);
+            crate::telemetry::api_error(caller.session.as_deref(), provider, model, e.class.as_str(), e.status);
         }
     }
     result

@@ -60,6 +60,7 @@ pub fn spawn_stream(
             stream,
             cancel: cancel.clone(),
             hooks: api.hooks.clone(),
+            session: api.session_id.clone(),
         };
         let work = async move { api_call(caller, providers, store.await, req, streaming, api).await };
         match supervise(work, &cancel).await {

@@ -391,6 +391,7 @@ pub async fn run(
         stream,
         cancel: cancel.clone(),
         hooks: deps.hooks.clone(),
+        session: Some(session.id()),
     };
     let mut turn = 0;
     // The model as the provider named it in its last answer (the footer shows it).
@@ -643,6 +644,7 @@ pub async fn compact_session(
         stream,
         cancel,
         hooks: deps.hooks.clone(),
+        session: Some(session.id()),
     };
     let model = session.info().model;
     let id = session.id();

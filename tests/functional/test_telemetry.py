@@ -224,3 +224,25 @@ def test_the_standard_variables_alone_turn_export_on(editor_factory, server, tes
     names = [r.get("event_name") for req in test_agent.get("/test/session/logs") for rl in req["resource_logs"]
              for sl in rl["scope_logs"] for r in sl["log_records"]]
     assert "mia.api_request" in names, names
+
+
+def test_a_retried_request_and_a_failed_one_are_exported_with_the_chat_session(editor_factory, server, test_agent):
+    ed = editor_factory(env={"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{test_agent.otlp}",
+                             "OTEL_METRICS_EXPORTER": "none"},
+                        setup=scenario_setup(server))
+    # One 502, then the answer: a request retried once.
+    prompt(ed, "fail5xx 1")
+    assert "ok after 1" in ed.chat_text()
+    # A 400 is not retried: the turn ends in an error.
+    ed.nvim.command("Mia prompt http 400 refused here")
+    ed.wait("require('mia.chat').state() == 'error'")
+    sid = ed.lua("return require('mia.chat').session_id()")
+    quit(ed)
+    events = [(r.get("event_name"), attrs(r["attributes"])) for req in test_agent.get("/test/session/logs")
+              for rl in req["resource_logs"] for sl in rl["scope_logs"] for r in sl["log_records"]]
+    requests = [a for n, a in events if n == "mia.api_request"]
+    assert [int(a["retries"]) for a in requests] == [1], events
+    errors = [a for n, a in events if n == "mia.api_error"]
+    assert len(errors) == 1, events
+    assert errors[0]["session.id"] == sid and errors[0]["class"] == "invalid_request", errors
+    assert int(errors[0]["status_code"]) == 400, errors
