@@ -22,6 +22,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_BACKLOG_BYTES: usize = 4 * 1024 * 1024;
 /// Longest error text kept for `:checkhealth`.
 const MAX_ERROR: usize = 300;
+/// The most of a collector's response body that is read.
+const MAX_RESPONSE: usize = 64 * 1024;
 
 struct Pending {
     uri: String,
@@ -207,8 +209,18 @@ impl Client {
         let task = self.rt.spawn(async move {
             let resp = req.send().await.map_err(|e| describe(&e))?;
             let code = resp.status();
-            let body = resp.bytes().await.unwrap_or_default();
-            Ok::<_, String>((code, body))
+            // A collector's answer is a few bytes; read at most MAX_RESPONSE
+            // of it (the rest is dropped with the connection).
+            let mut resp = resp;
+            let mut body = Vec::new();
+            while let Ok(Some(chunk)) = resp.chunk().await {
+                let room = MAX_RESPONSE - body.len();
+                body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                if body.len() == MAX_RESPONSE {
+                    break;
+                }
+            }
+            Ok::<_, String>((code, Bytes::from(body)))
         });
         match task.await {
             Ok(Ok((code, body))) if code.is_success() => Outcome::Ok(code, body),
