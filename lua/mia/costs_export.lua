@@ -1,7 +1,7 @@
 --- `:Mia costs export {csv|json} [since] [until]`: every recorded request of
 --- the range in a new scratch buffer (filetype csv or json), which the user
 --- `:w`s wherever they like. The core reads the rows off the main thread
---- and keeps the text as chunks of lines; Lua takes one chunk per tick
+--- and keeps the text as chunks of lines; Lua takes one chunk per turn of the loop
 --- and appends it, so a large export never freezes the editor.
 
 local M = {}
@@ -10,8 +10,8 @@ local api = vim.api
 
 local USAGE = "mia: usage: :Mia costs export {csv|json} [since] [until] (dates YYYY-MM-DD, inclusive)"
 
---- Appends the export's chunks to `buf`, one per tick (each a few
---- thousand lines, taken from the core only when it is appended);
+--- Appends the export's chunks to `buf`, one per turn of the event loop
+--- (each a few thousand lines, taken from the core only when it is appended);
 --- `done()` at the end.
 local function fill(buf, id, first, done)
   local core = require("mia")._core()
@@ -30,9 +30,12 @@ local function fill(buf, id, first, done)
   else
     api.nvim_buf_set_lines(buf, -1, -1, false, lines)
   end
-  vim.schedule(function()
+  -- The next chunk on the loop's next turn, not with vim.schedule: Neovim
+  -- runs scheduled callbacks until none is left, so a chain of them would
+  -- hold off typing, timers and redraws until the whole export is in.
+  vim.defer_fn(function()
     fill(buf, id, false, done)
-  end)
+  end, 0)
 end
 
 --- Starts the export; the buffer opens when the rows arrive.

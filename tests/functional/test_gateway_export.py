@@ -138,3 +138,37 @@ def test_export_arguments_are_checked_and_completed(make):
     assert ed.nvim.call("getcompletion", "Mia costs ex", "cmdline") == ["export"]
     assert ed.nvim.call("getcompletion", "Mia costs export ", "cmdline") == ["csv", "json"]
     assert ed.nvim.call("getcompletion", "Mia costs export j", "cmdline") == ["json"]
+
+
+def test_a_large_export_lets_the_editor_run_between_its_chunks(make, data_home):
+    """8,000 rows arrive in 4 chunks. Between two chunks Neovim goes back to
+    its loop, so typed keys, timers and redraws run while the buffer fills:
+    a probe run on every turn of the loop sees it part-filled more than
+    once. (A chain of vim.schedule callbacks runs every chunk before the loop
+    turns again, so the probe could see at most the first chunk.)"""
+    ed = make()
+    prompt(ed, "echo seed")
+    with sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3") as c:
+        cols = [r[1] for r in c.execute("pragma table_info(usage)") if r[1] != "id"]
+        row = c.execute(f"select {','.join(cols)} from usage limit 1").fetchone()
+        at = cols.index("created_at_ms")
+        c.executemany(
+            f"insert into usage ({','.join(cols)}) values ({','.join('?' * len(cols))})",
+            (row[:at] + (row[at] - 1000 - i,) + row[at + 1:] for i in range(7_999)),
+        )
+    ed.lua("""
+        _G.seen = {}
+        _G.probe = vim.uv.new_check()
+        _G.probe:start(vim.schedule_wrap(function()
+          local e = vim.b.mia_costs_export
+          if e and not e.done and #_G.seen < 10000 then
+            table.insert(_G.seen, vim.api.nvim_buf_line_count(0))
+          end
+        end))
+    """)
+    buf = export(ed, "csv")
+    ed.lua("_G.probe:stop()")
+    assert len(buf) == 8_001
+    partial = {n for n in ed.lua("return _G.seen") if 1 < n < 8_001}
+    assert len(partial) >= 2, f"the loop did not turn while the export filled its buffer: {partial}"
+    assert "8000 usage rows exported as csv" in ed.messages()
