@@ -44,8 +44,39 @@ local function build_hint(root)
   )
 end
 
---- The newest modification time among the sources the library is built from.
-local function newest_source(root)
+--- The files cargo's dep-info `d_path` (written next to the library by every
+--- build of it) lists as its inputs, or nil when there is none.
+--- @return string[]?
+local function dep_info(d_path)
+  local fd = uv.fs_open(d_path, "r", 438)
+  if not fd then
+    return nil
+  end
+  local st = uv.fs_fstat(fd)
+  local text = st and st.size < 4 * 1024 * 1024 and uv.fs_read(fd, st.size, 0) or nil
+  uv.fs_close(fd)
+  if not text then
+    return nil
+  end
+  -- `target: input input ...` per line; a space inside a path is `\ `.
+  local files = {}
+  for line in text:gmatch("[^\n]+") do
+    local deps = line:match("^.-[^\\]:%s(.*)$")
+    if deps then
+      deps = deps:gsub("\\ ", "\0")
+      for f in deps:gmatch("%S+") do
+        files[#files + 1] = (f:gsub("%z", " "))
+      end
+    end
+  end
+  return #files > 0 and files or nil
+end
+
+--- The newest modification time among the sources the library is built
+--- from: the inputs cargo recorded for the library's last build (so a
+--- change that does not touch the library, such as a test dependency or
+--- the mia-acp binary, needs no rebuild), else every source in the tree.
+local function newest_source(root, lib)
   local newest, newest_path = 0, nil
   local function consider(path)
     local st = uv.fs_stat(path)
@@ -53,7 +84,15 @@ local function newest_source(root)
       newest, newest_path = st.mtime.sec, path
     end
   end
-  for _, f in ipairs({ "Cargo.toml", "Cargo.lock", "build.rs", "lua/mia/version.lua" }) do
+  consider(root .. "/lua/mia/version.lua")
+  local inputs = dep_info(lib:gsub("%.[^./]+$", ".d"))
+  if inputs then
+    for _, f in ipairs(inputs) do
+      consider(f)
+    end
+    return newest, newest_path
+  end
+  for _, f in ipairs({ "Cargo.toml", "Cargo.lock", "build.rs" }) do
     consider(root .. "/" .. f)
   end
   local function walk(dir)
@@ -82,7 +121,7 @@ local function check(path, in_tree)
     return string.format("mia: the native library is not built (no %s). %s", path, build_hint(root))
   end
   if in_tree then
-    local newest, newest_path = newest_source(root)
+    local newest, newest_path = newest_source(root, path)
     if newest > st.mtime.sec then
       return string.format(
         "mia: the native library %s was built from an older version of the code (%s changed since). %s",

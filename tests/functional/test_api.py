@@ -153,6 +153,43 @@ def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_p
     assert "Run `cargo build --release` in " + str(plugin) in str(exc.value)
 
 
+def test_only_the_librarys_own_inputs_make_it_stale(editor_factory, server, tmp_path):
+    """cargo's dep-info next to the library names its inputs: a newer
+    Cargo.toml (say, a test dependency, which does not rebuild the library)
+    leaves it usable; a newer source it was built from does not."""
+    plugin = tmp_path / "plugin copy"
+    for part in ("lua", "plugin", "src"):
+        shutil.copytree(ROOT / part, plugin / part)
+    shutil.copy(ROOT / "Cargo.toml", plugin / "Cargo.toml")
+    (plugin / "target" / "release").mkdir(parents=True)
+    lib = plugin / "target" / "release" / "libmia_core.so"
+    shutil.copy(LIB, lib)
+    inputs = [plugin / "src" / "lib.rs", plugin / "src" / "telemetry" / "mod.rs", plugin / "lua" / "mia" / "version.lua"]
+    (plugin / "target" / "release" / "libmia_core.d").write_text(
+        f"{lib}: " + " ".join(str(f).replace(" ", "\\ ") for f in inputs) + "\n")
+    old = time.time() - 3600
+    for f in [lib, *inputs]:
+        os.utime(f, (old - 60, old - 60) if f != lib else (old, old))
+
+    def first_prompt():
+        ed = editor_factory(setup=None, env={"MIA_CORE_PATH": ""})
+        ed.lua("vim.opt.rtp:remove(...); vim.opt.rtp:prepend(select(2, ...))", str(ROOT), str(plugin))
+        ed.lua("for k in pairs(package.loaded) do if k:match('^mia') then package.loaded[k] = nil end end")
+        ed.lua("require('mia').setup(...)", scenario_setup(server))
+        ed.nvim.command("Mia prompt echo fresh enough")
+        return ed
+
+    # Cargo.toml and every other file in the copy are newer than the library.
+    ed = first_prompt()
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert "fresh enough" in ed.chat_text()
+    os.utime(plugin / "src" / "telemetry" / "mod.rs")
+    with pytest.raises(NvimError) as exc:
+        first_prompt()
+    assert "was built from an older version of the code (" in str(exc.value)
+    assert "telemetry/mod.rs changed since" in str(exc.value), str(exc.value)
+
+
 def test_reloading_the_module_reuses_the_runtime(editor):
     editor.nvim.command("Mia prompt echo first")
     editor.wait("require('mia.chat').state() == 'done'")
