@@ -106,6 +106,7 @@ fn config(endpoint: String, dir: &std::path::Path) -> TelemetryConfig {
         otlp: Some(OtlpConfig {
             endpoint: Some(endpoint),
             protocol: Some("http/protobuf".into()),
+            compression: None,
             headers,
             interval_ms: Some(60_000),
         }),
@@ -338,6 +339,41 @@ fn prompts_are_exported_only_when_asked() {
         .map(|r| String::from_utf8_lossy(&r.body).into_owned())
         .collect();
     assert!(text.contains("please refactor"));
+}
+
+#[test]
+fn gzip_bodies_are_marked_and_decode() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let sink = Sink::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(sink.endpoint(), dir.path());
+    c.otlp.as_mut().unwrap().compression = Some("gzip".into());
+    let state = telemetry::configure(c).unwrap();
+    assert!(state.contains("(http/protobuf, gzip)"), "{state}");
+    one_prompt("s-gzip");
+    telemetry::shutdown(Duration::from_millis(500));
+    let got = sink.take("/v1/metrics");
+    assert!(!got.is_empty());
+    for r in &got {
+        assert_eq!(r.headers.get("content-encoding").map(String::as_str), Some("gzip"));
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&r.body[..]).read_to_end(&mut raw).unwrap();
+        assert!(raw.len() > r.body.len());
+        let req = ExportMetricsServiceRequest::decode(&raw[..]).unwrap();
+        let names: Vec<&str> = req.resource_metrics[0].scope_metrics[0]
+            .metrics
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect();
+        assert!(names.contains(&"mia.cost.usage"), "{names:?}");
+    }
+    let logs = sink.take("/v1/logs");
+    assert!(!logs.is_empty());
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(&logs[0].body[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    ExportLogsServiceRequest::decode(&raw[..]).unwrap();
 }
 
 #[test]

@@ -99,8 +99,9 @@
 --- @field path_rules? boolean Whether mia's path rules hold for the tools' path arguments (default true)
 
 --- @class mia.OtlpConfig
---- @field endpoint? string The collector's OTLP/HTTP base address, e.g. "http://localhost:4318" (default: $OTEL_EXPORTER_OTLP_ENDPOINT)
---- @field protocol? "http/protobuf" The only protocol built in (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else "http/protobuf")
+--- @field endpoint? string The collector's base address, e.g. "http://localhost:4318", or "http://localhost:4317" for gRPC (default: $OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT)
+--- @field protocol? "http/protobuf"|"grpc" How exports travel (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else "http/protobuf")
+--- @field compression? "gzip"|"none" Compress the exports (default: $OTEL_EXPORTER_OTLP_{METRICS,LOGS}_COMPRESSION, else $OTEL_EXPORTER_OTLP_COMPRESSION, else none)
 --- @field headers? table<string,string> Sent with every export (secrets: never logged or shown); added to $OTEL_EXPORTER_OTLP_HEADERS
 --- @field interval_ms? integer How often metrics are sent (default 60000, at least 1000)
 
@@ -569,10 +570,12 @@ function M._validate_telemetry(t)
             fail(path, 'must be an http:// or https:// address, e.g. "http://localhost:4318"', x)
           end
         elseif k == "protocol" then
-          if x == "grpc" then
-            fail(path, 'cannot be "grpc": this mia exports over "http/protobuf" only (collectors serve it on port 4318)', x)
-          elseif x ~= "http/protobuf" then
-            fail(path, 'must be "http/protobuf"', x)
+          if x ~= "http/protobuf" and x ~= "grpc" then
+            fail(path, 'must be "http/protobuf" (port 4318) or "grpc" (port 4317)', x)
+          end
+        elseif k == "compression" then
+          if x ~= "gzip" and x ~= "none" then
+            fail(path, 'must be "gzip" or "none"', x)
           end
         elseif k == "headers" then
           check_type(path, x, "table")
@@ -587,7 +590,7 @@ function M._validate_telemetry(t)
             fail(path, "must be a whole number of milliseconds, at least 1000", x)
           end
         else
-          fail(path, "is not a telemetry.otlp option (endpoint, protocol, headers, interval_ms)", k)
+          fail(path, "is not a telemetry.otlp option (endpoint, protocol, compression, headers, interval_ms)", k)
         end
       end
     elseif key == "log_prompts" then

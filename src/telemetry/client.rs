@@ -4,11 +4,12 @@
 //! pass (no connection, timeout, 429, 5xx) is kept in a bounded backlog and
 //! sent again after the next post that succeeds; when the backlog is full
 //! the oldest body is dropped and counted. The first failure is logged
-//! once, and so is the recovery.
+//! once, and so is the recovery. With `protocol = "grpc"` the same bodies
+//! go as gRPC calls ([`super::grpc`]) and share the backlog.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -25,10 +26,19 @@ const MAX_ERROR: usize = 300;
 /// The most of a collector's response body that is read.
 const MAX_RESPONSE: usize = 64 * 1024;
 
+/// Where a gRPC export goes; without the `grpc` feature there is none.
+#[cfg(feature = "grpc")]
+pub type GrpcTarget = Arc<super::grpc::Target>;
+#[cfg(not(feature = "grpc"))]
+#[derive(Clone)]
+pub enum GrpcTarget {}
+
 struct Pending {
     uri: String,
     headers: reqwest::header::HeaderMap,
     body: Bytes,
+    /// Sent as a gRPC call rather than posted.
+    grpc: Option<GrpcTarget>,
 }
 
 /// Counters and the last result, shared with `:checkhealth`.
@@ -162,9 +172,12 @@ impl Status {
 }
 
 pub struct Client {
-    http: reqwest::Client,
+    /// Built on the first post, on the exporter's thread (the TLS roots
+    /// take milliseconds), not when export is configured on the main thread.
+    http: OnceLock<Result<reqwest::Client, String>>,
     rt: tokio::runtime::Handle,
     status: Arc<Status>,
+    grpc: Option<GrpcTarget>,
 }
 
 impl std::fmt::Debug for Client {
@@ -175,7 +188,8 @@ impl std::fmt::Debug for Client {
 }
 
 enum Outcome {
-    Ok(reqwest::StatusCode, Bytes),
+    /// The answer, and what it was for the status line ("HTTP 200", "gRPC OK").
+    Ok(reqwest::StatusCode, Bytes, String),
     /// May pass: keep the body and try again later.
     Retry(String),
     /// Will not pass (a 4xx): the body is dropped.
@@ -183,25 +197,45 @@ enum Outcome {
 }
 
 impl Client {
-    pub fn new(rt: tokio::runtime::Handle, status: Arc<Status>) -> Result<Self, String> {
-        let http = crate::llm::http::build_client(
-            &crate::llm::providers::Timeouts {
-                connect_ms: 5_000,
-                ..Default::default()
-            },
-            &crate::llm::providers::HttpConfig::default(),
-        )
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Client { http, rt, status })
+    /// Posts over OTLP/HTTP, or sends gRPC calls to `grpc`. Cheap: nothing
+    /// is built until the first export.
+    pub fn new(rt: tokio::runtime::Handle, status: Arc<Status>, grpc: Option<GrpcTarget>) -> Self {
+        Client {
+            http: OnceLock::new(),
+            rt,
+            status,
+            grpc,
+        }
     }
 
-    /// Posts on mia's runtime and waits for the outcome (works from any thread).
+    fn http(&self) -> Result<reqwest::Client, String> {
+        self.http
+            .get_or_init(|| {
+                crate::llm::http::build_client(
+                    &crate::llm::providers::Timeouts {
+                        connect_ms: 5_000,
+                        ..Default::default()
+                    },
+                    &crate::llm::providers::HttpConfig::default(),
+                )
+                .map_err(|e| format!("cannot build the HTTP client: {e}"))
+            })
+            .clone()
+    }
+
+    /// Sends on mia's runtime and waits for the outcome (works from any thread).
     async fn post(&self, p: &Pending) -> Outcome {
         let Some(timeout) = self.status.timeout() else {
             return Outcome::Retry("no time left before exit".into());
         };
-        let req = self
-            .http
+        if let Some(target) = &p.grpc {
+            return self.call(target, p, timeout).await;
+        }
+        let http = match self.http() {
+            Ok(h) => h,
+            Err(e) => return Outcome::Refused(reqwest::StatusCode::BAD_REQUEST, e),
+        };
+        let req = http
             .post(&p.uri)
             .headers(p.headers.clone())
             .body(p.body.clone())
@@ -223,7 +257,7 @@ impl Client {
             Ok::<_, String>((code, Bytes::from(body)))
         });
         match task.await {
-            Ok(Ok((code, body))) if code.is_success() => Outcome::Ok(code, body),
+            Ok(Ok((code, body))) if code.is_success() => Outcome::Ok(code, body, format!("HTTP {}", code.as_u16())),
             Ok(Ok((code, body))) if code.as_u16() == 429 || code.is_server_error() => {
                 Outcome::Retry(format!("HTTP {code}: {}", snippet(&body)))
             }
@@ -231,6 +265,30 @@ impl Client {
             Ok(Err(e)) => Outcome::Retry(e),
             Err(_) => Outcome::Retry("mia's runtime stopped".into()),
         }
+    }
+
+    #[cfg(feature = "grpc")]
+    async fn call(&self, target: &GrpcTarget, p: &Pending, timeout: Duration) -> Outcome {
+        let target = target.clone();
+        let body = p.body.clone();
+        let headers = p.headers.clone();
+        let gzipped = headers
+            .get(reqwest::header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+        let task = self
+            .rt
+            .spawn(async move { target.export(body, gzipped, &headers, timeout).await });
+        match task.await {
+            Ok(Ok(())) => Outcome::Ok(reqwest::StatusCode::OK, Bytes::new(), "gRPC OK".into()),
+            Ok(Err(f)) if f.retry => Outcome::Retry(f.why),
+            Ok(Err(f)) => Outcome::Refused(reqwest::StatusCode::BAD_REQUEST, f.why),
+            Err(_) => Outcome::Retry("mia's runtime stopped".into()),
+        }
+    }
+
+    #[cfg(not(feature = "grpc"))]
+    async fn call(&self, target: &GrpcTarget, _: &Pending, _: Duration) -> Outcome {
+        match *target {}
     }
 }
 
@@ -279,14 +337,13 @@ impl HttpClient for Client {
             uri: parts.uri.to_string(),
             headers,
             body,
+            grpc: self.grpc.clone(),
         };
         let len = p.body.len();
         match self.post(&p).await {
-            Outcome::Ok(code, body) => {
-                self.status.ok(
-                    format!("{} sent, {len} bytes, HTTP {}", path_of(&p.uri), code.as_u16()),
-                    len,
-                );
+            Outcome::Ok(code, body, what) => {
+                self.status
+                    .ok(format!("{} sent, {len} bytes, {what}", path_of(&p.uri)), len);
                 // The collector answers: send what it missed, oldest first.
                 while let Some(old) = self.status.take_one() {
                     match self.post(&old).await {
@@ -334,6 +391,7 @@ mod tests {
                 uri: format!("http://x/v1/logs?{i}"),
                 headers: Default::default(),
                 body: body.clone(),
+                grpc: None,
             });
         }
         let snap = s.snapshot(true);

@@ -1,7 +1,9 @@
 //! The `telemetry` section of `setup()` and the standard `OTEL_*`
 //! variables, resolved into what the exporter needs. The setup values win
-//! over the variables; `OTEL_METRICS_EXPORTER`/`OTEL_LOGS_EXPORTER` = `none`
-//! turn a signal off (the SDK does not read them).
+//! over the variables, and a signal's own variable
+//! (`OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`, `..._LOGS_COMPRESSION`) over the
+//! general one; `OTEL_METRICS_EXPORTER`/`OTEL_LOGS_EXPORTER` = `none` turn a
+//! signal off (the SDK does not read them).
 
 use std::path::{Path, PathBuf};
 
@@ -23,23 +25,48 @@ pub struct TelemetryConfig {
 pub struct OtlpConfig {
     pub endpoint: Option<String>,
     pub protocol: Option<String>,
+    pub compression: Option<String>,
     pub headers: std::collections::BTreeMap<String, String>,
     pub interval_ms: Option<u64>,
+}
+
+/// How the exports travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OTLP/HTTP with protobuf bodies (collectors serve it on port 4318).
+    HttpProtobuf,
+    /// OTLP/gRPC (port 4317), built with the `grpc` feature.
+    Grpc,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::HttpProtobuf => "http/protobuf",
+            Protocol::Grpc => "grpc",
+        }
+    }
 }
 
 /// Resolved settings of a running exporter.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Base URL, without a trailing slash (`/v1/metrics` is appended).
-    pub endpoint: String,
+    pub protocol: Protocol,
+    /// Where metrics go, `None` when they are off: the whole URL for
+    /// http/protobuf (`.../v1/metrics`), the collector's address for gRPC.
+    pub metrics: Option<String>,
+    /// Where events go, `None` when they are off (as `metrics`).
+    pub logs: Option<String>,
+    /// Bodies gzip-compressed.
+    pub gzip: bool,
     /// Secret values: never logged or shown.
     pub headers: Vec<(String, String)>,
     pub interval_ms: u64,
-    pub metrics: bool,
-    pub logs: bool,
     pub log_prompts: bool,
     pub project: Option<String>,
-    pub user_id: String,
+    /// Where the anonymous per-install id is kept ([`user_id`], read
+    /// off the main thread).
+    pub data_dir: Option<PathBuf>,
     /// `OTEL_RESOURCE_ATTRIBUTES` pairs (also read by the SDK itself).
     pub resource: Vec<(String, String)>,
 }
@@ -48,17 +75,19 @@ impl Settings {
     /// One line for the log and `:checkhealth`: endpoint, signals, interval,
     /// how many headers (never their values).
     pub fn describe(&self) -> String {
-        let mut signals = Vec::new();
-        if self.metrics {
-            signals.push("metrics");
-        }
-        if self.logs {
-            signals.push("events");
-        }
+        let whither = match (&self.metrics, &self.logs) {
+            (Some(m), Some(l)) if m.trim_end_matches("/v1/metrics") == l.trim_end_matches("/v1/logs") => {
+                format!("metrics and events to {}", m.trim_end_matches("/v1/metrics"))
+            }
+            (Some(m), Some(l)) => format!("metrics to {m} and events to {l}"),
+            (Some(m), None) => format!("metrics to {m}"),
+            (None, Some(l)) => format!("events to {l}"),
+            (None, None) => "nothing".into(),
+        };
         format!(
-            "on: {} to {} (http/protobuf), every {} ms, {} header(s){}",
-            signals.join(" and "),
-            self.endpoint,
+            "on: {whither} ({}{}), every {} ms, {} header(s){}",
+            self.protocol.name(),
+            if self.gzip { ", gzip" } else { "" },
             self.interval_ms,
             self.headers.len(),
             if self.log_prompts { ", prompts included" } else { "" }
@@ -74,46 +103,98 @@ const DEFAULT_INTERVAL_MS: u64 = 60_000;
 pub fn resolve(c: TelemetryConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<Settings>, String> {
     let otlp = c.otlp.clone().unwrap_or_default();
     let env_nonempty = |k: &str| env(k).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-    let endpoint = match otlp.endpoint.clone().filter(|e| !e.is_empty()) {
-        Some(e) => e,
-        None => match env_nonempty("OTEL_EXPORTER_OTLP_ENDPOINT") {
-            Some(e) => e,
-            None => return Ok(None),
-        },
+    let protocol = match otlp.protocol.clone() {
+        Some(p) => Some((p, "telemetry.otlp.protocol")),
+        None => env_nonempty("OTEL_EXPORTER_OTLP_PROTOCOL").map(|p| (p, "OTEL_EXPORTER_OTLP_PROTOCOL")),
     };
-    if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-        return Err(format!(
-            "mia: telemetry.otlp.endpoint must start with http:// or https:// (got {endpoint:?}), e.g. \"http://localhost:4318\""
-        ));
-    }
-    let protocol = otlp
-        .protocol
-        .clone()
-        .or_else(|| env_nonempty("OTEL_EXPORTER_OTLP_PROTOCOL"))
-        .unwrap_or_else(|| "http/protobuf".into());
-    match protocol.as_str() {
-        "http/protobuf" => {}
-        "grpc" => {
-            return Err("mia: telemetry.otlp.protocol \"grpc\" is not built into this mia; use \"http/protobuf\" (collectors serve it on port 4318)".into())
-        }
-        other => {
+    let protocol = match protocol {
+        None => Protocol::HttpProtobuf,
+        Some((p, _)) if p == "http/protobuf" => Protocol::HttpProtobuf,
+        Some((p, _)) if p == "grpc" && cfg!(feature = "grpc") => Protocol::Grpc,
+        Some((p, from)) if p == "grpc" => {
             return Err(format!(
-                "mia: telemetry.otlp.protocol must be \"http/protobuf\" (got {other:?})"
+                "mia: {from} \"grpc\" is not built into this mia (cargo feature `grpc`); use \"http/protobuf\" (collectors serve it on port 4318)"
             ))
         }
-    }
-    let signal = |var: &str| -> Result<bool, String> {
+        Some((p, from)) => {
+            return Err(format!(
+                "mia: {from} must be \"http/protobuf\" or \"grpc\" (got {p:?})"
+            ))
+        }
+    };
+    let signal_on = |var: &str| -> Result<bool, String> {
         match env_nonempty(var).as_deref() {
             None | Some("otlp") => Ok(true),
             Some("none") => Ok(false),
             Some(other) => Err(format!("mia: {var} must be \"otlp\" or \"none\" (got {other:?})")),
         }
     };
-    let metrics = signal("OTEL_METRICS_EXPORTER")?;
-    let logs = signal("OTEL_LOGS_EXPORTER")?;
-    if !metrics && !logs {
+    // The setup's endpoint serves both signals; else a signal's own
+    // variable, used as it is; else the general one, with the signal's path
+    // added for OTLP/HTTP (gRPC names the service, not a path).
+    let setup_endpoint = otlp.endpoint.clone().filter(|e| !e.is_empty());
+    let endpoint = |signal: &str, path: &str| -> Result<Option<String>, String> {
+        let (raw, from, whole) = if let Some(e) = &setup_endpoint {
+            (e.clone(), "telemetry.otlp.endpoint".to_string(), false)
+        } else if let Some(e) = env_nonempty(&format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT")) {
+            (e, format!("OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"), true)
+        } else if let Some(e) = env_nonempty("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            (e, "OTEL_EXPORTER_OTLP_ENDPOINT".to_string(), false)
+        } else {
+            return Ok(None);
+        };
+        if !(raw.starts_with("http://") || raw.starts_with("https://")) || reqwest::Url::parse(&raw).is_err() {
+            return Err(format!(
+                "mia: {from} must be an http:// or https:// address (got {raw:?}), e.g. \"http://localhost:{}\"",
+                if protocol == Protocol::Grpc { 4317 } else { 4318 }
+            ));
+        }
+        Ok(Some(match protocol {
+            Protocol::HttpProtobuf if whole => raw,
+            Protocol::HttpProtobuf => format!("{}{path}", raw.trim_end_matches('/')),
+            Protocol::Grpc => raw.trim_end_matches('/').to_string(),
+        }))
+    };
+    let metrics = if signal_on("OTEL_METRICS_EXPORTER")? {
+        endpoint("METRICS", "/v1/metrics")?
+    } else {
+        None
+    };
+    let logs = if signal_on("OTEL_LOGS_EXPORTER")? {
+        endpoint("LOGS", "/v1/logs")?
+    } else {
+        None
+    };
+    if metrics.is_none() && logs.is_none() {
         return Ok(None);
     }
+    // Compression: the setup's, else a signal's own variable, else the
+    // general one (one setting for both signals: gzip if either asks).
+    let compression = |var: &str, from: &str| -> Result<bool, String> {
+        match var.to_ascii_lowercase().as_str() {
+            "gzip" => Ok(true),
+            "none" => Ok(false),
+            _ => Err(format!("mia: {from} must be \"gzip\" or \"none\" (got {var:?})")),
+        }
+    };
+    let gzip = match &otlp.compression {
+        Some(c) => compression(c, "telemetry.otlp.compression")?,
+        None => {
+            let mut any = false;
+            for signal in ["METRICS", "LOGS"] {
+                for var in [
+                    format!("OTEL_EXPORTER_OTLP_{signal}_COMPRESSION"),
+                    "OTEL_EXPORTER_OTLP_COMPRESSION".into(),
+                ] {
+                    if let Some(v) = env_nonempty(&var) {
+                        any |= compression(&v, &var)?;
+                        break;
+                    }
+                }
+            }
+            any
+        }
+    };
     let mut headers: Vec<(String, String)> = Vec::new();
     if let Some(raw) = env("OTEL_EXPORTER_OTLP_HEADERS") {
         headers.extend(parse_pairs(&raw));
@@ -134,16 +215,16 @@ pub fn resolve(c: TelemetryConfig, env: &dyn Fn(&str) -> Option<String>) -> Resu
     let resource = env("OTEL_RESOURCE_ATTRIBUTES")
         .map(|r| parse_pairs(&r))
         .unwrap_or_default();
-    let user_id = c.data_dir.as_deref().map(install_id).unwrap_or_else(random_id);
     Ok(Some(Settings {
-        endpoint: endpoint.trim_end_matches('/').to_string(),
-        headers,
-        interval_ms,
+        protocol,
         metrics,
         logs,
+        gzip,
+        headers,
+        interval_ms,
         log_prompts: c.log_prompts,
         project: c.project.filter(|p| !p.is_empty()),
-        user_id,
+        data_dir: c.data_dir,
         resource,
     }))
 }
@@ -178,6 +259,13 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The anonymous per-install id: kept in `data_dir/telemetry-id` (made on
+/// first use), or a random one for this run without a `data_dir`. Reads
+/// and may write a file: never call it on the main thread.
+pub fn user_id(data_dir: Option<&Path>) -> String {
+    data_dir.map(install_id).unwrap_or_else(random_id)
 }
 
 /// A random 128-bit id in hex.
@@ -225,7 +313,10 @@ mod tests {
             ("OTEL_RESOURCE_ATTRIBUTES", "team.id=core,cost_center=42"),
         ]);
         let s = resolve(TelemetryConfig::default(), &env).unwrap().unwrap();
-        assert_eq!(s.endpoint, "http://env:4318");
+        assert_eq!(s.metrics.as_deref(), Some("http://env:4318/v1/metrics"));
+        assert_eq!(s.logs.as_deref(), Some("http://env:4318/v1/logs"));
+        assert_eq!(s.protocol, Protocol::HttpProtobuf);
+        assert!(!s.gzip);
         assert!(s.headers.contains(&("x-api-key".into(), "s=cret".into())));
         assert_eq!(
             s.resource,
@@ -243,7 +334,7 @@ mod tests {
             ..TelemetryConfig::default()
         };
         let s = resolve(c, &env).unwrap().unwrap();
-        assert_eq!(s.endpoint, "https://setup:4318");
+        assert_eq!(s.metrics.as_deref(), Some("https://setup:4318/v1/metrics"));
         assert_eq!(
             s.headers
                 .iter()
@@ -260,7 +351,7 @@ mod tests {
             ("OTEL_METRICS_EXPORTER", "none"),
         ]);
         let s = resolve(TelemetryConfig::default(), &env).unwrap().unwrap();
-        assert!(!s.metrics && s.logs);
+        assert!(s.metrics.is_none() && s.logs.is_some());
         let env = env_of(&[
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
             ("OTEL_METRICS_EXPORTER", "none"),
@@ -268,15 +359,114 @@ mod tests {
         ]);
         assert!(resolve(TelemetryConfig::default(), &env).unwrap().is_none());
         let env = env_of(&[
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4317/"),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
         ]);
+        if cfg!(feature = "grpc") {
+            let s = resolve(TelemetryConfig::default(), &env).unwrap().unwrap();
+            assert_eq!(s.protocol, Protocol::Grpc);
+            // gRPC names the service, not a path.
+            assert_eq!(s.metrics.as_deref(), Some("http://env:4317"));
+            assert!(s.describe().contains("(grpc)"), "{}", s.describe());
+        } else {
+            let e = resolve(TelemetryConfig::default(), &env).unwrap_err();
+            assert!(
+                e.contains("http/protobuf") && e.contains("OTEL_EXPORTER_OTLP_PROTOCOL"),
+                "{e}"
+            );
+        }
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://env:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+        ]);
         let e = resolve(TelemetryConfig::default(), &env).unwrap_err();
-        assert!(e.contains("http/protobuf"), "{e}");
+        assert!(
+            e.contains("\"http/protobuf\" or \"grpc\"") && e.contains("http/json"),
+            "{e}"
+        );
         let env = env_of(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")]);
         assert!(resolve(TelemetryConfig::default(), &env)
             .unwrap_err()
             .contains("http://"));
+    }
+
+    #[test]
+    fn a_signals_own_endpoint_is_used_as_it_is_and_wins() {
+        let env = env_of(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://all:4318"),
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "https://logs.example/ingest/otlp"),
+        ]);
+        let s = resolve(TelemetryConfig::default(), &env).unwrap().unwrap();
+        assert_eq!(s.metrics.as_deref(), Some("http://all:4318/v1/metrics"));
+        assert_eq!(s.logs.as_deref(), Some("https://logs.example/ingest/otlp"));
+        assert!(
+            s.describe()
+                .contains("metrics to http://all:4318/v1/metrics and events to https://logs.example/ingest/otlp"),
+            "{}",
+            s.describe()
+        );
+        // One signal's endpoint alone turns on that signal only.
+        let env = env_of(&[("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://m:4318/v1/metrics")]);
+        let s = resolve(TelemetryConfig::default(), &env).unwrap().unwrap();
+        assert_eq!(s.metrics.as_deref(), Some("http://m:4318/v1/metrics"));
+        assert!(s.logs.is_none());
+        // The setup's endpoint wins over every variable.
+        let c = TelemetryConfig {
+            otlp: Some(OtlpConfig {
+                endpoint: Some("http://setup:4318".into()),
+                ..OtlpConfig::default()
+            }),
+            ..TelemetryConfig::default()
+        };
+        let s = resolve(c, &env).unwrap().unwrap();
+        assert_eq!(s.metrics.as_deref(), Some("http://setup:4318/v1/metrics"));
+        assert_eq!(s.logs.as_deref(), Some("http://setup:4318/v1/logs"));
+        let env = env_of(&[("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "logs:4318")]);
+        let e = resolve(TelemetryConfig::default(), &env).unwrap_err();
+        assert!(
+            e.contains("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT") && e.contains("http://"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn compression_from_the_setup_or_the_variables() {
+        let on = |pairs: &'static [(&'static str, &'static str)], setup: Option<&str>| {
+            let c = TelemetryConfig {
+                otlp: Some(OtlpConfig {
+                    compression: setup.map(String::from),
+                    ..OtlpConfig::default()
+                }),
+                ..TelemetryConfig::default()
+            };
+            resolve(c, &env_of(pairs)).map(|s| s.unwrap().gzip)
+        };
+        const E: (&str, &str) = ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318");
+        assert_eq!(on(&[E], None), Ok(false));
+        assert_eq!(on(&[E, ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")], None), Ok(true));
+        assert_eq!(on(&[E, ("OTEL_EXPORTER_OTLP_COMPRESSION", "GZIP")], None), Ok(true));
+        assert_eq!(
+            on(&[E, ("OTEL_EXPORTER_OTLP_LOGS_COMPRESSION", "gzip")], None),
+            Ok(true)
+        );
+        assert_eq!(
+            on(&[E, ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")], Some("none")),
+            Ok(false)
+        );
+        assert_eq!(on(&[E], Some("gzip")), Ok(true));
+        let e = on(&[E, ("OTEL_EXPORTER_OTLP_COMPRESSION", "zstd")], None).unwrap_err();
+        assert!(
+            e.contains("OTEL_EXPORTER_OTLP_COMPRESSION") && e.contains("gzip"),
+            "{e}"
+        );
+        assert!(resolve(
+            TelemetryConfig::default(),
+            &env_of(&[E, ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")])
+        )
+        .unwrap()
+        .unwrap()
+        .describe()
+        .contains("(http/protobuf, gzip)"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! OpenTelemetry export (issue 18): metrics and events (OTLP logs) to the
-//! team's collector over OTLP/HTTP with protobuf bodies. Off by default.
+//! team's collector over OTLP/HTTP with protobuf bodies, or OTLP/gRPC
+//! (feature `grpc`). Off by default.
 //!
 //! Every hook here (`usage`, `tool_result`, ...) is called from the core's
 //! tasks, never from Lua; when export is off it costs one atomic load. When
@@ -10,10 +11,12 @@
 
 mod client;
 mod config;
+#[cfg(feature = "grpc")]
+mod grpc;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use opentelemetry::logs::{AnyValue, LogRecord as _, Logger as _, LoggerProvider as _, Severity};
@@ -25,7 +28,7 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::Resource;
 
 pub use client::ExportStatus;
-pub use config::{OtlpConfig, Settings, TelemetryConfig};
+pub use config::{OtlpConfig, Protocol, Settings, TelemetryConfig};
 
 use crate::store::UsageRow;
 
@@ -69,7 +72,9 @@ struct Telemetry {
     instruments: Option<Instruments>,
     logs: Option<SdkLoggerProvider>,
     logger: Option<SdkLogger>,
-    user_id: String,
+    /// Read from `data_dir` off the main thread ([`Telemetry::user_id`]).
+    user_id: OnceLock<String>,
+    data_dir: Option<std::path::PathBuf>,
     project: Option<String>,
     log_prompts: bool,
     sessions: Mutex<HashMap<String, SessionCtx>>,
@@ -79,27 +84,60 @@ struct Telemetry {
 /// Starts (or restarts, or stops) export from `config`, the `telemetry`
 /// section of `setup()` merged with the `OTEL_*` variables. Returns the
 /// state line `:checkhealth` shows. An error names the setting to fix.
+///
+/// Called on Neovim's main thread, so it touches neither disk nor network:
+/// the install id is read, and the HTTP client or gRPC channel built, off
+/// it (first export); an exporter being replaced flushes on a thread of its
+/// own.
 pub fn configure(config: TelemetryConfig) -> Result<String, String> {
     let settings = config::resolve(config, &|k| std::env::var(k).ok())?;
-    stop(Duration::from_millis(500));
+    stop(Duration::from_millis(500), false);
     let Some(settings) = settings else {
         return Ok("off".into());
     };
     let rt = crate::runtime::handle().map_err(|e| format!("mia: telemetry: cannot start the runtime: {e}"))?;
     let state = settings.describe();
-    let telemetry = start(settings, rt)?;
+    let telemetry = Arc::new(start(settings, rt.clone())?);
     *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.status.clone());
-    *ACTIVE.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(telemetry));
+    *ACTIVE.write().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.clone());
     ON.store(true, Ordering::Release);
+    // The install id is ready before the first metric needs it.
+    rt.spawn_blocking(move || {
+        telemetry.user_id();
+    });
     tracing::info!("telemetry: {state}");
     Ok(state)
 }
 
 fn start(s: Settings, rt: tokio::runtime::Handle) -> Result<Telemetry, String> {
     let status = Arc::new(client::Status::new(s.describe()));
-    let http = client::Client::new(rt, status.clone()).map_err(|e| format!("mia: telemetry: {e}"))?;
-    let http: Arc<dyn opentelemetry_http::HttpClient> = Arc::new(http);
-    let user_id = s.user_id.clone();
+    // One client per signal: with gRPC each calls its own service.
+    let client_for = |_service: &'static str| -> Result<Arc<dyn opentelemetry_http::HttpClient>, String> {
+        let grpc: Option<client::GrpcTarget> = match s.protocol {
+            Protocol::HttpProtobuf => None,
+            #[cfg(feature = "grpc")]
+            Protocol::Grpc => {
+                let (endpoint, service) = if _service == "metrics" {
+                    (s.metrics.as_deref(), grpc::Service::Metrics)
+                } else {
+                    (s.logs.as_deref(), grpc::Service::Logs)
+                };
+                let target = grpc::Target::new(endpoint.unwrap_or_default(), service, s.gzip, rt.clone())
+                    .map_err(|e| format!("mia: telemetry: {e}"))?;
+                Some(Arc::new(target))
+            }
+            #[cfg(not(feature = "grpc"))]
+            Protocol::Grpc => return Err("mia: telemetry: gRPC is not built into this mia".into()),
+        };
+        Ok(Arc::new(client::Client::new(rt.clone(), status.clone(), grpc)))
+    };
+    // The SDK's OTLP/HTTP exporters encode; for gRPC the URL only names the
+    // signal in the status line (the call goes to the service).
+    let sdk_endpoint = |e: &str, path: &str| match s.protocol {
+        Protocol::HttpProtobuf => e.to_string(),
+        Protocol::Grpc => format!("{e}{path}"),
+    };
+    let http_gzip = s.gzip && s.protocol == Protocol::HttpProtobuf;
     let mut attrs = vec![
         KeyValue::new("service.name", "mia"),
         KeyValue::new("service.version", crate::version::VERSION),
@@ -111,17 +149,18 @@ fn start(s: Settings, rt: tokio::runtime::Handle) -> Result<Telemetry, String> {
     // the pairs resolved here come first so they win on a clash.
     let resource = Resource::builder().with_attributes(attrs).build();
     let bad = |e: opentelemetry_otlp::ExporterBuildError| format!("mia: telemetry: {e}");
-    let (meters, instruments) = if s.metrics {
-        let exporter = opentelemetry_otlp::MetricExporter::builder()
+    let (meters, instruments) = if let Some(endpoint) = &s.metrics {
+        let mut exporter = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
-            .with_endpoint(format!("{}/v1/metrics", s.endpoint))
+            .with_endpoint(sdk_endpoint(endpoint, "/v1/metrics"))
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_timeout(client::REQUEST_TIMEOUT)
             .with_headers(s.headers.iter().cloned().collect())
-            .with_shared_http_client(http.clone())
-            .with_temporality(Temporality::Delta)
-            .build()
-            .map_err(bad)?;
+            .with_shared_http_client(client_for("metrics")?);
+        if http_gzip {
+            exporter = exporter.with_compression(opentelemetry_otlp::Compression::Gzip);
+        }
+        let exporter = exporter.with_temporality(Temporality::Delta).build().map_err(bad)?;
         let reader = PeriodicReader::builder(exporter)
             .with_interval(Duration::from_millis(s.interval_ms))
             .build();
@@ -178,16 +217,18 @@ fn start(s: Settings, rt: tokio::runtime::Handle) -> Result<Telemetry, String> {
     } else {
         (None, None)
     };
-    let (logs, logger) = if s.logs {
-        let exporter = opentelemetry_otlp::LogExporter::builder()
+    let (logs, logger) = if let Some(endpoint) = &s.logs {
+        let mut exporter = opentelemetry_otlp::LogExporter::builder()
             .with_http()
-            .with_endpoint(format!("{}/v1/logs", s.endpoint))
+            .with_endpoint(sdk_endpoint(endpoint, "/v1/logs"))
             .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
             .with_timeout(client::REQUEST_TIMEOUT)
             .with_headers(s.headers.iter().cloned().collect())
-            .with_shared_http_client(http)
-            .build()
-            .map_err(bad)?;
+            .with_shared_http_client(client_for("logs")?);
+        if http_gzip {
+            exporter = exporter.with_compression(opentelemetry_otlp::Compression::Gzip);
+        }
+        let exporter = exporter.build().map_err(bad)?;
         let batch = BatchConfigBuilder::default()
             .with_max_queue_size(LOG_QUEUE)
             .with_scheduled_delay(Duration::from_millis(s.interval_ms.min(5_000)))
@@ -207,7 +248,8 @@ fn start(s: Settings, rt: tokio::runtime::Handle) -> Result<Telemetry, String> {
         instruments,
         logs,
         logger,
-        user_id,
+        user_id: OnceLock::new(),
+        data_dir: s.data_dir,
         project: s.project,
         log_prompts: s.log_prompts,
         sessions: Mutex::new(HashMap::new()),
@@ -231,10 +273,12 @@ pub fn enabled() -> bool {
 /// (the SDK's shutdown blocks, so it runs on a thread of its own; its
 /// errors are logged, never raised). For Neovim's exit and reconfiguration.
 pub fn shutdown(bound: Duration) {
-    stop(bound);
+    stop(bound, true);
 }
 
-fn stop(bound: Duration) {
+/// Stops the running exporter. Its flush runs on a thread of its own,
+/// bounded by `bound`; only Neovim's exit (`wait`) waits for it.
+fn stop(bound: Duration, wait: bool) {
     ON.store(false, Ordering::Release);
     let Some(t) = ACTIVE.write().unwrap_or_else(|p| p.into_inner()).take() else {
         return;
@@ -258,6 +302,10 @@ fn stop(bound: Duration) {
             }
             let _ = tx.send(());
         });
+    if !wait {
+        tracing::info!("telemetry: the previous exporter flushes in the background");
+        return;
+    }
     if spawned.is_ok() && rx.recv_timeout(bound).is_err() {
         tracing::warn!(
             "telemetry: the flush at exit took longer than {} ms; left behind",
@@ -275,6 +323,13 @@ pub fn status() -> Option<ExportStatus> {
 }
 
 impl Telemetry {
+    /// The anonymous per-install id (read or made once; never on the main
+    /// thread: hooks run on the core's tasks, and `configure` warms it on a
+    /// blocking task).
+    fn user_id(&self) -> &str {
+        self.user_id.get_or_init(|| config::user_id(self.data_dir.as_deref()))
+    }
+
     fn ctx(&self, session: Option<&str>) -> SessionCtx {
         let Some(id) = session else {
             return SessionCtx::default();
@@ -300,7 +355,7 @@ impl Telemetry {
     fn common(&self, session: Option<&str>, c: &SessionCtx) -> Vec<KeyValue> {
         let mut v = Vec::with_capacity(8);
         v.push(KeyValue::new("session.id", session.unwrap_or("").to_string()));
-        v.push(KeyValue::new("user.id", self.user_id.clone()));
+        v.push(KeyValue::new("user.id", self.user_id().to_string()));
         v.push(KeyValue::new("model", c.model.clone()));
         v.push(KeyValue::new("provider", c.provider.clone()));
         v.push(KeyValue::new("agent", c.agent.clone()));

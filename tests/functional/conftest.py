@@ -172,7 +172,8 @@ def process_running(pid: int) -> bool:
     """Whether `pid` runs (a zombie has ended: only its parent has not looked)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone before or while /proc was read.
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 

@@ -25,11 +25,11 @@ class OtlpReceiver:
     the /test/session/{metrics,logs} read-back of what arrived, on another."""
 
     def __init__(self, tmp_path):
-        self.port, self.otlp = free_port(), free_port()
+        self.port, self.otlp, self.grpc = free_port(), free_port(), free_port()
         self.log = open(tmp_path / "test-agent.log", "w")
         self.proc = subprocess.Popen(
             [str(AGENT), "--host", "127.0.0.1", "--port", str(self.port), "--otlp-http-port", str(self.otlp),
-             "--otlp-grpc-port", str(free_port())],
+             "--otlp-grpc-port", str(self.grpc)],
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + 30
@@ -46,6 +46,10 @@ class OtlpReceiver:
     def get(self, path):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.otlp}{path}", timeout=10) as r:
             return json.loads(r.read())
+
+    def log_text(self):
+        self.log.flush()
+        return Path(self.log.name).read_text()
 
     def stop(self):
         self.proc.terminate()
@@ -193,7 +197,8 @@ def test_a_bad_setting_is_refused_at_setup_with_the_option_named(editor_factory)
     ed = editor_factory()
     for bad, words in [
         ({"otlp": {"endpoint": "collector:4318"}}, "telemetry.otlp.endpoint"),
-        ({"otlp": {"endpoint": "http://c:4318", "protocol": "grpc"}}, "http/protobuf"),
+        ({"otlp": {"endpoint": "http://c:4318", "protocol": "http/json"}}, "telemetry.otlp.protocol"),
+        ({"otlp": {"endpoint": "http://c:4318", "compression": "zstd"}}, "telemetry.otlp.compression"),
         ({"otlp": {"endpoint": "http://c:4318", "interval_ms": 10}}, "telemetry.otlp.interval_ms"),
         ({"log_prompt": True}, "telemetry.log_prompt"),
     ]:
@@ -246,3 +251,73 @@ def test_a_retried_request_and_a_failed_one_are_exported_with_the_chat_session(e
     assert len(errors) == 1, events
     assert errors[0]["session.id"] == sid and errors[0]["class"] == "invalid_request", errors
     assert int(errors[0]["status_code"]) == 400, errors
+
+
+def received(test_agent):
+    """Metric names and (event name, attributes) pairs that arrived."""
+    names = {m["name"] for req in test_agent.get("/test/session/metrics") for rm in req["resource_metrics"]
+             for sm in rm["scope_metrics"] for m in sm["metrics"]}
+    events = [(r.get("event_name"), attrs(r["attributes"])) for req in test_agent.get("/test/session/logs")
+              for rl in req["resource_logs"] for sl in rl["scope_logs"] for r in sl["log_records"]]
+    return names, events
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_grpc_export_reaches_the_receivers_grpc_port(editor_factory, server, test_agent, compression):
+    ed = editor_factory(env={"OTEL_RESOURCE_ATTRIBUTES": "team.id=payments"},
+                        setup=scenario_setup(server, pricing={"scn/echo": PRICE}, telemetry={"otlp": {
+                            "endpoint": f"http://127.0.0.1:{test_agent.grpc}", "protocol": "grpc",
+                            "compression": compression, "headers": {"x-team-token": SECRET_HEADER},
+                            "interval_ms": 60000}}))
+    prompt(ed, f"echo over grpc {PROMPT_WORDS}")
+    prompt(ed, "gateway usage 0.5")
+    st = ed.lua("return require('mia.core').get().telemetry_status()")
+    gz = ", gzip" if compression == "gzip" else ""
+    assert f"to http://127.0.0.1:{test_agent.grpc} (grpc{gz})" in st["state"], st
+    quit(ed)
+    names, events = received(test_agent)
+    for name in ["mia.cost.usage", "mia.token.usage", "mia.session.count", "gen_ai.client.token.usage"]:
+        assert name in names, (name, sorted(names))
+    requests = [a for n, a in events if n == "mia.api_request"]
+    assert sorted(a["cost_source"] for a in requests) == ["gateway", "local"], events
+    assert all(a["model"] == "echo" and a["provider"] == "scn" for a in requests), requests
+    everything = json.dumps(test_agent.get("/test/session/metrics")) + json.dumps(test_agent.get("/test/session/logs"))
+    assert PROMPT_WORDS not in everything and SECRET_HEADER not in everything
+    # It came over gRPC: the agent hands what its gRPC server receives to
+    # its own HTTP handler (aiohttp's user agent); mia's OTLP/HTTP exporter
+    # never posted.
+    posts = [line for line in test_agent.log_text().splitlines() if '"POST /v1/' in line]
+    assert posts and all("aiohttp" in line for line in posts), posts
+
+
+def test_a_grpc_collector_that_is_down_is_told_once_and_quitting_is_not_held_up(editor_factory, server, tmp_path):
+    dead = free_port()
+    ed = editor_factory(setup=scenario_setup(server, telemetry={"otlp": {
+        "endpoint": f"http://127.0.0.1:{dead}", "protocol": "grpc", "interval_ms": 1000}}))
+    for i in range(2):
+        prompt(ed, f"echo still answering {i}")
+    ed.wait("(require('mia.core').get().telemetry_status() or {}).exports_failed > 0", 20000)
+    st = ed.lua("return require('mia.core').get().telemetry_status()")
+    assert st["last_ok"] is False and "connect" in st["last_result"], st
+    assert st["backlog"] > 0, st
+    pid = ed.pid
+    quit(ed)
+    assert not process_running(pid)
+    log = (tmp_path / "nvim" / "state" / "nvim" / "mia.log").read_text()
+    assert "panicked" not in log
+    assert log.count("telemetry: export failed") == 1, log
+
+
+def test_each_signals_own_endpoint_variable_and_gzip_are_honoured(editor_factory, server, test_agent):
+    base = f"http://127.0.0.1:{test_agent.otlp}"
+    ed = editor_factory(env={"OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": base + "/v1/metrics",
+                             "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT": base + "/v1/logs",
+                             "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"},
+                        setup=scenario_setup(server))
+    prompt(ed, "echo per signal")
+    st = ed.lua("return require('mia.core').get().telemetry_status()")
+    assert st["enabled"] and f"metrics and events to {base} (http/protobuf, gzip)" in st["state"], st
+    quit(ed)
+    names, events = received(test_agent)
+    assert "mia.token.usage" in names, names
+    assert "mia.api_request" in [n for n, _ in events], events
