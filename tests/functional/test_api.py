@@ -133,14 +133,20 @@ def test_library_from_another_version_is_refused(editor_factory, server):
     assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `cargo build --release`" in str(exc.value)
 
 
-def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_path):
-    plugin = tmp_path / "plugin-copy"
+def plugin_copy(plugin):
+    """A copy of the plugin with a built library in it; returns the library."""
     for part in ("lua", "plugin", "src"):
         shutil.copytree(ROOT / part, plugin / part)
     shutil.copy(ROOT / "Cargo.toml", plugin / "Cargo.toml")
     (plugin / "target" / "release").mkdir(parents=True)
     lib = plugin / "target" / "release" / "libmia_core.so"
     shutil.copy(LIB, lib)
+    return lib
+
+
+def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_path):
+    plugin = tmp_path / "plugin-copy"
+    lib = plugin_copy(plugin)
     old = time.time() - 3600
     os.utime(lib, (old, old))
     ed = editor_factory(setup=None, env={"MIA_CORE_PATH": ""})
@@ -158,12 +164,7 @@ def test_only_the_librarys_own_inputs_make_it_stale(editor_factory, server, tmp_
     Cargo.toml (say, a test dependency, which does not rebuild the library)
     leaves it usable; a newer source it was built from does not."""
     plugin = tmp_path / "plugin copy"
-    for part in ("lua", "plugin", "src"):
-        shutil.copytree(ROOT / part, plugin / part)
-    shutil.copy(ROOT / "Cargo.toml", plugin / "Cargo.toml")
-    (plugin / "target" / "release").mkdir(parents=True)
-    lib = plugin / "target" / "release" / "libmia_core.so"
-    shutil.copy(LIB, lib)
+    lib = plugin_copy(plugin)
     inputs = [plugin / "src" / "lib.rs", plugin / "src" / "telemetry" / "mod.rs", plugin / "lua" / "mia" / "version.lua"]
     (plugin / "target" / "release" / "libmia_core.d").write_text(
         f"{lib}: " + " ".join(str(f).replace(" ", "\\ ") for f in inputs) + "\n")
