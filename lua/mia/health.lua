@@ -155,7 +155,7 @@ function M.check_telemetry(core, cfg)
     health.ok("last export: " .. st.last_result .. " at " .. os.date("%H:%M:%S", math.floor(st.last_at_ms / 1000)) .. "; " .. counts)
   else
     health.warn("last export failed: " .. st.last_result .. "; " .. counts, {
-      "check that the collector listens at the endpoint (OTLP/HTTP, usually port 4318)",
+      "check that the collector listens at the endpoint (usually port 4318 for http/protobuf, 4317 for grpc)",
     })
   end
 end

@@ -139,18 +139,22 @@ impl Target {
     }
 }
 
-/// Retryable per the OTLP specification: the codes a later try may pass.
+/// Retryable per the OTLP specification (the codes a later try may pass),
+/// and so is a status made on this side from a broken connection (it has a
+/// source; a collector's own status does not), whatever its code.
 fn classify(s: &tonic::Status) -> Failure {
-    let retry = matches!(
-        s.code(),
-        Code::Cancelled
-            | Code::DeadlineExceeded
-            | Code::Aborted
-            | Code::OutOfRange
-            | Code::Unavailable
-            | Code::DataLoss
-            | Code::ResourceExhausted
-    );
+    use std::error::Error;
+    let retry = s.source().is_some()
+        || matches!(
+            s.code(),
+            Code::Cancelled
+                | Code::DeadlineExceeded
+                | Code::Aborted
+                | Code::OutOfRange
+                | Code::Unavailable
+                | Code::DataLoss
+                | Code::ResourceExhausted
+        );
     let mut message: String = s.message().chars().filter(|c| !c.is_control()).take(200).collect();
     if message.is_empty() {
         message = innermost(s);
@@ -220,5 +224,26 @@ impl Decoder for Raw {
 
     fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, tonic::Status> {
         Ok(Some(src.copy_to_bytes(src.remaining())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_connection_is_retried_and_a_refusal_is_not() {
+        let broken = tonic::Status::from_error(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset",
+        )));
+        assert_eq!(broken.code(), Code::Unknown);
+        assert!(classify(&broken).retry);
+        assert!(classify(&tonic::Status::unavailable("busy")).retry);
+        assert!(classify(&tonic::Status::resource_exhausted("slow down")).retry);
+        let refused = classify(&tonic::Status::invalid_argument("bad\nbody"));
+        assert!(!refused.retry);
+        assert_eq!(refused.why, "gRPC InvalidArgument: badbody");
+        assert!(!classify(&tonic::Status::unauthenticated("key")).retry);
     }
 }
