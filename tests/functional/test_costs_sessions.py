@@ -199,8 +199,13 @@ def test_killing_neovim_mid_stream_loses_at_most_the_last_second(make, data_home
     assert (seq, role, state) == (4, "assistant", "streaming")
     import json
     saved = json.loads(parts)[0]["text"]
-    assert shown.startswith(saved) and len(saved) >= 7 * 40  # at most ~60 tokens (a bit over a second at 50/s) lost
-    assert re.fullmatch(r"(w\d{5} )+", saved)
+    # The store is written on the core's thread and the chat on the main
+    # thread, so either may be a frame ahead of the other; both are the
+    # stream's start, and what was saved is at most ~60 tokens (a bit over a
+    # second at 50/s) behind what was shown.
+    stream = "".join(f"w{i:05d} " for i in range(400))
+    assert stream.startswith(saved) and stream.startswith(shown)
+    assert len(saved) >= len(shown) - 7 * 60
 
 
 def test_two_neovims_writing_the_same_store_lose_nothing(make, data_home):

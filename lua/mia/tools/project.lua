@@ -182,6 +182,27 @@ local function read_store()
   return broken
 end
 
+--- Creates `dir` and its missing parents. Unlike mkdir(dir, "p"), a
+--- directory that appears meanwhile (the core makes data_dir on its own
+--- thread when it starts) is not an error.
+local function mkdir_p(dir)
+  if vim.fn.isdirectory(dir) == 1 then
+    return true
+  end
+  local parent = vim.fn.fnamemodify(dir, ":h")
+  if parent ~= dir then
+    local ok, err = mkdir_p(parent)
+    if not ok then
+      return nil, err
+    end
+  end
+  local ok, err = uv.fs_mkdir(dir, tonumber("755", 8))
+  if ok or vim.fn.isdirectory(dir) == 1 then
+    return true
+  end
+  return nil, err
+end
+
 --- Saves one answer per file ({ [file] = { sha256, answer } }), re-reading
 --- the store first so answers from other Neovims are kept. Returns false
 --- and reports when it could not be saved.
@@ -201,7 +222,7 @@ local function save(answers)
     files = next(store.files) and store.files or vim.empty_dict(),
     dirs = next(store.dirs) and store.dirs or vim.empty_dict(),
   }
-  local made, err = pcall(vim.fn.mkdir, dir, "p")
+  local made, err = mkdir_p(dir)
   local f
   if made then
     f, err = io.open(tmp, "wb")
