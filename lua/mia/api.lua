@@ -119,14 +119,14 @@ end
 --- core checks the budgets, runs the pre_request hooks and records the
 --- call's usage under `opts.agent` (default "api").
 local function request_with_hooks(kind, request, callbacks, opts)
-  vim.validate({
+  require("mia.validate")({
     request = { request, "table" },
     callbacks = { callbacks, "table" },
     opts = { opts, "table", true },
   })
-  vim.validate({ ["request.messages"] = { request.messages, "table" } })
+  require("mia.validate")({ ["request.messages"] = { request.messages, "table" } })
   opts = opts or {}
-  vim.validate({
+  require("mia.validate")({
     ["opts.agent"] = { opts.agent, "string", true },
     ["opts.session_id"] = { opts.session_id, "string", true },
   })
@@ -200,7 +200,7 @@ function M._job(fn_name, cb, ...)
 end
 
 local function provider_job(fn_name, provider, cb)
-  vim.validate({ provider = { provider, "string" }, cb = { cb, "function" } })
+  require("mia.validate")({ provider = { provider, "string" }, cb = { cb, "function" } })
   return M._job(fn_name, cb, provider)
 end
 
@@ -314,7 +314,7 @@ end
 --- @param cb fun(err: table?, report: table?)
 --- @return mia.StreamHandle
 function M.context(cb)
-  vim.validate({ cb = { cb, "function" } })
+  require("mia.validate")({ cb = { cb, "function" } })
   return require("mia.context").fetch(cb)
 end
 

@@ -16,7 +16,7 @@ local PHASES = { pre_request = true, post_response = true }
 
 --- @param hook { name: string, phase: string, fn: function }
 function M.register(hook)
-  vim.validate({
+  require("mia.validate")({
     hook = { hook, "table" },
     ["hook.name"] = { hook.name, "string" },
     ["hook.fn"] = { hook.fn, "function" },

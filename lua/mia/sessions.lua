@@ -64,7 +64,7 @@ end
 --- @param cb? fun(err: table?, result: table?)
 function M.list(opts, cb)
   opts = opts or {}
-  vim.validate({
+  require("mia.validate")({
     cwd = { opts.cwd, "string", true },
     cursor = { opts.cursor, "string", true },
     agent = { opts.agent, "string", true },
@@ -105,7 +105,7 @@ end
 --- it replays it; returns at once).
 --- @param opts? { agent?: string, cwd?: string, title?: string }
 function M.load(id, opts)
-  vim.validate({ id = { id, "string" }, opts = { opts, "table", true } })
+  require("mia.validate")({ id = { id, "string" }, opts = { opts, "table", true } })
   if opts and opts.agent then
     require("mia.agents").load(opts.agent, id, { cwd = opts.cwd, title = opts.title })
     return nil

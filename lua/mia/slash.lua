@@ -281,7 +281,7 @@ end
 --- Registers a user command (replaces one of the same name).
 --- @param cmd mia.Command
 function M.register(cmd)
-  vim.validate({
+  require("mia.validate")({
     cmd = { cmd, "table" },
     ["cmd.name"] = { cmd.name, "string" },
     ["cmd.description"] = { cmd.description, "string" },

@@ -241,3 +241,29 @@ def test_checkhealth_reports_library_providers_and_never_the_key(editor_factory,
     assert "scn (openai_compatible) " + server.base_url + ": no API key needed" in report
     assert "log file: " in report and "data directory: " in report
     assert secret not in report
+
+
+def test_checkhealth_vim_deprecated_lists_nothing_of_mias(editor_factory, server):
+    """Neovim 0.11 records every call of an API it deprecated (vim.validate's
+    table form, for one) and lists it under :checkhealth vim.deprecated; a
+    user who runs it must not find mia there after using its API."""
+    ed = editor_factory(setup=scenario_setup(server))
+    ed.nvim.command("Mia prompt echo hi")
+    ed.wait("require('mia.chat').state() == 'done'")
+    ed.lua("""
+      local mia = require('mia')
+      mia.register_tool({ name = 'probe', description = 'd', execute = function() return 'ok' end })
+      mia.register_command({ name = 'probe', description = 'd', run = function() end })
+      mia.register_transform_hook({ name = 'probe', phase = 'pre_request', fn = function(r) return r end })
+      mia.sessions.list({}, function() end)
+    """)
+    ed.lua(STREAM, {"messages": [{"role": "user", "content": "echo via the api"}]})
+    ed.wait("got.done ~= nil or got.err ~= nil")
+    for bad in ("require('mia').register_tool({ name = 1 })", "require('mia').stream({}, {})"):
+        with pytest.raises(NvimError, match=r"expected (string|table), got (number|nil)"):
+            ed.lua(bad)
+    ed.nvim.command("checkhealth vim.deprecated")
+    report = ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
+    if ed.lua("return vim.fn.has('nvim-0.11')") == 1:
+        assert "No deprecated functions detected" in report, report
+    assert "/lua/mia/" not in report, report

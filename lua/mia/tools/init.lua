@@ -112,7 +112,7 @@ end
 --- @param source? string
 function M.register(spec, source)
   source = source or "user"
-  vim.validate({
+  require("mia.validate")({
     spec = { spec, "table" },
     ["spec.name"] = { spec.name, "string" },
     ["spec.description"] = { spec.description, "string" },
