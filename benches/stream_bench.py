@@ -330,7 +330,14 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--build-time", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--scenario", action="append", default=[],
+                    help="run only the stream scenarios whose label contains this (repeatable), e.g. '50 Hz'")
+    ap.add_argument("--streams-only", action="store_true",
+                    help="skip typing, first turn, idle and startup (for iterating on one scenario)")
     args = ap.parse_args()
+    scenarios = [s for s in SCENARIOS if not args.scenario or any(f in s[0] for f in args.scenario)]
+    if not scenarios:
+        sys.exit(f"no scenario matches {args.scenario}: {[s[0] for s in SCENARIOS]}")
     if not shutil.which("tmux") or not shutil.which("curl"):
         sys.exit("the benchmark needs tmux and curl (apt-get install tmux curl)")
     shutil.copy(ROOT / "target/release/libmia_core.so", LIB_SNAPSHOT)
@@ -346,13 +353,15 @@ def main():
                 tui.lua("bench.start_curl('echo warm up')")
                 while not tui.lua("return bench.curl_done()"):
                     time.sleep(0.05)
-                for label, prompt, n in SCENARIOS:
+                for label, prompt, n in scenarios:
                     per = {c: [] for c in CLIENTS}
                     for _ in range(args.runs):
                         for client in CLIENTS:  # interleaved: drift hits all alike
                             per[client].append(run_stream(tui, server, client, prompt, n))
                     results["streams"][label] = {c: median_of(r) for c, r in per.items()}
                     print(f"{label}: done", file=sys.stderr)
+                if args.streams_only:
+                    return finish(results, args)
                 typing = {c or "nothing streaming": [] for c in (None, *CLIENTS)}
                 for _ in range(args.runs):
                     for client in (None, *CLIENTS):
@@ -372,6 +381,10 @@ def main():
         finally:
             server.stop()
         results["startup"] = startup(tmp)
+    finish(results, args)
+
+
+def finish(results, args):
     lib = ROOT / "target/release/libmia_core.so"
     results["so_bytes"] = lib.stat().st_size
     if args.build_time:
@@ -393,6 +406,8 @@ def report(r, runs):
                   f"{m['buffer_changes']:.0f} | {m['max_gap_ms']:.1f} |")
         ratio = per["curl"]["main_cpu_ms"] / max(per["mia"]["main_cpu_ms"], 1e-9)
         print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | | |")
+    if "typing" not in r:
+        return
     print(f"\n## Typing one key every {TYPING_EVERY_S * 1000:.0f} ms in another window during a 1 kHz stream "
           "(send → end of the redraw showing it; ms)\n")
     print("| while | keys | p50 | p99 | max |")

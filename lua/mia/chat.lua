@@ -190,7 +190,7 @@ local function on_update(u)
       session.live = { usage = meta.usage, cost = meta.cost, used = u.used, size = u.size }
       session.live_cost_usd = meta.session_cost_usd
       status.live(buf, M.live_line(current and current.model, meta.usage, meta.cost))
-      vim.cmd.redrawstatus({ bang = true })
+      status.redraw_statuslines()
       return
     end
     session.live = nil

@@ -186,6 +186,58 @@ def test_the_footer_climbs_while_the_answer_streams_and_ends_exact(make):
     assert status.endswith(f" tok {pct}% ctx"), status
 
 
+def test_the_drawn_statusline_follows_the_live_figures_while_the_answer_streams(make):
+    """A statusline showing mia.statusline() is redrawn as the live figures
+    climb, not only when the answer ends: the probe records what Neovim
+    actually drew (it runs only when the statusline is drawn)."""
+    ed = make("openai")
+    ed.lua("""
+      _G.drawn = {}
+      _G.probe = function()
+        local s = require('mia').statusline({ tokens = true, context = true })
+        if drawn[#drawn] ~= s then drawn[#drawn + 1] = s end
+        return s
+      end
+      vim.o.laststatus = 2
+      vim.o.statusline = '%!v:lua.probe()'
+    """)
+    ed.nvim.command("Mia prompt slow 60 20")
+    ed.wait("require('mia.chat').state() == 'done'")
+    drawn = ed.lua("return drawn")
+    live = [s for s in drawn if "~$" in s]
+    assert len(live) >= 3, drawn  # ~3 s at ~10 figures a second, each drawn
+    costs = [float(re.search(r"~\$([\d.]+)", s)[1]) for s in live]
+    assert costs == sorted(costs) and costs[0] < costs[-1], live
+    # and once the answer has ended, the exact figures without the "…"
+    ed.wait("not drawn[#drawn]:find('…', 1, true)")
+    assert "~" not in ed.lua("return drawn[#drawn]")
+
+
+def test_a_live_figure_does_not_draw_the_chat_window_a_second_time(make):
+    """The live figures (about ten a second) ride on the text's redraw: the
+    chat window is drawn about once per change of its buffer, not once more
+    for each figure (`:redrawstatus!` ran a whole screen update before the
+    text of the same frame was written)."""
+    ed = make("openai")
+    ed.lua("""
+      _G.wins, _G.changes = 0, 0
+      vim.o.laststatus = 2
+      vim.o.statusline = "%!v:lua.require'mia'.statusline()"
+      local ns = vim.api.nvim_create_namespace('probe_redraws')
+      vim.api.nvim_set_decoration_provider(ns, {
+        on_win = function(_, win) if win == vim.fn.bufwinid(require('mia.chat').buffer()) then wins = wins + 1 end end,
+      })
+      vim.api.nvim_buf_attach(require('mia.chat').buffer(), false, {
+        on_bytes = function() changes = changes + 1 end,
+      })
+    """)
+    ed.nvim.command("Mia prompt slow 60 20")
+    ed.wait("require('mia.chat').live_text() ~= nil")
+    ed.wait("require('mia.chat').state() == 'done'")
+    wins, changes = ed.lua("return { wins, changes }")
+    assert changes >= 30 and wins <= changes + 5, (wins, changes)
+
+
 def test_checkhealth_says_whether_the_context_window_is_known(make, editor_factory, counting_server, tmp_path):
     ed = make("anthropic")
     ed.nvim.command("checkhealth mia")

@@ -113,6 +113,19 @@ function M.live_text(buf)
   return m and m[4].virt_lines and m[4].virt_lines[1][1][1] or nil
 end
 
+--- Redraws every statusline now (they may show mia.statusline()'s live
+--- cost) without redrawing the windows: `:redrawstatus!` runs a whole
+--- screen update, which drew the chat's growing line a second time in the
+--- frame (once for the statusline, once for the text written after it).
+--- The windows are drawn once, when the event loop next redraws.
+function M.redraw_statuslines()
+  if api.nvim__redraw then
+    api.nvim__redraw({ statusline = true, flush = false })
+  else
+    vim.cmd.redrawstatus({ bang = true })
+  end
+end
+
 --- The status text shown under the answer in `buf`, or nil.
 function M.text(buf)
   if not (buf and api.nvim_buf_is_valid(buf)) then
