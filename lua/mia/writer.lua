@@ -73,12 +73,17 @@ local function write(buf, pieces)
   local text = table.concat(pieces.text)
   local row, col = end_of(buf)
   local lines = vim.split(text, "\n", { plain = true })
-  -- Windows whose cursor sits on the last line follow the text (row only:
-  -- moving to the end of a long wrapped line on every change is quadratic).
+  -- Windows whose cursor sits on the last line follow the text onto the
+  -- lines it adds (row only: moving to the end of a long wrapped line on
+  -- every change is quadratic). Text that only extends the last line moves
+  -- no cursor: setting one costs a pass over the whole wrapped line (its
+  -- screen height), and the redraw already scrolls a window to show it.
   local follow = {}
-  for _, win in ipairs(vim.fn.win_findbuf(buf)) do
-    if api.nvim_win_get_cursor(win)[1] == row + 1 then
-      follow[#follow + 1] = win
+  if #lines > 1 then
+    for _, win in ipairs(vim.fn.win_findbuf(buf)) do
+      if api.nvim_win_get_cursor(win)[1] == row + 1 then
+        follow[#follow + 1] = win
+      end
     end
   end
   local was_modifiable = vim.bo[buf].modifiable

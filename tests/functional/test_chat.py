@@ -83,6 +83,35 @@ def test_ctrl_c_in_the_chat_stops_the_answer(editor):
     assert editor.chat_text().endswith("\n\n*[cancelled]*")
 
 
+@pytest.mark.parametrize("from_chat", [True, False], ids=["chat-current", "chat-beside"])
+def test_the_chat_follows_the_answer_only_from_its_last_line(editor, from_chat):
+    """A chat window whose cursor is on the last line follows the answer
+    onto the lines it adds and keeps its end in view, whether or not it is
+    the current window; a cursor the user moved up stays where it is."""
+    ed = editor
+    ed.nvim.command("Mia prompt echo first")
+    ed.wait("require('mia.chat').state() == 'done'")
+    chat_win = ed.lua("return vim.fn.win_findbuf(require('mia.chat').buffer())[1]")
+    ed.lua("vim.api.nvim_set_current_win(...); vim.api.nvim_win_set_height(0, 8)", chat_win)
+    ed.nvim.feedkeys("G", "x")
+    if not from_chat:
+        ed.nvim.feedkeys("\x17p", "x")  # <C-w>p: back to the other window
+    ed.nvim.command("Mia prompt slow 300 300")  # one 2 KB line (~27 rows), then the footer
+    ed.wait("require('mia.chat').state() == 'done'")
+    cursor, last, bottom = ed.lua(
+        "return vim.api.nvim_win_call(..., function() return { vim.fn.line('.'), vim.fn.line('$'), vim.fn.line('w$') } end)",
+        chat_win)
+    assert cursor == last and bottom == last, (cursor, last, bottom)
+
+    ed.lua("vim.api.nvim_set_current_win(...)", chat_win)
+    ed.nvim.feedkeys("gg", "x")
+    if not from_chat:
+        ed.nvim.feedkeys("\x17p", "x")
+    ed.nvim.command("Mia prompt echo again")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert ed.lua("return vim.api.nvim_win_get_cursor(...)[1]", chat_win) == 1
+
+
 def test_http_500_shows_one_clear_error(editor):
     editor.nvim.command("Mia prompt http 500")
     editor.wait("require('mia.chat').state() == 'error'")
