@@ -391,9 +391,15 @@ function M.register_command(cmd)
   require("mia.slash").register(cmd)
 end
 
---- A cost report as a table; see |mia.costs()|.
+--- A cost report as a table; see |mia.costs()|. With `cb`, returns at once
+--- and calls `cb(err, report)` on the main thread.
 --- @param query { scope: "session"|"daily"|"weekly"|"days", session_id?: string, model?: string, provider?: string, days?: integer }
-function M.costs(query)
+--- @param cb? fun(err: table?, report: table?)
+function M.costs(query, cb)
+  if cb ~= nil then
+    require("mia.validate")({ cb = { cb, "function" } })
+    return require("mia.costs").fetch(query or { scope = "session" }, cb)
+  end
   return require("mia.costs").get(query or { scope = "session" })
 end
 

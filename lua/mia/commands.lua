@@ -137,10 +137,18 @@ M.subcommands = {
       else
         error("mia: unknown cost report `" .. scope .. "`. Use session, daily, weekly, model {id}, provider {id} or export {csv|json}", 0)
       end
+      -- The report is read off the editor's thread; it is printed when it
+      -- arrives (nothing waits for it here).
       local costs = require("mia.costs")
-      local report = costs.get(query)
-      report.title = table.concat(words, " ")
-      vim.api.nvim_echo({ { table.concat(costs.lines(report), "\n") } }, true, {})
+      local title = table.concat(words, " ")
+      costs.fetch(query, function(err, report)
+        if err then
+          vim.notify("mia: cost report failed: " .. tostring(err.message or err), vim.log.levels.ERROR)
+          return
+        end
+        report.title = title
+        vim.api.nvim_echo({ { table.concat(costs.lines(report), "\n") } }, true, {})
+      end)
     end,
   },
   clear = {

@@ -72,7 +72,7 @@ function M.fetch(query, cb)
     end
     q.system_tokens = math.floor(chars / 4)
   end
-  mia._job("costs", cb, q)
+  return mia._job("costs", cb, q)
 end
 
 --- Runs `query` and waits for it (at most 5 s); for the Lua API and `:Mia costs`.

@@ -100,13 +100,34 @@ def test_session_report_has_totals_and_breakdowns(make):
     assert len(r["daily"]) == 30 and r["daily"][-1]["requests"] == 2
     lines = ed.lua("return require('mia.costs').lines(...)", r)
     assert lines[0].startswith("Cost ") and any(l.startswith("By model") for l in lines)
+    # with a callback: returns at once, the same report comes to the callback
+    at_return = ed.lua("""
+      _G.cr = nil
+      require('mia').costs({ scope = 'session' }, function(err, rep) cr = { err = err, rep = rep } end)
+      return cr == nil
+    """)
+    assert at_return
+    ed.wait("cr ~= nil")
+    cr = ed.lua("return cr")
+    assert cr.get("err") is None and cr["rep"]["totals"] == r["totals"]
 
 
-def test_costs_subcommand_prints_the_weekly_report(make):
+def costs_command(ed, args):
+    """Runs `:Mia costs {args}` and returns the messages once the report is
+    printed. The command itself returns before the report: the messages read
+    in the same Lua chunk (no event runs in between) do not hold it yet."""
+    ed.nvim.command("messages clear")
+    at_return = ed.lua("vim.cmd('Mia costs ' .. ...); return vim.api.nvim_exec2('messages', { output = true }).output",
+                       args)
+    assert "Cost " not in at_return, at_return
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Cost ', 1, true) ~= nil")
+    return ed.messages()
+
+
+def test_costs_subcommand_prints_the_weekly_report_without_waiting_for_it(make):
     ed = make()
     prompt(ed, "echo weekly")
-    ed.nvim.command("Mia costs weekly")
-    assert "Cost weekly: $0.0" in ed.messages()
+    assert "Cost weekly: $0.0" in costs_command(ed, "weekly")
     with pytest.raises(NvimError, match="unknown cost report `hourly`"):
         ed.nvim.command("Mia costs hourly")
 
@@ -119,10 +140,10 @@ def test_costs_by_model_or_provider_take_provider_slash_model_or_a_bare_id(make,
     def requests(arg):
         if how == "slash":
             ed.lua("vim.cmd('messages clear'); require('mia.slash').dispatch(...)", "/costs " + arg)
+            ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Cost ', 1, true) ~= nil")
+            out = ed.messages()
         else:
-            ed.nvim.command("messages clear")
-            ed.nvim.command("Mia costs " + arg)
-        out = ed.messages()
+            out = costs_command(ed, arg)
         found = re.search(r"Requests: (\d+)", out)
         return int(found.group(1)) if found else 0
     assert requests("model echo") == 1

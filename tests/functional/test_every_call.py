@@ -61,7 +61,9 @@ def test_api_calls_show_in_costs_under_the_agent_name_given(make):
     assert agents["myplugin"]["requests"] == 1 and agents["api"]["requests"] == 1
     assert report["totals"]["cost_usd"] > 0
     assert report["totals"]["output_tokens"] == 4 + 3  # "echo from my plugin" + "echo whole answer"
-    out = ed.lua("return vim.api.nvim_exec2('Mia costs daily', { output = true }).output")
+    ed.nvim.command("Mia costs daily")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('By agent', 1, true) ~= nil")
+    out = ed.messages()
     assert "By agent" in out
     assert "myplugin" in out and "api" in out
 

@@ -52,6 +52,7 @@ def test_the_gateways_cost_is_recorded_and_shown_instead_of_the_local_price(make
     assert sources(data_home) == [("gateway", pytest.approx(0.4321))]
     prompt(ed, "echo local")
     ed.nvim.command("Mia costs session")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Cost ', 1, true) ~= nil")
     assert "Cost session: $0.43" in ed.messages()
     assert "Priced by the gateway: 1 of 2 requests, $0.432" in ed.messages()
 
@@ -74,6 +75,7 @@ def test_without_a_gateway_the_source_is_local(make, data_home):
     assert "(gateway)" not in footer(ed)
     assert [s for s, _ in sources(data_home)] == ["local"]
     ed.nvim.command("Mia costs daily")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Cost ', 1, true) ~= nil")
     assert "Cost daily: $0.0" in ed.messages() and "Priced by the gateway" not in ed.messages()
 
 

@@ -117,6 +117,7 @@ def test_ollama_counts_are_the_usage_in_the_footer_the_store_and_mia_costs(ollam
     assert rows == [("local", "echo", prompt_words, 4)]
     ed.nvim.command("messages clear")
     ed.nvim.command("Mia costs provider local")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Requests:', 1, true) ~= nil")
     assert "Requests: 1" in ed.messages()
 
 
