@@ -70,14 +70,14 @@ local function wrap(mod)
   end
   local drain = mod.drain
   mod.drain = function(...)
-    local events = drain(...)
+    local events, next_ms = drain(...) -- next_ms: when to drain again (the frame's pacing)
     i10.drains = i10.drains + 1
     if type(events) == "table" then
       i10.events = i10.events + #events
     else
       i10.opaque = true -- not a list of events: they cannot be counted here
     end
-    return events
+    return events, next_ms
   end
   i10.hooked = true
   return mod

@@ -115,7 +115,7 @@ local function hook(mod)
   end
   local drain = mod.drain
   mod.drain = function(...)
-    local events = drain(...)
+    local events, next_ms = drain(...) -- next_ms: when to drain again (the frame's pacing)
     if b11.armed and not b11.t_event and type(events) == "table" then
       for _, ev in ipairs(events) do
         if ev.kind == "call" and ev.call_kind == "session/request_permission" then
@@ -124,7 +124,7 @@ local function hook(mod)
         end
       end
     end
-    return events
+    return events, next_ms
   end
   b11.hooked = true
   return mod

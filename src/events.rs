@@ -10,6 +10,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use agent_client_protocol_schema::v1 as acp;
 use serde::Serialize;
@@ -273,11 +274,31 @@ impl Drop for WakeFd {
     }
 }
 
+/// The shortest time between two drains that write streamed text: two 60 Hz
+/// display frames. Each such drain costs a buffer change and a redraw of the
+/// line it grows; 30 a second keeps every gap between visible updates under
+/// 40 ms (benches/stream_bench.py).
+pub const FRAME: Duration = Duration::from_millis(33);
+
+/// True for the events a frame is about: streamed text and reasoning.
+fn is_text(event: &Event) -> bool {
+    match event {
+        Event::Delta { delta, .. } => matches!(delta, Delta::Text { .. } | Delta::Reasoning { .. }),
+        Event::Update { update, .. } => matches!(
+            update.as_ref(),
+            acp::SessionUpdate::AgentMessageChunk(_) | acp::SessionUpdate::AgentThoughtChunk(_)
+        ),
+        _ => false,
+    }
+}
+
 /// Multi-producer queue with one consumer (the main thread).
 #[derive(Debug)]
 pub struct EventQueue {
     tx: Sender<Event>,
     rx: Mutex<Receiver<Event>>,
+    /// When the last drain that took streamed text ran (main thread only).
+    last_text: Mutex<Option<Instant>>,
     /// True from the wake signal until the consumer starts a drain.
     wake_pending: AtomicBool,
     /// Set by events that someone waits on (calls into Lua): the main thread
@@ -292,6 +313,7 @@ impl EventQueue {
         Ok(EventQueue {
             tx,
             rx: Mutex::new(rx),
+            last_text: Mutex::new(None),
             wake_pending: AtomicBool::new(false),
             urgent: AtomicBool::new(false),
             wake: WakeFd::new()?,
@@ -343,6 +365,29 @@ impl EventQueue {
         let rx = self.rx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let raw: Vec<Event> = rx.try_iter().collect();
         coalesce(raw)
+    }
+
+    /// Takes every pending event, coalesced, and paces the frames: when
+    /// streamed text was taken less than [`FRAME`] ago (now included), the
+    /// wake stays off and the answer is how long until the next frame's
+    /// drain, which the caller must then run (a timer). Until it does, only
+    /// urgent events signal: between frames the main thread wakes once per
+    /// frame, not once for the text and again for a frame timer.
+    pub fn drain_paced(&self, now: Instant) -> (Vec<Event>, Option<Duration>) {
+        let events = self.drain();
+        let mut last_text = self.last_text.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if events.iter().any(is_text) {
+            *last_text = Some(now);
+        }
+        let next = last_text
+            .map(|at| (at + FRAME).saturating_duration_since(now))
+            .filter(|wait| !wait.is_zero());
+        if next.is_some() {
+            // Any event pushed since the drain re-armed the wake has either
+            // signalled (an extra wake, harmless) or waits for that drain.
+            self.wake_pending.store(true, Ordering::SeqCst);
+        }
+        (events, next)
     }
 
     /// True while a wake is outstanding (for tests).
@@ -408,6 +453,75 @@ mod tests {
         assert!(!q.wake_pending());
         q.push(text(1, "c"));
         assert!(readable(q.fd()), "after a drain the next push wakes again");
+    }
+
+    #[test]
+    fn after_a_text_drain_only_the_next_frames_drain_takes_more_text() {
+        let q = EventQueue::new().unwrap();
+        let t0 = Instant::now();
+        q.push(text(1, "a"));
+        q.ack();
+        let (events, next) = q.drain_paced(t0);
+        assert_eq!(events, vec![text(1, "a")]);
+        assert_eq!(next, Some(FRAME), "the next frame is a whole frame away");
+        q.push(text(1, "b"));
+        assert!(
+            !readable(q.fd()),
+            "text within the frame wakes nobody: the timer's drain takes it"
+        );
+        let usage = Event::Delta {
+            stream: 1,
+            delta: Delta::Usage {
+                usage: Default::default(),
+            },
+        };
+        q.push(usage.clone());
+        assert!(!readable(q.fd()), "nor does other streamed news");
+        q.push(Event::Result {
+            stream: 2,
+            value: serde_json::Value::Null,
+        });
+        assert!(readable(q.fd()), "the end of a job wakes at once");
+        assert!(q.ack());
+
+        // An early drain (the urgent one) keeps the frame: what is left of it comes back.
+        let mid = t0 + FRAME / 3;
+        let (events, next) = q.drain_paced(mid);
+        assert_eq!(events.len(), 3, "{events:?}");
+        assert_eq!(next, Some(FRAME), "the text it took starts a new frame");
+        let (events, next) = q.drain_paced(mid + FRAME / 2);
+        assert!(events.is_empty());
+        assert_eq!(next, Some(FRAME - FRAME / 2));
+        q.push(text(1, "c"));
+        assert!(!readable(q.fd()));
+
+        // At the frame's time the timer's drain takes the text and paces on.
+        let (events, next) = q.drain_paced(mid + FRAME);
+        assert_eq!(events, vec![text(1, "c")]);
+        assert_eq!(next, Some(FRAME));
+        // A frame with no text ends the pacing: the next text wakes at once.
+        let (events, next) = q.drain_paced(mid + 2 * FRAME);
+        assert!(events.is_empty() && next.is_none());
+        assert!(!q.wake_pending());
+        q.push(text(1, "d"));
+        assert!(readable(q.fd()), "the first text after a quiet frame wakes at once");
+    }
+
+    #[test]
+    fn a_drain_without_text_does_not_pace() {
+        let q = EventQueue::new().unwrap();
+        q.push(Event::Delta {
+            stream: 1,
+            delta: Delta::Usage {
+                usage: Default::default(),
+            },
+        });
+        q.ack();
+        let (events, next) = q.drain_paced(Instant::now());
+        assert_eq!(events.len(), 1);
+        assert!(next.is_none());
+        q.push(text(1, "a"));
+        assert!(readable(q.fd()));
     }
 
     #[test]

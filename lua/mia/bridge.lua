@@ -2,17 +2,14 @@
 --- descriptor when its event queue goes non-empty; a libuv poll watcher sees
 --- it, and `drain` (scheduled on the main loop) takes every pending event in
 --- one call. Drains that write text are capped at one per frame (~33 ms,
---- 30 a second); the first event after a quiet spell is delivered at once.
+--- 30 a second, paced by the core: `events.rs` FRAME); the first event after
+--- a quiet spell is delivered at once. While text streams, the core stays
+--- quiet between frames and the next frame's drain runs from a timer, so
+--- the editor wakes once per frame.
 
 local M = {}
 
 local uv = vim.uv or vim.loop
-
--- Two 60 Hz display frames. Each drain that writes text costs a buffer
--- change and a redraw of the line it grows; 30 a second halves that work at
--- 1 kHz (and cuts it by 40% at 50 Hz) against 60, and keeps every gap
--- between visible updates under 40 ms (benches/stream_bench.py).
-local FRAME_NS = 33 * 1000 * 1000
 
 --- @class mia.StreamCallbacks
 --- @field on_delta? fun(delta: table)
@@ -28,7 +25,6 @@ local core = nil
 local poll = nil
 local timer = nil
 local scheduled = false
-local last_drain = 0
 
 local function report(what, err)
   local msg = string.format("mia: %s failed: %s", what, tostring(err))
@@ -101,29 +97,24 @@ local function dispatch(events)
   end
 end
 
-local function drain()
+local drain
+--- The next frame's drain (a timer callback: a fast event).
+local function on_frame()
+  vim.schedule(drain)
+end
+
+drain = function()
   scheduled = false
-  local ok, events = pcall(core.drain)
+  local ok, events, next_ms = pcall(core.drain)
   if not ok then
     report("drain", events)
     return
   end
-  -- The frame cap is about buffer changes: only a drain that delivered
-  -- streamed text starts a frame, so the first text after other events
-  -- (a turn starting, usage, a tool's status) is still written at once.
-  for i = 1, #events do
-    local ev = events[i]
-    local d = ev.data
-    if
-      (ev.kind == "delta" and (d.type == "text" or d.type == "reasoning"))
-      or (
-        ev.kind == "update"
-        and (d.sessionUpdate == "agent_message_chunk" or d.sessionUpdate == "agent_thought_chunk")
-      )
-    then
-      last_drain = uv.hrtime()
-      break
-    end
+  if next_ms then
+    -- Text was just taken: the core wakes nobody for more text until this
+    -- frame's time is up, and the next drain comes from the timer.
+    scheduled = true
+    timer:start(next_ms, 0, on_frame)
   end
   dispatch(events)
   local flushed, err = pcall(require("mia.writer").flush)
@@ -140,19 +131,12 @@ local function on_readable(err)
   end
   local urgent = core.ack()
   if scheduled and not urgent then
-    return
+    return -- a drain is already on its way (the next frame's, or sooner)
   end
+  -- A call into Lua (a tool, a question) does not wait for the frame.
   scheduled = true
-  local wait_ns = last_drain + FRAME_NS - uv.hrtime()
-  -- Text waits for the next frame; a call into Lua (a tool, a question) does not.
-  if wait_ns <= 0 or urgent then
-    timer:stop()
-    vim.schedule(drain)
-  else
-    timer:start(math.ceil(wait_ns / 1e6), 0, function()
-      vim.schedule(drain)
-    end)
-  end
+  timer:stop()
+  vim.schedule(drain)
 end
 
 --- Starts the bridge over a loaded core. Idempotent.

@@ -617,11 +617,15 @@ fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
     guarded("ack", || Ok(runtime::queue().map(|q| q.ack()).unwrap_or(false)))
 }
 
-/// `drain()` -> list of `{ stream, kind = "delta"|"done"|"error", data }`.
-fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
+/// `drain()` -> list of `{ stream, kind = "delta"|"done"|"error", data }`,
+/// and the milliseconds until the next frame's drain when streamed text
+/// was just taken (nil otherwise): the caller must drain again then, as
+/// until it does only urgent events wake it (`EventQueue::drain_paced`).
+fn drain(lua: &Lua, (): ()) -> LuaResult<(LuaTable, Option<u64>)> {
     guarded("drain", || {
         let queue = runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
-        let events = queue.drain();
+        let (events, next) = queue.drain_paced(std::time::Instant::now());
+        let next_ms = next.map(|d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
         let out = lua.create_table_with_capacity(events.len(), 0)?;
         for (i, event) in events.into_iter().enumerate() {
             let t = lua.create_table_with_capacity(0, 3)?;
@@ -683,7 +687,7 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
             }
             out.raw_set(i + 1, t)?;
         }
-        Ok(out)
+        Ok((out, next_ms))
     })
 }
 

@@ -112,6 +112,27 @@ def test_the_chat_follows_the_answer_only_from_its_last_line(editor, from_chat):
     assert ed.lua("return vim.api.nvim_win_get_cursor(...)[1]", chat_win) == 1
 
 
+def test_a_fast_stream_is_written_in_frames_and_all_of_it_arrives(editor):
+    """Streamed text is written at most about once per frame (~33 ms), not
+    once per token: 150 tokens at 300 a second (0.5 s) take a few dozen
+    buffer changes at most, and every byte arrives."""
+    editor.nvim.command("Mia prompt echo warm")
+    editor.wait("require('mia.chat').state() == 'done'")
+    editor.lua("""
+      _G.changes = 0
+      vim.api.nvim_buf_attach(require('mia.chat').buffer(), false, {
+        on_bytes = function() changes = changes + 1 end,
+      })
+    """)
+    editor.nvim.command("Mia prompt slow 150 300")
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert editor.chat_text().endswith("\n\n" + tokens(150))
+    changes = editor.lua("return changes")
+    # the prompt and header, ~15 frames of text (a loaded machine makes
+    # fewer, later ones), the footer: far fewer than one per token
+    assert 3 <= changes <= 50, changes
+
+
 def test_http_500_shows_one_clear_error(editor):
     editor.nvim.command("Mia prompt http 500")
     editor.wait("require('mia.chat').state() == 'error'")
