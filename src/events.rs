@@ -407,6 +407,15 @@ mod tests {
         }
     }
 
+    fn usage(stream: StreamId) -> Event {
+        Event::Delta {
+            stream,
+            delta: Delta::Usage {
+                usage: Default::default(),
+            },
+        }
+    }
+
     fn readable(fd: libc::c_int) -> bool {
         let mut p = libc::pollfd {
             fd,
@@ -419,12 +428,7 @@ mod tests {
 
     #[test]
     fn text_of_one_stream_is_merged_in_order_across_other_streams() {
-        let usage = Event::Delta {
-            stream: 1,
-            delta: Delta::Usage {
-                usage: Default::default(),
-            },
-        };
+        let usage = usage(1);
         let out = coalesce(vec![
             text(1, "a"),
             text(2, "x"),
@@ -469,12 +473,7 @@ mod tests {
             !readable(q.fd()),
             "text within the frame wakes nobody: the timer's drain takes it"
         );
-        let usage = Event::Delta {
-            stream: 1,
-            delta: Delta::Usage {
-                usage: Default::default(),
-            },
-        };
+        let usage = usage(1);
         q.push(usage.clone());
         assert!(!readable(q.fd()), "nor does other streamed news");
         q.push(Event::Result {
@@ -510,12 +509,7 @@ mod tests {
     #[test]
     fn a_drain_without_text_does_not_pace() {
         let q = EventQueue::new().unwrap();
-        q.push(Event::Delta {
-            stream: 1,
-            delta: Delta::Usage {
-                usage: Default::default(),
-            },
-        });
+        q.push(usage(1));
         q.ack();
         let (events, next) = q.drain_paced(Instant::now());
         assert_eq!(events.len(), 1);
