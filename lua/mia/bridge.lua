@@ -25,6 +25,8 @@ local core = nil
 local poll = nil
 local timer = nil
 local scheduled = false
+--- drains that failed in a row
+local failed = 0
 
 local function report(what, err)
   local msg = string.format("mia: %s failed: %s", what, tostring(err))
@@ -108,8 +110,17 @@ drain = function()
   local ok, events, next_ms = pcall(core.drain)
   if not ok then
     report("drain", events)
+    -- The core may be holding its wake back for this frame: try once more
+    -- in a frame rather than wait for a wake that would not come (a drain
+    -- that keeps failing is reported once per urgent wake, not every frame).
+    failed = failed + 1
+    if failed == 1 then
+      scheduled = true
+      timer:start(33, 0, on_frame)
+    end
     return
   end
+  failed = 0
   if next_ms then
     -- Text was just taken: the core wakes nobody for more text until this
     -- frame's time is up, and the next drain comes from the timer.

@@ -267,3 +267,27 @@ def test_checkhealth_vim_deprecated_lists_nothing_of_mias(editor_factory, server
     if ed.lua("return vim.fn.has('nvim-0.11')") == 1:
         assert "No deprecated functions detected" in report, report
     assert "/lua/mia/" not in report, report
+
+
+def test_a_failed_drain_mid_stream_is_reported_and_the_text_keeps_coming(editor):
+    """Between frames the core holds its wake back and the next frame's
+    drain comes from a timer. If a drain fails there, it is reported once
+    and tried again a frame later, so the answer keeps streaming instead of
+    waiting for the turn's end."""
+    ed = editor
+    ed.nvim.command("Mia prompt slow 100 50")  # 2 s
+    ed.wait("#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1] >= 7 * 5")
+    ed.lua("""
+      local core = require('mia.core').get()
+      local drain = core.drain
+      core.drain = function(...)
+        core.drain = drain
+        error('injected drain failure')
+      end
+    """)
+    ed.wait("#vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), -2, -1, false)[1] >= 7 * 50"
+            " or require('mia.chat').state() ~= 'streaming'")
+    assert ed.state() == "streaming", "the text waited for the end of the turn"
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert "".join("w%05d " % i for i in range(100)).rstrip() in ed.chat_text()
+    assert ed.messages().count("injected drain failure") == 1
