@@ -162,11 +162,16 @@ fn one_prompt(session: &str) {
     telemetry::api_error(Some(session), "anthropic", "claude-sonnet-4-5", "rate_limit", Some(429));
 }
 
+/// What most tests start with: the telemetry lock (one configuration per
+/// process at a time), a collector and a data directory.
+fn one_sink() -> (std::sync::MutexGuard<'static, ()>, Sink, tempfile::TempDir) {
+    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    (one, Sink::start(), tempfile::tempdir().unwrap())
+}
+
 #[test]
 fn metrics_and_events_reach_the_collector_with_the_issue_names() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let sink = Sink::start();
-    let dir = tempfile::tempdir().unwrap();
+    let (_one, sink, dir) = one_sink();
     std::env::set_var("OTEL_RESOURCE_ATTRIBUTES", "team.id=payments,cost_center=cc-42");
     std::env::set_var("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=env-secret");
     let state = telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
@@ -325,9 +330,7 @@ fn metrics_and_events_reach_the_collector_with_the_issue_names() {
 
 #[test]
 fn prompts_are_exported_only_when_asked() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let sink = Sink::start();
-    let dir = tempfile::tempdir().unwrap();
+    let (_one, sink, dir) = one_sink();
     let mut c = config(sink.endpoint(), dir.path());
     c.log_prompts = true;
     telemetry::configure(c).unwrap();
@@ -343,9 +346,7 @@ fn prompts_are_exported_only_when_asked() {
 
 #[test]
 fn gzip_bodies_are_marked_and_decode() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let sink = Sink::start();
-    let dir = tempfile::tempdir().unwrap();
+    let (_one, sink, dir) = one_sink();
     let mut c = config(sink.endpoint(), dir.path());
     c.otlp.as_mut().unwrap().compression = Some("gzip".into());
     let state = telemetry::configure(c).unwrap();
