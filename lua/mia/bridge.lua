@@ -27,6 +27,8 @@ local timer = nil
 local scheduled = false
 --- drains that failed in a row
 local failed = 0
+--- when a failed drain is tried again: one frame (the core's FRAME)
+local RETRY_MS = 33
 
 local function report(what, err)
   local msg = string.format("mia: %s failed: %s", what, tostring(err))
@@ -116,7 +118,7 @@ drain = function()
     failed = failed + 1
     if failed == 1 then
       scheduled = true
-      timer:start(33, 0, on_frame)
+      timer:start(RETRY_MS, 0, on_frame)
     end
     return
   end

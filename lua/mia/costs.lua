@@ -75,7 +75,8 @@ function M.fetch(query, cb)
   return mia._job("costs", cb, q)
 end
 
---- Runs `query` and waits for it (at most 5 s); for the Lua API and `:Mia costs`.
+--- Runs `query` and waits for it (at most 5 s): `mia.costs()` without a
+--- callback, as documented. Commands use `fetch`, which never waits.
 function M.get(query)
   local result, failure
   M.fetch(query, function(err, r)
