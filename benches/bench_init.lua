@@ -69,6 +69,66 @@ function bench.first_turn()
   vim.cmd("Mia prompt echo first")
 end
 
+--- The floor: no client, no server. The same text (the header, then the
+--- scenario's tokens as they fall due) written into the chat window with
+--- bare nvim_buf_set_text, one change per frame at mia's frame rate
+--- (events.rs FRAME): what Neovim itself spends to show the stream.
+function bench.start_floor(prompt)
+  local words = vim.split(prompt, " ", { plain = true })
+  local n = assert(tonumber(words[2]))
+  local rate = words[1] == "slow" and assert(tonumber(words[3])) or math.huge
+  bench.detach = true
+  require("mia.chat").clear()
+  bench.detach = false
+  local chat = require("mia.chat").buffer()
+  local want = require("mia.config").get().chat.syntax
+  if vim.bo[chat].syntax ~= want then
+    vim.bo[chat].syntax = want
+  end
+  bench.floor_finished = false
+  bench.t0 = uv.hrtime()
+  record(chat)
+  local was_modifiable = vim.bo[chat].modifiable
+  vim.bo[chat].modifiable = true
+  local row, col = 0, 0
+  local function put(text)
+    local lines = vim.split(text, "\n", { plain = true })
+    api.nvim_buf_set_text(chat, row, col, row, col, lines)
+    row = row + #lines - 1
+    col = #lines == 1 and col + #lines[1] or #lines[#lines]
+  end
+  put(string.format("## You\n\n%s\n\n## mia · bench/echo\n\n", prompt))
+  local sent, start = 0, uv.hrtime()
+  local timer = assert(uv.new_timer())
+  local function frame()
+    if bench.floor_finished then
+      return
+    end
+    local due = rate == math.huge and n or math.min(n, math.floor((uv.hrtime() - start) / 1e9 * rate) + 1)
+    if due > sent then
+      local parts = {}
+      for i = sent, due - 1 do
+        parts[#parts + 1] = string.format("w%05d ", i)
+      end
+      sent = due
+      put(table.concat(parts))
+    end
+    if sent >= n then
+      timer:stop()
+      timer:close()
+      vim.bo[chat].modifiable = was_modifiable
+      bench.floor_finished = true
+    end
+  end
+  timer:start(0, 33, function()
+    vim.schedule(frame)
+  end)
+end
+
+function bench.floor_done()
+  return bench.floor_finished
+end
+
 function bench.start_mia_md(prompt)
   bench.start_mia(prompt, "markdown")
 end

@@ -6,7 +6,9 @@ scenario server over loopback.
 For each scenario (a 5000-token burst, 1 kHz for 1 s, 50 Hz for 4 s) and each
 client (mia's `:Mia prompt`; the same with Vim's full markdown syntax in the
 chat; a curl subprocess with one scheduled Lua decode and buffer write per SSE
-line into a markdown buffer) it reports medians over --runs runs of:
+line into a markdown buffer; the floor: the same text written into the chat
+window by a timer with bare nvim_buf_set_text at mia's frame rate, no client,
+no server) it reports medians over --runs runs of:
   - wall time from the command to the final text in the buffer,
   - CPU time of Neovim's main thread (from /proc/<pid>/task/<pid>/schedstat),
     and of the TUI client process,
@@ -49,8 +51,11 @@ SCENARIOS = [
     ("50 Hz for 4 s (200 tokens)", "slow 200 50", 200),
 ]
 # mia as configured (lean chat syntax), mia with Vim's full markdown syntax
-# in the chat, and the curl baseline (a markdown buffer, as plugins use).
-CLIENTS = ("mia", "mia_md", "curl")
+# in the chat, the curl baseline (a markdown buffer, as plugins use), and the
+# floor: no client at all, the same text written into the chat window with
+# bare nvim_buf_set_text at mia's frame rate, the part of mia's main-thread
+# time that is Neovim's own work per frame.
+CLIENTS = ("mia", "mia_md", "curl", "floor")
 TYPING_PROMPT = "slow 1000 1000"
 TYPING_KEYS = 100
 TYPING_EVERY_S = 0.010
@@ -91,14 +96,23 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def sends(self):
-        """{seq: {token_index: send_ns}} from the send log."""
-        out = {}
-        if not self.log.exists():
-            return out
-        for line in self.log.read_text().splitlines():
-            seq, idx, ns = map(int, line.split())
-            out.setdefault(seq, {})[idx] = ns
-        return out
+        """{seq: {token_index: send_ns}} from the send log (read on from
+        where the last call stopped: polling it stays cheap)."""
+        if not hasattr(self, "_sends"):
+            self._sends, self._pos = {}, 0
+        if self.log.exists():
+            with open(self.log, "rb") as f:
+                f.seek(self._pos)
+                data = f.read()
+            end = data.rfind(b"\n") + 1
+            self._pos += end
+            for line in data[:end].decode().splitlines():
+                seq, idx, ns = map(int, line.split())
+                self._sends.setdefault(seq, {})[idx] = ns
+        return self._sends
+
+    def last_seq(self):
+        return max(self.sends(), default=None)
 
     def stop(self):
         self.proc.terminate()
@@ -149,14 +163,38 @@ class Tui:
         subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
 
 
-def run_stream(tui, server, client, prompt, n_tokens):
-    tui.lua("bench.start_%s(...)" % client, prompt)
-    main0, tui0 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.tui_pid)
+def wait_done(tui, server, client, prompt, n_tokens, seq_before):
+    """Waits for `client`'s answer to end. Neovim is asked only once the
+    server has sent the last token (the floor: once its tokens are due), so
+    the wait adds next to nothing to the main thread it measures."""
     deadline = time.monotonic() + 120
+    if client == "floor":
+        time.sleep(n_tokens / floor_rate(prompt))
+    else:
+        while True:
+            seq = server.last_seq()
+            if seq is not None and seq != seq_before and len(server.sends()[seq]) >= n_tokens:
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{client} {prompt}: the server sent no full answer in 120 s")
+            time.sleep(0.05)
     while not tui.lua("return bench.%s_done()" % client):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{client} {prompt}: no end after 120 s")
-        time.sleep(0.1)
+        time.sleep(0.02)
+
+
+def floor_rate(prompt):
+    """Tokens a second of a scenario prompt ("slow N RATE"; a burst: all at once)."""
+    words = prompt.split()
+    return float(words[2]) if words[0] == "slow" else 1e9
+
+
+def run_stream(tui, server, client, prompt, n_tokens):
+    seq_before = server.last_seq()
+    tui.lua("bench.start_%s(...)" % client, prompt)
+    main0, tui0 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.tui_pid)
+    wait_done(tui, server, client, prompt, n_tokens, seq_before)
     time.sleep(0.3)  # let the final redraw finish before reading CPU
     main_ns = task_cpu_ns(tui.pid, tui.pid) - main0
     tui_ns = process_cpu_ns(tui.tui_pid) - tui0
@@ -167,6 +205,19 @@ def run_stream(tui, server, client, prompt, n_tokens):
     expected = n_tokens * TOKEN_BYTES
     if not counts or counts[-1] < expected:
         raise RuntimeError(f"{client} {prompt}: got {counts[-1] if counts else 0} of {expected} bytes")
+    last = next(t for t, c in zip(times, counts) if c >= expected)
+    end = times.index(last)
+    gaps = [(times[k + 1] - times[k]) / 1e6 for k in range(end)]
+    out = {
+        "wall_ms": (last - res["t0"]) / 1e6,
+        "main_cpu_ms": main_ns / 1e6,
+        "tui_cpu_ms": tui_ns / 1e6,
+        "cmd_to_first_ms": (times[next(k for k, c in enumerate(counts) if c >= TOKEN_BYTES)] - res["t0"]) / 1e6,
+        "buffer_changes": len(times),
+        "max_gap_ms": max(gaps) if gaps else 0.0,
+    }
+    if client == "floor":  # no server: no send-to-buffer latency
+        return dict(out, first_token_ms=None, p50_ms=None, p99_ms=None)
     sends = server.sends()
     seq = max(sends)
     sent = sends[seq]
@@ -177,21 +228,9 @@ def run_stream(tui, server, client, prompt, n_tokens):
         while counts[j] < need:
             j += 1
         lat.append((times[j] - sent[i]) / 1e6)
-    last = next(t for t, c in zip(times, counts) if c >= expected)
     lat.sort()
-    end = times.index(last)
-    gaps = [(times[k + 1] - times[k]) / 1e6 for k in range(end)]
-    return {
-        "wall_ms": (last - res["t0"]) / 1e6,
-        "main_cpu_ms": main_ns / 1e6,
-        "tui_cpu_ms": tui_ns / 1e6,
-        "first_token_ms": lat_first(times, counts, sent),
-        "cmd_to_first_ms": (times[next(k for k, c in enumerate(counts) if c >= TOKEN_BYTES)] - res["t0"]) / 1e6,
-        "p50_ms": lat[len(lat) // 2],
-        "p99_ms": lat[min(len(lat) - 1, int(len(lat) * 0.99))],
-        "buffer_changes": len(times),
-        "max_gap_ms": max(gaps) if gaps else 0.0,
-    }
+    return dict(out, first_token_ms=lat_first(times, counts, sent), p50_ms=lat[len(lat) // 2],
+                p99_ms=lat[min(len(lat) - 1, int(len(lat) * 0.99))])
 
 
 def run_typing(tui, server, client):
@@ -247,7 +286,7 @@ def lat_first(times, counts, sent):
 
 
 def median_of(runs):
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    return {k: None if runs[0][k] is None else statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
 def first_turns(tmp, base_url, runs):
@@ -399,13 +438,18 @@ def report(r, runs):
     print(f"## Streaming (medians of {runs} runs; Neovim TUI in tmux; ms)\n")
     print("| scenario | client | wall | main-thread CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes | longest gap |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    def ms(v):
+        return "–" if v is None else f"{v:.2f}"
+
     for label, per in r["streams"].items():
         for client, m in per.items():
             print(f"| {label} | {client} | {m['wall_ms']:.1f} | {m['main_cpu_ms']:.1f} | {m['tui_cpu_ms']:.1f} | "
-                  f"{m['cmd_to_first_ms']:.2f} | {m['first_token_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | "
+                  f"{m['cmd_to_first_ms']:.2f} | {ms(m['first_token_ms'])} | {ms(m['p50_ms'])} | {ms(m['p99_ms'])} | "
                   f"{m['buffer_changes']:.0f} | {m['max_gap_ms']:.1f} |")
         ratio = per["curl"]["main_cpu_ms"] / max(per["mia"]["main_cpu_ms"], 1e-9)
         print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | | |")
+        own = per["mia"]["main_cpu_ms"] - per["floor"]["main_cpu_ms"]
+        print(f"| {label} | mia − floor: mia's own main-thread CPU | {own:.1f} | | | | | | | | |")
     if "typing" not in r:
         return
     print(f"\n## Typing one key every {TYPING_EVERY_S * 1000:.0f} ms in another window during a 1 kHz stream "

@@ -253,13 +253,14 @@ def syntax_names(ed, line_text, *words):
 
 
 def test_the_chat_is_highlighted_with_the_lean_markdown_syntax(editor):
-    text = "echo see **bold** and `x = 1` here"
+    text = "echo see **bold** and `x = 1` here, *one* snake_case_name and _two_ a * b"
     editor.nvim.command("Mia prompt " + text)
     editor.wait("require('mia.chat').state() == 'done'")
     buf = "require('mia.chat').buffer()"
     assert editor.lua(f"return {{ vim.bo[{buf}].filetype, vim.bo[{buf}].syntax }}") == ["markdown", "mia_chat"]
     assert syntax_names(editor, "## You", "You") == ["miaChatHeading"]
-    assert syntax_names(editor, text, "bold", "x = 1", "here") == ["miaChatBold", "miaChatCode", ""]
+    assert syntax_names(editor, text, "bold", "x = 1", "here", "one", "case", "two", "a * b") == [
+        "miaChatBold", "miaChatCode", "", "miaChatItalic", "", "miaChatItalic", ""]
 
 
 def test_chat_syntax_markdown_keeps_vims_full_markdown_syntax(editor_factory, server):
