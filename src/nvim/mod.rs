@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod acp_api;
 mod checkpoint_api;
+mod drain_json;
 mod mcp_api;
 mod store_api;
 mod telemetry_api;
@@ -626,6 +627,12 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<(LuaTable, Option<u64>)> {
         let queue = runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
         let (events, next) = queue.drain_paced(std::time::Instant::now());
         let next_ms = next.map(|d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
+        if events.is_empty() {
+            return Ok((lua.create_table()?, next_ms));
+        }
+        if let Some(out) = drain_json::events_table(lua, &events)? {
+            return Ok((out, next_ms));
+        }
         let out = lua.create_table_with_capacity(events.len(), 0)?;
         for (i, event) in events.into_iter().enumerate() {
             let t = lua.create_table_with_capacity(0, 3)?;

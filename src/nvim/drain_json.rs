@@ -1,0 +1,104 @@
+//! The drained events as one JSON text that Neovim's own decoder turns into
+//! Lua tables. mlua builds tables field by field, and on LuaJIT each field,
+//! string and table costs a protected call (two fresh C closures, two
+//! registry writes and a `pcall`) because Neovim, not mlua, owns the Lua
+//! state: with one small update per frame that was most of a drain's time
+//! (`perf` on a 50 Hz stream). Serialising in Rust and decoding with
+//! `vim.json.decode` is one string and one call.
+
+use std::io::Write;
+
+use mlua::prelude::*;
+use serde::Serialize;
+
+use crate::events::Event;
+
+/// `vim.json.decode` bound to the options that give the tables mlua would
+/// build: JSON null (a `None`, a unit) becomes nil, in objects and arrays.
+const DECODER: &str = r#"
+local decode = vim and vim.json and vim.json.decode
+if not decode then
+  return nil
+end
+local opts = { luanil = { object = true, array = true } }
+return function(text)
+  return decode(text, opts)
+end
+"#;
+
+/// The decoder, loaded on the first drain (None outside Neovim).
+struct Decoder(Option<LuaFunction>);
+
+/// The events as `drain` returns them, or None where this path would not
+/// build the same tables: a transform hook's request (its empty lists must
+/// come back to Rust as lists, which only mlua's array marker keeps), a
+/// host without `vim.json`, or a text the decoder refuses (nesting deeper
+/// than its limit: values parsed from outside stop at serde_json's 128).
+pub(super) fn events_table(lua: &Lua, events: &[Event]) -> LuaResult<Option<LuaTable>> {
+    if events
+        .iter()
+        .any(|e| matches!(e, Event::Call { kind, .. } if kind == "hook"))
+    {
+        return Ok(None);
+    }
+    let decode = match lua.app_data_ref::<Decoder>() {
+        Some(d) => d.0.clone(),
+        None => {
+            let f = lua
+                .load(DECODER)
+                .set_name("=mia_core.drain")
+                .eval::<Option<LuaFunction>>()?;
+            lua.set_app_data(Decoder(f.clone()));
+            f
+        }
+    };
+    let (Some(decode), Some(text)) = (decode, to_json(events)) else {
+        return Ok(None);
+    };
+    match decode.call::<LuaTable>(lua.create_string(&text)?) {
+        Ok(table) => Ok(Some(table)),
+        Err(e) => {
+            // The events are still here: mlua builds them instead.
+            tracing::warn!("drain: vim.json.decode refused the events ({e}); building them field by field");
+            Ok(None)
+        }
+    }
+}
+
+/// `[{ "stream": .., "kind": .., "data": .. }, ..]`, the shape of `drain`'s list.
+fn to_json(events: &[Event]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(128 * events.len() + 2);
+    out.push(b'[');
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write!(out, "{{\"stream\":{},", event.stream()).ok()?;
+        match event {
+            Event::Delta { delta, .. } => kind_data(&mut out, "delta", delta)?,
+            Event::Done { done, .. } => kind_data(&mut out, "done", done.as_ref())?,
+            Event::Error { error, .. } => kind_data(&mut out, "error", error)?,
+            Event::Result { value, .. } => kind_data(&mut out, "result", value)?,
+            Event::Call {
+                call, kind, payload, ..
+            } => {
+                write!(out, "\"call\":{call},\"call_kind\":").ok()?;
+                serde_json::to_writer(&mut out, kind).ok()?;
+                out.push(b',');
+                kind_data(&mut out, "call", payload)?;
+            }
+            Event::Abort { call, .. } => write!(out, "\"kind\":\"abort\",\"call\":{call}").ok()?,
+            Event::Update { update, .. } => kind_data(&mut out, "update", update.as_ref())?,
+            Event::End { end, .. } => kind_data(&mut out, "end", end.as_ref())?,
+            Event::Mia { event, .. } => kind_data(&mut out, "mia", event)?,
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+    Some(out)
+}
+
+fn kind_data<T: Serialize + ?Sized>(out: &mut Vec<u8>, kind: &str, data: &T) -> Option<()> {
+    write!(out, "\"kind\":\"{kind}\",\"data\":").ok()?;
+    serde_json::to_writer(&mut *out, data).ok()
+}
