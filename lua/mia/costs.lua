@@ -57,20 +57,12 @@ local TITLES = { session = "this session", daily = "today", weekly = "this week"
 --- Runs `query` in the core; `cb(err, report)` on the main thread.
 function M.fetch(query, cb)
   local mia = require("mia")
-  local loader = require("mia.core")
-  local core = mia._core()
   local q = vim.tbl_extend("force", { utc_offset_s = M.utc_offset() }, query)
   q.session_id = q.session_id or require("mia.chat").session_id()
   if q.scope == "session" and not q.system_tokens then
-    -- what :Mia prompt sends every time: the system prompt and the tool list (~4 characters a token)
-    local chars = #(require("mia.config").get().system or "")
-    local ok, tools = pcall(function()
-      return loader.call(core.tools)
-    end)
-    for _, t in ipairs(ok and tools or {}) do
-      chars = chars + #t.name + #(t.description or "") + #vim.json.encode(t.parameters or {})
-    end
-    q.system_tokens = math.floor(chars / 4)
+    -- What :Mia prompt sends every time: the system prompt here, the tool
+    -- list added by the core (its schemas are not converted to Lua for this).
+    q.system_chars = #(require("mia.config").get().system or "")
   end
   return mia._job("costs", cb, q)
 end

@@ -41,6 +41,10 @@ struct CostQuery {
     days: Option<u32>,
     utc_offset_s: i32,
     system_tokens: Option<u64>,
+    /// Characters of the configured system prompt: with no `system_tokens`,
+    /// the estimate adds every registered tool's name, description and
+    /// schema (what each request sends), ~4 characters a token.
+    system_chars: Option<u64>,
 }
 
 impl CostQuery {
@@ -65,9 +69,22 @@ impl CostQuery {
             model: self.model,
             provider: self.provider,
             utc_offset_s: self.utc_offset_s,
-            system_tokens: self.system_tokens,
+            system_tokens: self.system_tokens.or_else(|| self.system_chars.map(with_tools)),
         })
     }
+}
+
+/// Tokens a request's fixed part takes, estimated at ~4 characters a token:
+/// the system prompt's `system_chars` and every registered tool as the
+/// request lists it (name, description, schema). Runs on a worker: the
+/// registry's lock is never taken on the main thread for this.
+fn with_tools(system_chars: u64) -> u64 {
+    let tools: usize = runtime::registry()
+        .list()
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
+        .sum();
+    system_chars.saturating_add(u64::try_from(tools).unwrap_or(u64::MAX)) / 4
 }
 
 /// `costs(query)` -> handle; its result is the report with `daily` (30 days) and `suggestions`.

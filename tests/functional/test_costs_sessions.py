@@ -364,6 +364,25 @@ def test_a_session_ending_shows_its_summary_once_with_the_top_suggestion(make):
     assert len(summaries(ed)) == 1
 
 
+def test_the_system_prompt_estimate_counts_the_tool_list_every_request_sends(make):
+    """A short system prompt with the built-in tools' schemas still goes out
+    at over 1,024 tokens a request: the caching tip counts both."""
+    ed = make(system="Be brief.")
+    for i in range(3):
+        prompt(ed, f"echo question {i}")
+    report = ed.lua("return require('mia').costs({ scope = 'session' })")
+    tips = [s["text"] for s in report["suggestions"] if s["kind"] == "prompt_caching"]
+    assert len(tips) == 1, report["suggestions"]
+    shown = int(re.search(r"a ([\d,]+)-token system prompt", tips[0]).group(1).replace(",", ""))
+    expected = ed.lua("""
+        local chars = #'Be brief.'
+        for _, t in ipairs(require('mia')._core().tools()) do
+          chars = chars + #t.name + #(t.description or '') + #vim.json.encode(t.parameters or {})
+        end
+        return math.floor(chars / 4)""")
+    assert expected > 1024 and abs(shown - expected) <= expected * 0.03, (shown, expected)
+
+
 def test_switching_to_another_session_shows_the_summary_of_the_one_left(make):
     ed = make()
     prompt(ed, "echo the older one")
