@@ -4,6 +4,10 @@
 -- and written with its own scheduled nvim_buf_set_text.
 local root = assert(vim.env.MIA_BENCH_ROOT)
 local base_url = assert(vim.env.MIA_BENCH_BASE_URL)
+if vim.env.MIA_BENCH_LOADER and vim.loader then
+  -- Lua modules from Neovim's bytecode cache, as lazy.nvim sets up by default.
+  vim.loader.enable()
+end
 vim.o.laststatus = 2
 vim.o.shortmess = vim.o.shortmess .. "I"
 

@@ -122,15 +122,18 @@ class Server:
 class Tui:
     """Neovim's TUI in a detached tmux pane, driven over its --listen socket."""
 
-    def __init__(self, tmp, base_url, with_mia=True):
+    def __init__(self, tmp, base_url, with_mia=True, loader=False):
         self.sock = str(Path(tmp) / f"nvim-{time.monotonic_ns()}.sock")
         self.tmux = ["tmux", "-L", "miabench"]
         env = {
             "MIA_BENCH_ROOT": str(ROOT), "MIA_BENCH_BASE_URL": base_url, "MIA_CORE_PATH": str(LIB_SNAPSHOT),
             "XDG_STATE_HOME": str(Path(tmp) / "state"), "XDG_DATA_HOME": str(Path(tmp) / "data"),
+            "XDG_CACHE_HOME": str(Path(tmp) / "cache"),
         }
         if not with_mia:
             env["MIA_BENCH_NO_MIA"] = "1"
+        if loader:
+            env["MIA_BENCH_LOADER"] = "1"
         envs = " ".join(f"{k}={v}" for k, v in env.items())
         cmd = f"env {envs} {nvim_binary()} --clean -u {ROOT / 'benches/bench_init.lua'} --listen {self.sock}"
         subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
@@ -289,12 +292,14 @@ def median_of(runs):
     return {k: None if runs[0][k] is None else statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def first_turns(tmp, base_url, runs):
+def first_turns(tmp, base_url, runs, loader=False):
     """A fresh Neovim each time: from the first `:Mia prompt` to the answer's
-    end (library load, runtime start, store open and the first request)."""
+    end (library load, runtime start, store open and the first request).
+    With `loader`, Neovim's bytecode cache is on (`vim.loader.enable()`,
+    lazy.nvim's default) and warm: a first run fills it, unmeasured."""
     out = []
-    for _ in range(runs):
-        tui = Tui(tmp, base_url)
+    for run in range(runs + (1 if loader else 0)):
+        tui = Tui(tmp, base_url, loader=loader)
         try:
             tui.lua("bench.first_turn()")
             deadline = time.monotonic() + 30
@@ -302,7 +307,8 @@ def first_turns(tmp, base_url, runs):
                 if time.monotonic() > deadline:
                     raise RuntimeError("first turn: no end after 30 s")
                 time.sleep(0.02)
-            out.append(ms)
+            if not (loader and run == 0):
+                out.append(ms)
         finally:
             tui.close()
     return statistics.median(out)
@@ -413,6 +419,7 @@ def main():
             finally:
                 tui.close()
             results["first_turn_ms"] = first_turns(tmp, server.base_url, args.runs)
+            results["first_turn_loader_ms"] = first_turns(tmp, server.base_url, args.runs, loader=True)
             results["idle_10s"] = {
                 "with mia": idle_cpu(tmp, server.base_url, True),
                 "without mia": idle_cpu(tmp, server.base_url, False),
@@ -459,7 +466,8 @@ def report(r, runs):
     for c, m in r["typing"].items():
         print(f"| {c} | {m['keys']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['max_ms']:.2f} |")
     print(f"\nFirst turn after start (fresh Neovim, `:Mia prompt` to the answer's end, median): "
-          f"{r['first_turn_ms']:.1f} ms")
+          f"{r['first_turn_ms']:.1f} ms; with Neovim's bytecode cache (`vim.loader.enable()`, lazy.nvim's "
+          f"default) warm: {r['first_turn_loader_ms']:.1f} ms")
     print("\n## Idle for 10 s (CPU ms)\n")
     for k, v in r["idle_10s"].items():
         print(f"- {k}: main thread {v['main_ms']:.2f}, whole server process {v['process_ms']:.2f}, TUI {v['tui_ms']:.2f}")
