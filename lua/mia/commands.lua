@@ -30,7 +30,14 @@ M.subcommands = {
         local ft = vim.bo.filetype
         context = string.format("```%s\n%s\n```", ft, table.concat(lines, "\n"))
       end
-      if not context and require("mia.slash").dispatch(args) then
+      -- Slash commands and @-mentions are looked for only where the text can
+      -- hold one: a plain prompt loads neither module (the first prompt's
+      -- time is mostly loading).
+      if not context and args:match("^%s*/") and require("mia.slash").dispatch(args) then
+        return
+      end
+      if not args:find("@", 1, true) then
+        require("mia.chat").prompt(args, { context = context })
         return
       end
       -- @-mentions attach what they name (|mia-mentions|); with none, or only
