@@ -273,6 +273,8 @@ end
 --- @param opts? mia.StatuslineOpts
 --- @return string
 function M.statusline(opts)
+  -- Some statusline shows mia's figures: the live ones redraw statuslines.
+  M._statusline_shown = true
   local cfg = require("mia.config").get()
   local chat = package.loaded["mia.chat"]
   local state = chat and chat.state() or "idle"

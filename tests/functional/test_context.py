@@ -213,6 +213,32 @@ def test_the_drawn_statusline_follows_the_live_figures_while_the_answer_streams(
     assert "~" not in ed.lua("return drawn[#drawn]")
 
 
+def test_live_figures_redraw_no_statusline_until_one_shows_mia(make):
+    """The live figures redraw statuslines only once some statusline has
+    drawn mia.statusline(): a statusline without it is drawn no more often
+    while an answer streams, and adding mia's starts the live redraws."""
+    ed = make("openai")
+    ed.lua("""
+      _G.draws, _G.with_mia = 0, false
+      _G.probe = function()
+        draws = draws + 1
+        return with_mia and require('mia').statusline() or 'plain'
+      end
+      vim.o.laststatus = 2
+      vim.o.statusline = '%!v:lua.probe()'
+    """)
+    ed.nvim.command("Mia prompt slow 40 20")
+    ed.wait("require('mia.chat').state() == 'done'")
+    plain = ed.lua("return draws")
+    ed.lua("draws, with_mia = 0, true; vim.cmd.redrawstatus({ bang = true })")
+    ed.nvim.command("Mia prompt slow 40 20")
+    ed.wait("require('mia.chat').state() == 'done'")
+    shown = ed.lua("return draws")
+    # ~2 s at ~10 live figures a second: each redraws the statuslines once
+    # mia's is shown; a plain statusline is drawn only by ordinary redraws.
+    assert shown >= plain + 10, (plain, shown)
+
+
 def test_a_live_figure_does_not_draw_the_chat_window_a_second_time(make):
     """The live figures (about ten a second) ride on the text's redraw: the
     chat window is drawn about once per change of its buffer, not once more

@@ -117,8 +117,14 @@ end
 --- cost) without redrawing the windows: `:redrawstatus!` runs a whole
 --- screen update, which drew the chat's growing line a second time in the
 --- frame (once for the statusline, once for the text written after it).
---- The windows are drawn once, when the event loop next redraws.
+--- The windows are drawn once, when the event loop next redraws. Nothing
+--- is redrawn until some statusline has called mia.statusline(): with
+--- none showing mia's figures there is nothing new to draw.
 function M.redraw_statuslines()
+  local shown = package.loaded["mia.api"]
+  if not (shown and shown._statusline_shown) then
+    return
+  end
   if api.nvim__redraw then
     api.nvim__redraw({ statusline = true, flush = false })
   else
