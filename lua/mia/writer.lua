@@ -72,7 +72,8 @@ end
 local function write(buf, pieces)
   local text = table.concat(pieces.text)
   local row, col = end_of(buf)
-  local lines = vim.split(text, "\n", { plain = true })
+  -- Most frames extend one line: no split (vim.split builds an iterator).
+  local lines = text:find("\n", 1, true) and vim.split(text, "\n", { plain = true }) or { text }
   -- Windows whose cursor sits on the last line follow the text onto the
   -- lines it adds (row only: moving to the end of a long wrapped line on
   -- every change is quadratic). Text that only extends the last line moves
@@ -86,13 +87,14 @@ local function write(buf, pieces)
       end
     end
   end
-  local was_modifiable = vim.bo[buf].modifiable
+  local opt = { buf = buf }
+  local was_modifiable = api.nvim_get_option_value("modifiable", opt)
   if not was_modifiable then
-    vim.bo[buf].modifiable = true
+    api.nvim_set_option_value("modifiable", true, opt)
   end
   api.nvim_buf_set_text(buf, row, col, row, col, lines)
   if not was_modifiable then
-    vim.bo[buf].modifiable = false
+    api.nvim_set_option_value("modifiable", false, opt)
   end
   local new_row = row + #lines - 1
   local new_col = #lines == 1 and col + #lines[1] or #lines[#lines]
