@@ -186,23 +186,34 @@ def test_the_footer_climbs_while_the_answer_streams_and_ends_exact(make):
     assert status.endswith(f" tok {pct}% ctx"), status
 
 
-def test_the_drawn_statusline_follows_the_live_figures_while_the_answer_streams(make):
-    """A statusline showing mia.statusline() is redrawn as the live figures
-    climb, not only when the answer ends: the probe records what Neovim
-    actually drew (it runs only when the statusline is drawn)."""
-    ed = make("openai")
-    ed.lua("""
-      _G.drawn = {}
+def statusline_probe(ed, body):
+    """Every window's statusline is drawn by `_G.probe` (Lua `body`, which
+    returns the text): it runs only when Neovim draws a statusline."""
+    ed.lua(f"""
       _G.probe = function()
-        local s = require('mia').statusline({ tokens = true, context = true })
-        if drawn[#drawn] ~= s then drawn[#drawn + 1] = s end
-        return s
+        {body}
       end
       vim.o.laststatus = 2
       vim.o.statusline = '%!v:lua.probe()'
     """)
-    ed.nvim.command("Mia prompt slow 60 20")
+
+
+def answer(ed, prompt):
+    ed.nvim.command("Mia prompt " + prompt)
     ed.wait("require('mia.chat').state() == 'done'")
+
+
+def test_the_drawn_statusline_follows_the_live_figures_while_the_answer_streams(make):
+    """A statusline showing mia.statusline() is redrawn as the live figures
+    climb, not only when the answer ends: the probe records what Neovim
+    actually drew."""
+    ed = make("openai")
+    ed.lua("_G.drawn = {}")
+    statusline_probe(ed, """
+        local s = require('mia').statusline({ tokens = true, context = true })
+        if drawn[#drawn] ~= s then drawn[#drawn + 1] = s end
+        return s""")
+    answer(ed, "slow 60 20")
     drawn = ed.lua("return drawn")
     live = [s for s in drawn if "~$" in s]
     assert len(live) >= 3, drawn  # ~3 s at ~10 figures a second, each drawn
@@ -218,21 +229,14 @@ def test_live_figures_redraw_no_statusline_until_one_shows_mia(make):
     drawn mia.statusline(): a statusline without it is drawn no more often
     while an answer streams, and adding mia's starts the live redraws."""
     ed = make("openai")
-    ed.lua("""
-      _G.draws, _G.with_mia = 0, false
-      _G.probe = function()
+    ed.lua("_G.draws, _G.with_mia = 0, false")
+    statusline_probe(ed, """
         draws = draws + 1
-        return with_mia and require('mia').statusline() or 'plain'
-      end
-      vim.o.laststatus = 2
-      vim.o.statusline = '%!v:lua.probe()'
-    """)
-    ed.nvim.command("Mia prompt slow 40 20")
-    ed.wait("require('mia.chat').state() == 'done'")
+        return with_mia and require('mia').statusline() or 'plain'""")
+    answer(ed, "slow 40 20")
     plain = ed.lua("return draws")
     ed.lua("draws, with_mia = 0, true; vim.cmd.redrawstatus({ bang = true })")
-    ed.nvim.command("Mia prompt slow 40 20")
-    ed.wait("require('mia.chat').state() == 'done'")
+    answer(ed, "slow 40 20")
     shown = ed.lua("return draws")
     # ~2 s at ~10 live figures a second: each redraws the statuslines once
     # mia's is shown; a plain statusline is drawn only by ordinary redraws.
