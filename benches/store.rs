@@ -300,10 +300,12 @@ async fn run() -> Result<Vec<(String, String)>, Box<dyn std::error::Error>> {
 
     // A file as the mia before the rollup left it (schema version 2), loaded
     // with a heavy history, then opened: the migration builds the rollup
-    // from the rows, as it will for a user upgrading.
+    // from the rows, as it will for a user upgrading. What versions 3
+    // (the rollup) and 4 (`cost_source`) added is taken out again.
     drop(Store::open(&path)?);
     rusqlite::Connection::open(&path)?.execute_batch(
-        "DROP TRIGGER usage_rollup; DROP TRIGGER usage_rows_are_kept; DROP TRIGGER usage_rows_are_final;
+        "DROP INDEX usage_gateway; ALTER TABLE usage DROP COLUMN cost_source;
+         DROP TRIGGER usage_rollup; DROP TRIGGER usage_rows_are_kept; DROP TRIGGER usage_rows_are_final;
          DROP TABLE usage_hours; DROP TABLE usage_days; DROP TABLE usage_ids; DROP TABLE usage_id_hours; DROP TABLE usage_quarters;
          PRAGMA user_version = 2;",
     )?;
