@@ -26,7 +26,7 @@ Then: the first turn in a fresh Neovim (`:Mia prompt` to the answer's end),
 idle CPU for 10 s with and without mia loaded, the time setup() adds
 to startup, the .so size, and (with --build-time) a clean release build.
 
-    .venv/bin/python benches/stream_bench.py [--runs 5] [--build-time] [--json out.json]
+    .venv/bin/python benches/stream_bench.py [--runs 5] [--build-time] [--json out.json] [--lib PATH]
 
 Numbers go in closing notes; no test asserts them.
 """
@@ -377,6 +377,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--scenario", action="append", default=[],
                     help="run only the stream scenarios whose label contains this (repeatable), e.g. '50 Hz'")
+    ap.add_argument("--lib", type=Path, default=ROOT / "target/release/libmia_core.so",
+                    help="the library to measure (default: target/release's), e.g. one built with another profile")
     ap.add_argument("--streams-only", action="store_true",
                     help="skip typing, first turn, idle and startup (for iterating on one scenario)")
     args = ap.parse_args()
@@ -385,7 +387,7 @@ def main():
         sys.exit(f"no scenario matches {args.scenario}: {[s[0] for s in SCENARIOS]}")
     if not shutil.which("tmux") or not shutil.which("curl"):
         sys.exit("the benchmark needs tmux and curl (apt-get install tmux curl)")
-    shutil.copy(ROOT / "target/release/libmia_core.so", LIB_SNAPSHOT)
+    shutil.copy(args.lib, LIB_SNAPSHOT)
     results = {"streams": {}}
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp) / "sends.log")
@@ -431,8 +433,7 @@ def main():
 
 
 def finish(results, args):
-    lib = ROOT / "target/release/libmia_core.so"
-    results["so_bytes"] = lib.stat().st_size
+    results["so_bytes"] = args.lib.stat().st_size
     if args.build_time:
         results["clean_release_build_s"] = clean_build_seconds()
     LIB_SNAPSHOT.unlink(missing_ok=True)
