@@ -24,6 +24,23 @@ local function core()
   return require("mia")._core()
 end
 
+--- The core's commands for the chat's session (its available_commands_update).
+--- They are kept here, and `mia.slash` (13 KB of Lua) gets them when it is
+--- loaded: a plain prompt does not need it. It is loaded now only when a
+--- `User MiaCommandsChanged` autocommand waits for the change.
+M._agent_commands = {}
+
+local function set_agent_commands(list)
+  M._agent_commands = list or {}
+  local slash = package.loaded["mia.slash"]
+  if not slash and #api.nvim_get_autocmds({ event = "User", pattern = "MiaCommandsChanged" }) > 0 then
+    slash = require("mia.slash")
+  end
+  if slash then
+    slash.set_agent_commands(M._agent_commands)
+  end
+end
+
 --- The chat buffer (created on first use).
 function M.buffer()
   return window.buffer(M.stop)
@@ -213,7 +230,7 @@ local function on_update(u)
     if agents and agents.external() then
       require("mia.slash").set_external_commands(u.availableCommands)
     else
-      require("mia.slash").set_agent_commands(u.availableCommands)
+      set_agent_commands(u.availableCommands)
     end
     return
   end
@@ -419,7 +436,7 @@ function M.load(data)
     prompts = prompts,
   }
   render.replay(b, data.items)
-  require("mia.slash").set_agent_commands(commands)
+  set_agent_commands(commands)
   last_state = "idle"
   M.open()
 end
@@ -534,9 +551,7 @@ function M.clear()
     pcall(core().session_close, session.id)
   end
   session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0 }
-  if package.loaded["mia.slash"] then
-    require("mia.slash").set_agent_commands({})
-  end
+  set_agent_commands({})
   window.clear()
   local b = window.existing()
   if b then

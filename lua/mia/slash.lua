@@ -420,4 +420,12 @@ function M.complete(before, on_more)
   return #before - #arg, items
 end
 
+-- The core's commands that reached the chat before this module was loaded
+-- (nobody listened for their announcement then, so none is made now).
+if package.loaded["mia.chat"] then
+  for _, c in ipairs(package.loaded["mia.chat"]._agent_commands or {}) do
+    agent_commands[c.name] = c
+  end
+end
+
 return M

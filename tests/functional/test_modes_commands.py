@@ -171,3 +171,21 @@ def test_slash_commands_complete_as_typed_with_omni_and_user_completion(editor_f
     ed.wait(f"vim.tbl_contains({words}, '/deploy')")
     item = ed.lua("for _, i in ipairs(vim.fn.complete_info({ 'items' }).items) do if i.word == '/deploy' then return i end end")
     assert item["menu"] == "deploys" and item["info"] == "staging | production", item
+
+
+def test_compact_is_offered_after_a_plain_prompt_with_nobody_listening(ed, server):
+    # No `User MiaCommandsChanged` autocommand: the core's commands wait in
+    # the chat until a "/" is typed, and /compact is offered and runs then.
+    ed.nvim.command("Mia prompt echo one")
+    ed.wait("require('mia.chat').state() == 'done'")
+    assert ed.lua("return package.loaded['mia.slash'] == nil"), "a plain prompt loads no command module"
+    ed.nvim.command("Mia open")
+    ed.nvim.input("i/comp")
+    ed.wait("vim.tbl_contains(vim.tbl_map(function(i) return i.word end, "
+            "vim.fn.complete_info({ 'items' }).items), '/compact')")
+    ed.nvim.input("<C-e>act<Esc>")
+    ed.wait("vim.fn.mode() == 'n'")
+    assert ed.nvim.current.line == "/compact"
+    ed.nvim.input("<CR>")
+    ed.wait("vim.tbl_contains(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '> _context compacted_')")
+    assert posts(server)[-1]["body"]["messages"][-1]["content"].startswith("Summarize the conversation so far:")
