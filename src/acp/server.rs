@@ -538,8 +538,7 @@ impl Server {
                 self.rt.spawn(async move {
                     session.attach_store(crate::runtime::store().await);
                     let model = session.info().model;
-                    let result = crate::agent::compact_session(&deps, stream, session, cancel).await;
-                    drop(turn);
+                    let result = crate::agent::compact_session(&deps, stream, session, cancel, turn).await;
                     let end = match result {
                         Ok(()) => TurnEnd {
                             stop: Stop::EndTurn,

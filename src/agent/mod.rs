@@ -622,13 +622,15 @@ fn add_cost(total: &mut Cost, c: &Cost) {
 
 /// `/compact`: the model of the session summarizes everything the next
 /// request would send; the summary is stored as a compaction that covers
-/// it all, and the UI gets a `compaction_update`. The caller holds the
-/// session's [`crate::session::Turn`], so no prompt runs meanwhile.
+/// it all, and the UI gets a `compaction_update`. `turn` (the session's
+/// [`crate::session::Turn`]) keeps any prompt out meanwhile; it ends before
+/// the update is sent, so a prompt sent on seeing the note is not refused.
 pub async fn compact_session(
     deps: &AgentDeps,
     stream: StreamId,
     session: Arc<Session>,
     cancel: CancellationToken,
+    turn: crate::session::Turn,
 ) -> Result<(), LlmError> {
     let history = session.request_messages();
     if history.is_empty() {
@@ -667,6 +669,7 @@ pub async fn compact_session(
             crate::store::MessageState::Complete,
         );
         let row = session.append_compaction(row, 0).await;
+        drop(turn);
         update(
             &deps.queue,
             stream,

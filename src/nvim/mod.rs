@@ -385,8 +385,7 @@ fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
         let token = cancel.clone();
         stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
             session.attach_store(runtime::store().await);
-            let result = crate::agent::compact_session(&deps, stream, session, token).await;
-            drop(turn);
+            let result = crate::agent::compact_session(&deps, stream, session, token, turn).await;
             result.map(|()| serde_json::Value::Null)
         });
         Ok(StreamHandle { id: stream, cancel })
