@@ -155,13 +155,21 @@ add({
 --- available_commands_update), by name.
 local agent_commands = {}
 
+--- `list` by name (entries without a name are skipped).
+local function by_name(list)
+  local out = {}
+  for _, c in ipairs(type(list) == "table" and list or {}) do
+    if type(c) == "table" and type(c.name) == "string" then
+      out[c.name] = c
+    end
+  end
+  return out
+end
+
 --- Takes the core's available_commands_update for the chat's session and
 --- announces the change (`User MiaCommandsChanged`).
 function M.set_agent_commands(list)
-  agent_commands = {}
-  for _, c in ipairs(list or {}) do
-    agent_commands[c.name] = c
-  end
+  agent_commands = by_name(list)
   M.announce()
 end
 
@@ -423,9 +431,7 @@ end
 -- The core's commands that reached the chat before this module was loaded
 -- (nobody listened for their announcement then, so none is made now).
 if package.loaded["mia.chat"] then
-  for _, c in ipairs(package.loaded["mia.chat"]._agent_commands or {}) do
-    agent_commands[c.name] = c
-  end
+  agent_commands = by_name(package.loaded["mia.chat"]._agent_commands)
 end
 
 return M
