@@ -97,11 +97,13 @@ pub fn registry() -> Arc<Registry> {
 }
 
 /// Starts the runtime and, on it, what the first request will need and
-/// would otherwise wait for: the store (opened on the blocking pool) and
-/// the HTTP client of `model`'s provider (building one loads the TLS roots).
-/// Called by the first command that loads the core, so this overlaps the
-/// rest of that command's work on the main thread. Failures are left for
-/// the request to report.
+/// would otherwise wait for: the store (opened on the blocking pool), the
+/// HTTP client of `model`'s provider and, when that provider is reached
+/// over TLS, the system's root certificates (reading them takes
+/// milliseconds; a plain-HTTP provider such as a local server never waits
+/// for them). Called by the first command that loads the core, so this
+/// overlaps the rest of that command's work on the main thread. Failures
+/// are left for the request to report.
 pub fn prewarm(model: Option<String>) -> io::Result<()> {
     let rt = handle()?;
     let on = rt.clone();
@@ -115,10 +117,21 @@ pub fn prewarm(model: Option<String>) -> io::Result<()> {
             let providers = providers();
             if let Ok((provider, _)) = providers.resolve(&model) {
                 let _ = providers.client(&provider.name);
+                if needs_tls(&provider.base_url) {
+                    let _ = crate::llm::tls::load_roots();
+                }
             }
         }
     });
     Ok(())
+}
+
+/// Whether a provider's base URL is reached over TLS (every scheme but
+/// plain `http`, in any case: an unknown one fails later, with its own error).
+fn needs_tls(base_url: &str) -> bool {
+    !base_url
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
 }
 
 static SESSIONS: OnceLock<Arc<crate::session::Sessions>> = OnceLock::new();
@@ -153,4 +166,26 @@ pub async fn store() -> Option<Arc<crate::store::Store>> {
         })
         .await
         .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::needs_tls;
+
+    #[test]
+    fn only_plain_http_skips_the_tls_roots() {
+        for url in ["http://127.0.0.1:11434", "HTTP://gpu-box:11434/v1", "Http://x"] {
+            assert!(!needs_tls(url), "{url}");
+        }
+        for url in [
+            "https://api.openai.com/v1",
+            "HTTPS://x",
+            "http:/x",
+            "",
+            "httpx://y",
+            "ftp://z",
+        ] {
+            assert!(needs_tls(url), "{url}");
+        }
+    }
 }

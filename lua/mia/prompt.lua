@@ -131,6 +131,7 @@ function M.buffer()
     return buf
   end
   buf = api.nvim_create_buf(false, true)
+  vim.b[buf].editorconfig = false -- not a file (see chat/window.lua)
   pcall(api.nvim_buf_set_name, buf, "mia://prompt")
   vim.bo[buf].buftype = "nofile"
   vim.bo[buf].bufhidden = "hide"

@@ -17,12 +17,14 @@ pub struct WireRequest {
     pub body: Option<serde_json::Value>,
 }
 
-/// One pooled client with mia's connect timeout. Installs the ring crypto
-/// provider for rustls once per process (it builds faster than aws-lc-rs).
+/// One pooled client with mia's connect timeout and the shared TLS
+/// configuration ([`super::tls`]: the system's roots are loaded once, when
+/// first needed, so building a client touches no disk). Installs the ring
+/// crypto provider for rustls once per process (it builds faster than aws-lc-rs).
 pub fn build_client(timeouts: &Timeouts, http: &HttpConfig) -> reqwest::Result<reqwest::Client> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ms = |v: u64| (v > 0).then(|| Duration::from_millis(v));
-    reqwest::Client::builder()
+    super::tls::client_builder()
         .connect_timeout(Duration::from_millis(timeouts.connect_ms))
         .tcp_nodelay(true)
         .pool_idle_timeout(ms(http.pool_idle_timeout_ms))
@@ -200,6 +202,29 @@ pub fn transport_error(provider: &ResolvedProvider, e: &reqwest::Error, connect_
             format!("{p}: the connection timed out ({cause})."),
         );
     }
+    if let Some(tls) = tls_failure(e) {
+        let fix = match tls {
+            rustls::Error::InvalidCertificate(_) => format!(
+                "If the server's certificate comes from a private certificate authority, add that authority \
+                 to the system's trust store or point SSL_CERT_FILE at it; otherwise check providers.{p}.base_url"
+            ),
+            // The verifier's own sentence already names the cause and the fix (tls.rs).
+            rustls::Error::General(_) => String::new(),
+            _ => {
+                format!("Check that the server speaks HTTPS there (providers.{p}.base_url; http:// for a plain server)")
+            }
+        };
+        let end = if fix.is_empty() {
+            String::new()
+        } else {
+            format!(" {fix}.")
+        };
+        return LlmError::new(
+            ErrorClass::NetworkError,
+            Some(p),
+            format!("{p}: the TLS handshake with {} failed: {tls}.{end}", provider.base_url),
+        );
+    }
     if e.is_connect() {
         return LlmError::new(
             ErrorClass::NetworkError,
@@ -225,6 +250,23 @@ pub fn interrupted_error(provider: &str, e: &reqwest::Error) -> LlmError {
         Some(provider),
         format!("{provider}: the connection broke during the answer ({cause}); the partial answer is kept."),
     )
+}
+
+/// The TLS error under a transport failure, if the handshake is what failed
+/// (rustls' error travels inside the connector's `io::Error`).
+fn tls_failure<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        // An io::Error's `source()` skips the error it wraps: step into it.
+        next = match err.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
 }
 
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {

@@ -22,6 +22,7 @@ pub mod prompt_tools;
 pub mod providers;
 pub mod ratelimit;
 pub mod stream;
+pub mod tls;
 pub mod wire;
 
 use std::time::Duration;

@@ -206,7 +206,12 @@ impl McpClient {
                 let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
                 config.custom_headers.insert(name, value);
             }
-            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+            let transport = rmcp::transport::StreamableHttpClientTransport::with_client(
+                crate::llm::tls::client_builder()
+                    .build()
+                    .map_err(|e| format!("cannot create an HTTP client: {e}"))?,
+                config,
+            );
             tokio::time::timeout(timeout, handler().serve(transport))
                 .await
                 .map_err(|_| format!("no answer to MCP's initialize within {} ms", spec.timeout_ms))?

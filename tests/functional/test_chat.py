@@ -28,6 +28,19 @@ def test_echo_streams_the_answer_into_the_chat_buffer(editor):
     assert editor.lua("return #vim.api.nvim_list_wins()") == 2
 
 
+def test_the_chat_and_prompt_buffers_do_not_load_editorconfig(editor, tmp_path):
+    # Neither buffer is a file: naming them must not load Neovim's editorconfig
+    # (and vim.fs) on the first prompt. A real file still gets it.
+    editor.nvim.command("Mia prompt echo one")
+    editor.wait("require('mia.chat').state() == 'done'")
+    editor.nvim.command("Mia open")
+    editor.wait("vim.bo.filetype == 'mia_prompt'")
+    assert editor.lua("return package.loaded.editorconfig == nil")
+    (tmp_path / ".editorconfig").write_text("root = true\n[*.txt]\nindent_size = 3\nindent_style = space\n")
+    editor.nvim.command(f"wincmd p | edit {tmp_path / 'notes.txt'}")
+    assert editor.lua("return package.loaded.editorconfig ~= nil and vim.bo.shiftwidth == 3")
+
+
 def test_second_prompt_reuses_the_window_and_sends_the_history(editor, server):
     editor.nvim.command("Mia prompt echo one")
     editor.wait("require('mia.chat').state() == 'done'")

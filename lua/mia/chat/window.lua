@@ -11,6 +11,8 @@ end
 
 local function create_buffer(on_stop)
   local b = api.nvim_create_buf(false, true)
+  -- Not a file: naming it must not load editorconfig (and vim.fs) for nothing.
+  vim.b[b].editorconfig = false
   pcall(api.nvim_buf_set_name, b, "mia://chat")
   vim.bo[b].buftype = "nofile"
   vim.bo[b].bufhidden = "hide"
