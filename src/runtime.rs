@@ -143,6 +143,24 @@ pub fn sessions() -> Arc<crate::session::Sessions> {
 
 static STORE: tokio::sync::OnceCell<Option<Arc<crate::store::Store>>> = tokio::sync::OnceCell::const_new();
 
+/// Moves the store's write-ahead log into the main file and empties it,
+/// if this process opened the store, waiting at most `wait` (SQLite leaves
+/// the file consistent if the process ends before it is done). For leaving:
+/// the store's connections live as long as the process and are never
+/// closed, so without this the log outlived every process and the next
+/// one's first open read all of it back (up to SQLite's 4 MB automatic
+/// checkpoint) on the way to its first request. Call it from outside the
+/// runtime.
+pub fn checkpoint_store(wait: Duration) {
+    let Some(store) = STORE.get().cloned().flatten() else {
+        return;
+    };
+    let Ok(rt) = handle() else { return };
+    if let Ok(Err(e)) = rt.block_on(async { tokio::time::timeout(wait, store.checkpoint()).await }) {
+        tracing::warn!("store: checkpoint at exit failed: {e}");
+    }
+}
+
 /// The store in `data_dir/mia.sqlite3`, opened on first use (on the
 /// runtime's blocking pool: opening touches the disk). `None` when no data
 /// directory is configured or the file cannot be opened (logged; mia then

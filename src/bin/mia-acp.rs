@@ -79,6 +79,7 @@ fn main() -> ExitCode {
         }
     };
     let result = rt.block_on(serve(config, rt.clone()));
+    mia_core::runtime::checkpoint_store(Duration::from_millis(100));
     mia_core::runtime::shutdown(Duration::from_millis(100));
     mia_core::logging::flush();
     match result {

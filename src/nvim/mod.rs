@@ -705,6 +705,8 @@ static EXIT_NOTE: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::s
 
 /// How long `shutdown` waits for the exit note to be written.
 const EXIT_NOTE_WAIT: Duration = Duration::from_millis(500);
+/// How long leaving Neovim waits for the store's checkpoint (`runtime::checkpoint_store`).
+const CHECKPOINT_AT_EXIT: Duration = Duration::from_millis(100);
 
 /// `exit_note(path, text)`: logs `text` and leaves it in `path` for the next
 /// start to show (the summary of a session Neovim is leaving). The write runs
@@ -753,6 +755,7 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
             // panics (no reactor on the editor's thread) and loses the note.
             let _ = rt.block_on(async { tokio::time::timeout(EXIT_NOTE_WAIT, note).await });
         }
+        runtime::checkpoint_store(CHECKPOINT_AT_EXIT);
         crate::reaper::kill_all();
         // Pending metrics and events get their own bound (on a thread; the runtime still runs).
         crate::telemetry::shutdown(crate::telemetry::FLUSH_AT_EXIT);

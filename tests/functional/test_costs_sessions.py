@@ -289,6 +289,20 @@ def test_a_session_resumes_after_restart_with_its_full_history(make, server, tmp
     assert second.lua("return require('mia').sessions.list({}).sessions[1]._meta.messageCount") == 6
 
 
+def test_leaving_neovim_empties_the_write_ahead_log_into_the_store(make, data_home):
+    # The next start does not read the log back; the history is all in the main file.
+    ed = make()
+    prompt(ed, "echo kept in the main file")
+    wal = data_home / "nvim" / "mia" / "mia.sqlite3-wal"
+    assert wal.exists() and wal.stat().st_size > 0
+    quit(ed)
+    assert not wal.exists() or wal.stat().st_size == 0
+    # Read with the log out of the way: only the main file can answer.
+    con = sqlite3.connect(f"file:{data_home / 'nvim' / 'mia' / 'mia.sqlite3'}?mode=ro&immutable=1", uri=True)
+    texts = [r[0] for r in con.execute("SELECT parts FROM messages")]
+    assert any("echo kept in the main file" in t for t in texts), texts
+
+
 def test_sessions_are_picked_renamed_and_deleted(make):
     ed = make()
     prompt(ed, "echo to rename")
