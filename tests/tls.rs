@@ -19,7 +19,7 @@ use tokio::net::TcpListener;
 
 use mia_core::llm::delta::Delta;
 use mia_core::llm::message::ChatRequest;
-use mia_core::llm::providers::{CoreConfig, ProviderConfig, ProviderKind, Providers, RetryConfig};
+use mia_core::llm::providers::{CoreConfig, Providers};
 use mia_core::llm::tls;
 
 const CHILD: &str = "MIA_TLS_TEST_CHILD";
@@ -112,28 +112,13 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: 
     let _ = s.shutdown().await;
 }
 
+/// One OpenAI-compatible provider `p` at `base_url`, as setup() would give it; no retries.
 fn providers(base_url: String) -> Providers {
-    let mut config = CoreConfig {
-        retry: RetryConfig {
-            max_retries: 0,
-            ..RetryConfig::default()
-        },
-        ..CoreConfig::default()
-    };
-    config.providers.insert(
-        "p".into(),
-        ProviderConfig {
-            kind: ProviderKind::named("openai_compatible").expect("kind"),
-            base_url: Some(base_url),
-            api_key_env: None,
-            api_key: Some("local".into()),
-            headers: Default::default(),
-            models: vec!["m".into()],
-            prompt_caching: false,
-            api_version: None,
-            native_tools: true,
-        },
-    );
+    let config: CoreConfig = serde_json::from_value(serde_json::json!({
+        "providers": { "p": { "kind": "openai_compatible", "base_url": base_url, "api_key": "local" } },
+        "retry": { "max_retries": 0 },
+    }))
+    .expect("config");
     Providers::new(config)
 }
 
