@@ -126,12 +126,11 @@ pub fn prewarm(model: Option<String>) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether a provider's base URL is reached over TLS (every scheme but
-/// plain `http`, in any case: an unknown one fails later, with its own error).
+/// Whether a provider's base URL is reached over TLS: every URL whose
+/// parsed scheme is not `http` (the parser lowercases it and trims the
+/// blanks around the URL). One that does not parse fails later, with its own error.
 fn needs_tls(base_url: &str) -> bool {
-    !base_url
-        .get(..7)
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
+    reqwest::Url::parse(base_url).map_or(true, |url| url.scheme() != "http")
 }
 
 static SESSIONS: OnceLock<Arc<crate::session::Sessions>> = OnceLock::new();
@@ -192,17 +191,18 @@ mod tests {
 
     #[test]
     fn only_plain_http_skips_the_tls_roots() {
-        for url in ["http://127.0.0.1:11434", "HTTP://gpu-box:11434/v1", "Http://x"] {
+        for url in [
+            "http://127.0.0.1:11434",
+            "HTTP://gpu-box:11434/v1",
+            "Http://x",
+            " http://x",
+            "\thttp://x\n",
+            // Parsed (by reqwest too) as http://x: sent without TLS.
+            "http:/x",
+        ] {
             assert!(!needs_tls(url), "{url}");
         }
-        for url in [
-            "https://api.openai.com/v1",
-            "HTTPS://x",
-            "http:/x",
-            "",
-            "httpx://y",
-            "ftp://z",
-        ] {
+        for url in ["https://api.openai.com/v1", "HTTPS://x", "", "httpx://y", "ftp://z"] {
             assert!(needs_tls(url), "{url}");
         }
     }

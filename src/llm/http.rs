@@ -205,24 +205,19 @@ pub fn transport_error(provider: &ResolvedProvider, e: &reqwest::Error, connect_
     if let Some(tls) = tls_failure(e) {
         let fix = match tls {
             rustls::Error::InvalidCertificate(_) => format!(
-                "If the server's certificate comes from a private certificate authority, add that authority \
-                 to the system's trust store or point SSL_CERT_FILE at it; otherwise check providers.{p}.base_url"
+                " If the server's certificate comes from a private certificate authority, add that authority \
+                 to the system's trust store or point SSL_CERT_FILE at it; otherwise check providers.{p}.base_url."
             ),
             // The verifier's own sentence already names the cause and the fix (tls.rs).
             rustls::Error::General(_) => String::new(),
-            _ => {
-                format!("Check that the server speaks HTTPS there (providers.{p}.base_url; http:// for a plain server)")
-            }
-        };
-        let end = if fix.is_empty() {
-            String::new()
-        } else {
-            format!(" {fix}.")
+            _ => format!(
+                " Check that the server speaks HTTPS there (providers.{p}.base_url; http:// for a plain server)."
+            ),
         };
         return LlmError::new(
             ErrorClass::NetworkError,
             Some(p),
-            format!("{p}: the TLS handshake with {} failed: {tls}.{end}", provider.base_url),
+            format!("{p}: the TLS handshake with {} failed: {tls}.{fix}", provider.base_url),
         );
     }
     if e.is_connect() {

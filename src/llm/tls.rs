@@ -4,8 +4,8 @@
 //! client is built.
 //!
 //! Loading the roots reads and parses every certificate the system has
-//! (on Debian, the bundle and then each file of `/etc/ssl/certs`: ~300
-//! certificates, several milliseconds). Built eagerly, per client, that sat
+//! (the bundle, and with SSL_CERT_DIR set each file of that directory too:
+//! ~300 parses where both are set, several milliseconds). Built eagerly, per client, that sat
 //! between a session's first prompt and its request even when the provider
 //! is plain HTTP on loopback (Ollama, a local server), and again for each
 //! provider and each MCP server over HTTP.
