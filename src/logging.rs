@@ -9,16 +9,25 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, Once};
 use std::time::Duration;
 
-use tracing_appender::non_blocking::WorkerGuard;
+use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use tracing_subscriber::filter::{LevelFilter, Targets};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// Lines waiting for the log's writer thread; more are dropped (the
+/// default). The queue is allocated whole up front: tracing-appender's
+/// default of 128,000 lines took 4 MB, and its page faults most of the
+/// 3-6 ms the logger took to build, on a core the first command needs.
+const LOG_QUEUE_LINES: usize = 8_192;
 
 static INIT: Once = Once::new();
 static GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
 
 /// Starts logging to `file` at `level` ("error", "warn", "info", "debug",
 /// "trace"). Only the first call in a process takes effect. The logger is
-/// built on a thread of its own (building it takes 2–6 ms, which the first
-/// command would otherwise wait for); lines logged before it is in place
-/// are dropped, and the runtime's first tasks wait for it ([`wait_ready`]).
+/// built on a thread of its own (the first command need not wait for it);
+/// lines logged before it is in place are dropped, and the runtime's first
+/// tasks wait for it ([`wait_ready`]).
 pub fn init(file: &Path, level: &str) {
     INIT.call_once(|| {
         // A panic message belongs in the log, never on Neovim's stderr.
@@ -66,19 +75,34 @@ pub fn wait_ready(max: Duration) {
 fn install(file: &Path, level: &str) {
     // The file is created and opened by the writer's own thread, on the
     // first line written.
-    let (writer, guard) = tracing_appender::non_blocking(LazyFile::new(file));
-    let filter = tracing_subscriber::EnvFilter::try_new(format!("mia_core={level}"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("mia_core=info"));
+    let (writer, guard) = NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .finish(LazyFile::new(file));
     let installed = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_ansi(false)
-        .with_env_filter(filter)
+        .finish()
+        .with(filter(level))
         .try_init()
         .is_ok();
     if installed {
         *GUARD.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
     }
     tracing::info!(version = crate::version::VERSION, "mia core loaded");
+}
+
+/// mia's own lines at `level` and above (an unknown level reads as "info").
+/// A target filter, not an `EnvFilter`: that one parses its directives with
+/// regular expressions, for a directive that is always this one.
+fn filter(level: &str) -> Targets {
+    let level = match level {
+        "error" => LevelFilter::ERROR,
+        "warn" => LevelFilter::WARN,
+        "debug" => LevelFilter::DEBUG,
+        "trace" => LevelFilter::TRACE,
+        _ => LevelFilter::INFO,
+    };
+    Targets::new().with_target("mia_core", level)
 }
 
 /// The log file, created (with its directory) and opened for appending on
@@ -131,4 +155,31 @@ impl Write for LazyFile {
 /// Flushes what is buffered (called at shutdown).
 pub fn flush() {
     GUARD.lock().unwrap_or_else(|p| p.into_inner()).take();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filter;
+    use tracing::Level;
+
+    #[test]
+    fn the_filter_keeps_mia_lines_at_the_level_and_above() {
+        let debug = filter("debug");
+        assert!(debug.would_enable("mia_core", &Level::DEBUG));
+        assert!(debug.would_enable("mia_core::llm::http", &Level::ERROR));
+        assert!(!debug.would_enable("mia_core::store", &Level::TRACE));
+        // Other crates' lines (hyper, rustls, ...) stay out at every level.
+        assert!(!filter("trace").would_enable("hyper", &Level::ERROR));
+        assert!(filter("trace").would_enable("mia_core", &Level::TRACE));
+        assert!(!filter("error").would_enable("mia_core", &Level::WARN));
+    }
+
+    #[test]
+    fn an_unknown_level_reads_as_info() {
+        for level in ["", "loud", "0", "5", "mia_core=trace", "info"] {
+            let f = filter(level);
+            assert!(f.would_enable("mia_core", &Level::INFO), "{level:?}");
+            assert!(!f.would_enable("mia_core", &Level::DEBUG), "{level:?}");
+        }
+    }
 }

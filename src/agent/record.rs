@@ -213,7 +213,8 @@ impl Recorder {
             budgets: deps.settings.costs,
             session_cost_usd: 0.0,
         };
-        session.persist().await;
+        // A session that was never stored has spent nothing yet: no need to ask the store.
+        let new = session.is_new();
         let model = session.info().model;
         let mut parts = vec![Part::Text {
             text: prompt.content.clone(),
@@ -233,7 +234,9 @@ impl Recorder {
         if !attached.records.is_empty() {
             row.meta["mentions"] = json!(attached.records);
         }
-        session.append(row).await;
+        // Both writes are queued before either is awaited: the store's
+        // writer takes them in this order, usually in one transaction.
+        tokio::join!(session.persist(), session.append(row));
         update(
             &deps.queue,
             stream,
@@ -245,7 +248,9 @@ impl Recorder {
         if let Some(title) = new_title {
             update(&deps.queue, stream, updates::session_title(&title));
         }
-        r.session_cost_usd = session.cost_usd().await;
+        if !new {
+            r.session_cost_usd = session.cost_usd().await;
+        }
         r
     }
 
@@ -329,6 +334,9 @@ impl Recorder {
     /// Checks the budgets before a request; a reached limit asks the user
     /// (soft) or refuses (hard). Refusing sends nothing to the provider.
     pub async fn gate(&self, deps: &AgentDeps, stream: StreamId, cancel: &CancellationToken) -> Result<(), LlmError> {
+        if !self.budgets.has_limit() {
+            return Ok(());
+        }
         let Some(spend) = self.spend().await else { return Ok(()) };
         gate_spend(&self.budgets, spend, &deps.calls, &deps.queue, stream, cancel).await
     }
@@ -336,7 +344,11 @@ impl Recorder {
     /// Records one provider call and tells the UI the new totals; warns
     /// once when a warning threshold is crossed.
     pub async fn usage(&mut self, deps: &AgentDeps, stream: StreamId, done: &StreamDone, agent: &str, started_ms: i64) {
-        let before = self.spend().await;
+        let before = if self.budgets.has_warning() {
+            self.spend().await
+        } else {
+            None
+        };
         if let Some(store) = &self.store {
             let row = usage_row(
                 Some(&self.session_id),

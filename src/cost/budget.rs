@@ -22,6 +22,20 @@ pub struct BudgetConfig {
     pub hard_limit: bool,
 }
 
+impl BudgetConfig {
+    /// Whether a limit is set: without one, every request proceeds and
+    /// the gate needs no spend.
+    pub fn has_limit(&self) -> bool {
+        self.session_limit_usd.is_some() || self.daily_limit_usd.is_some()
+    }
+
+    /// Whether a warning threshold is set: without one, nothing needs the
+    /// spend before a request to see what it crossed.
+    pub fn has_warning(&self) -> bool {
+        self.session_warning_usd.is_some() || self.daily_warning_usd.is_some()
+    }
+}
+
 /// What has been spent so far: in this chat session, and today (local day).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Spend {

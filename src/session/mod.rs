@@ -410,6 +410,13 @@ impl Session {
     }
 
     /// True once a request would send something (the chat's `/compact` checks it).
+    /// Whether the session was never stored and has no message: nothing
+    /// can have been spent in it yet.
+    pub fn is_new(&self) -> bool {
+        let s = self.lock();
+        !s.persisted && s.log.is_empty()
+    }
+
     pub fn has_messages(&self) -> bool {
         self.lock()
             .log

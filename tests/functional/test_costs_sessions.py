@@ -54,6 +54,40 @@ def test_every_answer_ends_with_a_footer_and_the_statusline_shows_the_session_co
     assert re.fullmatch(r"mia ask echo \$0\.\d+", status), status
 
 
+def test_the_live_session_cost_of_a_later_answer_starts_from_what_the_session_cost(
+        editor_factory, server, data_home, tmp_path):
+    """The store is asked what a session has cost only once it has been
+    stored: a new session starts from zero, a later answer from the
+    session's total. The statusline, as drawn while the second answer
+    streams, never shows less than the first answer cost."""
+    # Output tokens only: the live figure is then exact, not an estimate of the input.
+    opts = scenario_setup(server, pricing={"scn/echo": {"input": 0.0, "output": 15.0}})
+    ed = editor_factory(env={"XDG_DATA_HOME": str(data_home)}, setup=opts)
+    ed.lua("vim.cmd.cd(...)", str(tmp_path))
+    prompt(ed, "long 40")
+    first = ed.lua("return require('mia.chat')._last_done()")
+    assert first["session_cost_usd"] == pytest.approx(40 * 15.0 / 1e6)
+    ed.lua("""
+      _G.drawn = {}
+      _G.probe = function()
+        local s = require('mia').statusline()
+        if drawn[#drawn] ~= s then drawn[#drawn + 1] = s end
+        return s
+      end
+      vim.o.laststatus = 2
+      vim.o.statusline = '%!v:lua.probe()'
+    """)
+    prompt(ed, "slow 40 20")
+    drawn = ed.lua("return drawn")
+    live = [float(re.search(r"~\$([\d.]+)", s)[1]) for s in drawn if "~$" in s]
+    assert len(live) >= 3, drawn
+    # Each live figure is the first answer's cost plus the tokens streamed so far.
+    assert all(x > first["session_cost_usd"] for x in live), (first, drawn)
+    second = ed.lua("return require('mia.chat')._last_done()")
+    assert second["session_cost_usd"] == pytest.approx(80 * 15.0 / 1e6), second
+    assert drawn[-1] == "mia ask echo $0.0012", drawn
+
+
 def test_a_model_without_a_price_says_cost_unknown_never_zero(editor_factory, server, tmp_path):
     ed = editor_factory(setup=scenario_setup(server))
     prompt(ed, "echo priceless")
