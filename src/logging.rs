@@ -91,11 +91,12 @@ fn install(file: &Path, level: &str) {
     tracing::info!(version = crate::version::VERSION, "mia core loaded");
 }
 
-/// mia's own lines at `level` and above (an unknown level reads as "info").
+/// mia's own lines at `level` and above, in any case (an unknown level
+/// reads as "info").
 /// A target filter, not an `EnvFilter`: that one parses its directives with
 /// regular expressions, for a directive that is always this one.
 fn filter(level: &str) -> Targets {
-    let level = match level {
+    let level = match level.trim().to_ascii_lowercase().as_str() {
         "error" => LevelFilter::ERROR,
         "warn" => LevelFilter::WARN,
         "debug" => LevelFilter::DEBUG,
@@ -172,6 +173,9 @@ mod tests {
         assert!(!filter("trace").would_enable("hyper", &Level::ERROR));
         assert!(filter("trace").would_enable("mia_core", &Level::TRACE));
         assert!(!filter("error").would_enable("mia_core", &Level::WARN));
+        // Any spelling of a level's name, as the EnvFilter before it read them.
+        assert!(filter(" DEBUG ").would_enable("mia_core", &Level::DEBUG));
+        assert!(!filter("Warn").would_enable("mia_core", &Level::INFO));
     }
 
     #[test]
