@@ -239,7 +239,7 @@ local model, workers, each = ...
 _G.burst = { done = 0, failed = {} }
 local function next_request(left)
   if left == 0 then return end
-  require('mia').stream({ model = model, messages = { { role = 'user', content = 'window 8 3 300' } } }, {
+  require('mia').stream({ model = model, messages = { { role = 'user', content = 'window 8 3 1000' } } }, {
     on_done = function() burst.done = burst.done + 1; next_request(left - 1) end,
     on_error = function(e) table.insert(burst.failed, e.message); next_request(left - 1) end,
   })
@@ -249,7 +249,12 @@ for _ = 1, workers do next_request(each) end
 
 
 def burst_429s(editor_factory, server, fmt, pacing):
-    """Six workers send 24 requests against a window of 8 per 3 s, answers taking 300 ms: how many got a 429."""
+    """Six workers send 24 requests against a window of 8 per 3 s, answers taking 1 s: how many got a 429.
+
+    Without pacing, the 429s are the requests sent while the one that used the
+    window up is still in flight. Answers of 1 s keep several in flight even
+    when a loaded machine spreads the workers out (with 300 ms answers, a
+    2-core machine under a build once saw only 2 429s in a whole burst)."""
     ed = retry_editor(editor_factory, server, fmt, {"pacing": pacing, "max_retries": 6, "initial_delay_ms": 10})
     before = len(chat_requests(server))
     ed.lua(BURST, ed.model, 6, 4)
