@@ -684,7 +684,8 @@ impl AgentProc {
     ) -> TurnEnd {
         let session = prompt.session_id.clone().unwrap_or_default();
         let (day_start, day_end) = crate::agent::record::local_day(started_ms, prompt.utc_offset_s);
-        if let Some(store) = &deps.store {
+        // Without a limit every turn proceeds: the spend is not needed.
+        if let Some(store) = deps.store.as_ref().filter(|_| deps.budgets.has_limit()) {
             if let Ok(sp) = store.spend(&session, day_start, day_end).await {
                 let spend = crate::cost::budget::Spend {
                     session_usd: if session.is_empty() { 0.0 } else { sp.session_usd },
@@ -826,7 +827,13 @@ impl AgentProc {
             session_usd: if session.is_empty() { 0.0 } else { sp.session_usd },
             day_usd: sp.day_usd,
         };
-        let before = store.spend(session, day_start, day_end).await.ok().map(spent);
+        // The spend before and after the row tells which warning the turn
+        // crossed; with no warning set nothing reads it.
+        let before = if deps.budgets.has_warning() {
+            store.spend(session, day_start, day_end).await.ok().map(spent)
+        } else {
+            None
+        };
         let now = crate::agent::record::now_ms();
         let row = UsageRow {
             session_id: (!session.is_empty()).then(|| session.to_string()),
@@ -851,8 +858,8 @@ impl AgentProc {
         if let Err(e) = store.record_usage(row).await {
             tracing::warn!("cannot record the usage of the agent {}: {e}", self.spec.name);
         }
-        let after = store.spend(session, day_start, day_end).await.ok().map(spent);
-        if let (Some(b), Some(a)) = (before, after) {
+        let Some(b) = before else { return };
+        if let Some(a) = store.spend(session, day_start, day_end).await.ok().map(spent) {
             for w in crate::cost::budget::crossed_warnings(&deps.budgets, b, a) {
                 self.bridge.queue.push(Event::Mia {
                     stream,

@@ -152,6 +152,42 @@ def test_claude_agent_acp_streams_from_the_scenario_server_and_its_usage_is_reco
     assert rows and rows[0][0] == "claude" and rows[0][1] == "claude", rows
 
 
+def test_a_reached_daily_limit_stops_an_agents_turn_before_the_agent_gets_it(editor_factory, server):
+    # mia's own answer, priced, spends past the day's hard limit; the
+    # external agent's turn is then refused before the agent is asked.
+    ed = agent_editor(editor_factory, {"example": {"command": [NODE, str(EXAMPLE)]}},
+                      providers={"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
+                      pricing={"scn/echo": {"input": 3.0, "output": 15.0}},
+                      costs={"daily_limit_usd": 0.000001, "hard_limit": True})
+    ed.nvim.command("Mia prompt echo costs money")
+    ed.wait("require('mia.chat').state() == 'done'")
+    # Were the turn let through, the agent's question is answered, not left open.
+    answer_permission_with(ed, "Skip this change")
+    ed.nvim.command("Mia agent example")
+    type_prompt(ed, "improve the config")
+    ed.wait("require('mia.chat').state() == 'error'", 60000)
+    text = ed.chat_text()
+    assert "**Error** (budget_exceeded)" in text and "costs.daily_limit_usd" in text, text
+    assert "I'll help you with that" not in text, text
+
+
+@pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
+def test_claude_agent_acp_cost_past_a_warning_threshold_is_announced_once(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"claude": claude_agent(server, tmp_path)},
+                      costs={"daily_warning_usd": 0.000001})
+    ed.lua("_G.warnings = {}; vim.notify = function(m, l) "
+           "if l == vim.log.levels.WARN then table.insert(warnings, m) end end")
+    ed.nvim.command("Mia agent claude")
+    for text in ("echo first", "echo second"):
+        type_prompt(ed, text)
+        ed.wait("require('mia.chat').state() ~= 'streaming'", 90000)
+        assert ed.state() == "done", ed.chat_text() + ed.messages()
+    rows = usage_rows(ed)
+    assert len(rows) == 2 and all(r[0] == "claude" and r[4] > 0 for r in rows), rows
+    warnings = ed.lua("return warnings")
+    assert len(warnings) == 1 and "past your" in warnings[0], warnings
+
+
 @pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")
 def test_claude_agent_acp_tool_call_asks_permission_and_runs_and_stop_cancels(editor_factory, server, tmp_path):
     ed = agent_editor(editor_factory, {"claude": claude_agent(server, tmp_path)})
