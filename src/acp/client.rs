@@ -294,7 +294,9 @@ impl AgentProc {
         match &mut update {
             s::SessionUpdate::UsageUpdate(u) => {
                 if let Some(cost) = &u.cost {
-                    if cost.currency.eq_ignore_ascii_case("USD") && cost.amount.is_finite() {
+                    // A negative amount would lower the day's spend and reopen
+                    // a reached limit: only a finite, non-negative one counts.
+                    if cost.currency.eq_ignore_ascii_case("USD") && cost.amount.is_finite() && cost.amount >= 0.0 {
                         *self.cost_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(cost.amount);
                     }
                 }

@@ -500,6 +500,26 @@ def test_lines_that_break_the_protocol_do_not_end_the_turn(editor_factory, tmp_p
     assert "survived" in text, text
 
 
+def test_an_agents_negative_cost_is_not_recorded_and_cannot_reopen_a_reached_limit(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"bad": {"command": [NODE, str(HOSTILE_AGENT)], "cwd": str(tmp_path)}},
+                      providers={"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
+                      pricing={"scn/echo": {"input": 3.0, "output": 15.0}},
+                      costs={"daily_limit_usd": 0.000001, "hard_limit": True})
+    ed.nvim.command("Mia agent bad")
+    type_prompt(ed, "cost -1000")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
+    assert "costed" in ed.chat_text(), ed.chat_text()
+    assert all(r[4] >= 0 for r in usage_rows(ed)), usage_rows(ed)
+    # mia's own answer reaches the day's limit; the agent's "refund" does not
+    # lower the day's spend, so the next one is refused.
+    ed.nvim.command("Mia agent mia")
+    ed.nvim.command("Mia prompt echo costs money")
+    ed.wait("require('mia.chat').state() == 'done'")
+    ed.nvim.command("Mia prompt echo again")
+    ed.wait("require('mia.chat').state() ~= 'streaming'")
+    assert ed.state() == "error" and "costs.daily_limit_usd" in ed.chat_text(), ed.chat_text()[-1500:]
+
+
 def record_notes(ed):
     ed.lua("""
       _G.notes = {}
