@@ -2,6 +2,7 @@
 """Offline fake LLM server for mia's tests, benchmarks and demo.
 
     python3 scripts/scenario_server.py [--port N] [--host 127.0.0.1] [--log-sends FILE]
+    python3 scripts/scenario_server.py --fork
 
 Prints one stdout line, ``LISTENING <port>`` (default port 0 = ephemeral),
 then serves until SIGTERM/SIGINT and exits 0.  Loopback hosts only; nothing
@@ -9,6 +10,14 @@ else goes to stdout.  ``--log-sends FILE`` appends ``<request_seq>
 <token_index> <time.monotonic_ns()>`` per token event (reasoning and text
 tokens, numbered from 0 in stream order) once its write/drain returned,
 flushed before each response ends.
+
+``--fork`` starts servers for a test run without starting Python each time
+(importing asyncio alone takes ~0.1 s of CPU, and the tests start ~600
+servers): it reads one JSON list of arguments per stdin line, forks a
+server with them, and answers ``<pid> LISTENING <port>``, or ``ERROR
+<reason>`` when the server did not start.  Each server is its own process,
+with its own state, ended by SIGTERM to its pid as usual.  At the end of
+stdin it ends the servers still running, then exits.
 
 HTTP/1.1, keep-alive (``Connection: close`` honoured), request bodies by
 Content-Length only (chunked ones get 411).  Four wire formats:
@@ -259,6 +268,7 @@ import asyncio
 import fcntl
 import json
 import math
+import os
 import random
 import re
 import signal
@@ -1750,14 +1760,14 @@ async def serve(args):
         app.sends.close()
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description="Offline fake LLM server.")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--log-sends", metavar="FILE")
     parser.add_argument("--prompt-tokens", choices=["words", "pieces"], default="words",
                         help="how prompt tokens are counted (see the module's notes)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     global PROMPT_TOKENS
     PROMPT_TOKENS = args.prompt_tokens
     if args.host not in ("127.0.0.1", "::1"):
@@ -1766,5 +1776,92 @@ def main():
     return 0
 
 
+def fork_child(argv, report):
+    """In a forked child: runs one server, its LISTENING line written to
+    the `report` pipe; never returns into the parent's loop."""
+    code = 1
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(report, 1)  # print(LISTENING) lands in the pipe
+        os.close(report)
+        os.close(null)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        code = main(argv)
+    except SystemExit as e:  # argparse's refusals
+        code = e.code if isinstance(e.code, int) else 2
+    except BaseException as e:  # noqa: BLE001 - reported, then the child ends
+        try:
+            os.write(1, f"ERROR {type(e).__name__}: {e}\n".encode())
+        except OSError:
+            pass
+    finally:
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os._exit(code)
+
+
+def fork_servers():
+    """--fork: one server per stdin line (a JSON list of arguments)."""
+    children = set()
+
+    def reap(*_):
+        while True:
+            try:
+                pid, _status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.discard(pid)
+
+    signal.signal(signal.SIGCHLD, reap)
+    for request in sys.stdin:
+        try:
+            argv = json.loads(request)
+            if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv)):
+                raise ValueError("a line must be a JSON list of strings")
+        except ValueError as e:
+            print(f"ERROR {e}", flush=True)
+            continue
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            fork_child(argv, w)
+        os.close(w)
+        children.add(pid)
+        with os.fdopen(r, "rb") as pipe:
+            first = pipe.readline().decode(errors="replace").strip()
+        if first.startswith("LISTENING "):
+            print(f"{pid} {first}", flush=True)
+        else:
+            print(f"ERROR {first or 'the server ended before it listened'}", flush=True)
+    # The servers left end before this process does (SIGKILL after 10 s).
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in list(children):
+            try:
+                os.kill(pid, sig)  # not yet reaped: still our child, not a reused pid
+            except ProcessLookupError:
+                children.discard(pid)
+        deadline = time.monotonic() + 10
+        while children and time.monotonic() < deadline:
+            for pid in list(children):
+                try:
+                    if os.waitpid(pid, os.WNOHANG)[0]:
+                        children.discard(pid)
+                except ChildProcessError:
+                    children.discard(pid)
+            time.sleep(0.01)
+        if not children:
+            break
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--fork"]:
+        sys.exit(fork_servers())
     sys.exit(main())

@@ -543,6 +543,49 @@ def test_refuses_non_loopback_host(tmp_path):
     assert proc.returncode != 0 and proc.stdout == b""
 
 
+def test_fork_mode_starts_separate_servers_and_ends_them_at_the_end_of_its_input():
+    """--fork (what the functional tests start servers with): each line is
+    a server of its own, with its own state and pid; a refused argument
+    list is an ERROR line; the end of input ends the servers left."""
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--fork"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        started = []
+        for args in ([], ["--prompt-tokens", "pieces"]):
+            proc.stdin.write(json.dumps(args) + "\n")
+            proc.stdin.flush()
+            m = re.fullmatch(r"(\d+) LISTENING (\d+)\n", proc.stdout.readline())
+            assert m
+            started.append((int(m.group(1)), int(m.group(2))))
+        for bad in (["--host", "0.0.0.0"], "not json", {"port": 1}):
+            proc.stdin.write((bad if isinstance(bad, str) else json.dumps(bad)) + "\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline().startswith("ERROR "), bad
+        (pid_a, port_a), (pid_b, port_b) = started
+        assert pid_a != pid_b and port_a != port_b
+        # Separate state: a request to one is not in the other's list.
+        c = Conn(port_a)
+        c.chat("echo hi", stream=False)
+        c.head()
+        c.close()
+        def seen(port):
+            h = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            h.request("GET", "/_requests")
+            n = len(json.loads(h.getresponse().read()))
+            h.close()
+            return n
+        assert (seen(port_a), seen(port_b)) == (1, 0)
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0
+        for port in (port_a, port_b):
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ======================================================================
 # Anthropic Messages and Gemini formats, and the cross-format scenarios
 # ======================================================================
