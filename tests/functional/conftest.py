@@ -86,9 +86,12 @@ class ScenarioServer:
         # The server is the forking process's child, not ours: it is
         # signalled and awaited through a pidfd, which names that process
         # alone even once its pid is free again.
+        self.pid = pid
         try:
             self.pidfd = os.pidfd_open(pid)
         except ProcessLookupError:  # already gone
+            self.pid = self.pidfd = None
+        except OSError:  # no pidfds here (Linux < 5.3): by pid, see stop()
             self.pidfd = None
 
     def requests(self):
@@ -97,6 +100,8 @@ class ScenarioServer:
 
     def stop(self):
         if self.pidfd is None:
+            if self.pid is not None:
+                self._stop_by_pid()
             return
         try:
             for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -109,6 +114,23 @@ class ScenarioServer:
         finally:
             os.close(self.pidfd)
             self.pidfd = None
+
+    def _stop_by_pid(self):
+        """Without a pidfd: the forking process reaps its servers as they
+        end, so the pid is ours until it is gone."""
+        pid, self.pid = self.pid, None
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    return
+                time.sleep(0.01)
 
 
 @pytest.fixture(scope="session", autouse=True)
