@@ -163,6 +163,8 @@ pub struct AgentProc {
     pub(super) replay: Mutex<Option<super::client_sessions::Replay>>,
     /// The warning about MCP servers left out was given (once per agent).
     mcp_warned: std::sync::atomic::AtomicBool,
+    /// The warning about a cost past `MAX_AGENT_SESSION_USD` was given (once per agent).
+    cost_warned: std::sync::atomic::AtomicBool,
 }
 
 impl Live {
@@ -210,6 +212,7 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
         info: Mutex::new(Value::Null),
         replay: Mutex::new(None),
         mcp_warned: std::sync::atomic::AtomicBool::new(false),
+        cost_warned: std::sync::atomic::AtomicBool::new(false),
     });
     map.insert(spec.name.clone(), a.clone());
     a
@@ -296,8 +299,21 @@ impl AgentProc {
                 if let Some(cost) = &u.cost {
                     // A negative amount would lower the day's spend and reopen
                     // a reached limit: only a finite, non-negative one counts.
-                    if cost.currency.eq_ignore_ascii_case("USD") && cost.amount.is_finite() && cost.amount >= 0.0 {
+                    let usd =
+                        cost.currency.eq_ignore_ascii_case("USD") && cost.amount.is_finite() && cost.amount >= 0.0;
+                    if usd && cost.amount <= MAX_AGENT_SESSION_USD {
                         *self.cost_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(cost.amount);
+                    } else if usd && !self.cost_warned.swap(true, Ordering::SeqCst) {
+                        let text = format!(
+                            "mia: the agent {} reported a session cost over ${MAX_AGENT_SESSION_USD:.0}, more than \
+                             any session costs: that figure is not recorded",
+                            self.spec.name
+                        );
+                        tracing::warn!("{text}");
+                        self.bridge.queue.push(Event::Mia {
+                            stream: self.current_stream(),
+                            event: MiaEvent::Warning { text },
+                        });
                     }
                 }
             }
@@ -894,6 +910,12 @@ impl AgentProc {
 
 /// The turn's cost from the session's cumulative cost before and after it.
 /// An agent whose figure goes down reports per answer: take it as is.
+/// The most an agent's session may say it has cost (USD). A larger figure
+/// is a fault or an attack, not a bill: recorded, it would keep every
+/// budget refusing for the day, and a few such rows overflow the reports'
+/// sums to infinity.
+const MAX_AGENT_SESSION_USD: f64 = 1_000_000.0;
+
 fn turn_cost(before: Option<f64>, after: Option<f64>) -> Option<f64> {
     let after = after?;
     match before {

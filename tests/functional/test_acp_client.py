@@ -520,6 +520,27 @@ def test_an_agents_negative_cost_is_not_recorded_and_cannot_reopen_a_reached_lim
     assert ed.state() == "error" and "costs.daily_limit_usd" in ed.chat_text(), ed.chat_text()[-1500:]
 
 
+def test_an_agents_absurd_cost_is_not_recorded_and_is_named_in_one_warning(editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"bad": {"command": [NODE, str(HOSTILE_AGENT)], "cwd": str(tmp_path)}},
+                      providers={"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
+                      costs={"daily_limit_usd": 5, "hard_limit": True})
+    record_notes(ed)
+    ed.nvim.command("Mia agent bad")
+    # 1e308 and then 0 and 1e308 again would be two 1e308 turns: their sum is
+    # infinite, and either one keeps the day's limit refusing.
+    for amount in ("1e308", "0", "1e308", "2"):
+        type_prompt(ed, f"cost {amount}")
+        ed.wait("require('mia.chat').state() ~= 'streaming'", 60000)
+    assert [r[4] for r in usage_rows(ed)] == [0.0, 0.0, 2.0], usage_rows(ed)
+    warned = [n["msg"] for n in ed.lua("return _G.notes") if "session cost over $1000000" in n["msg"]]
+    assert len(warned) == 1 and "agent bad" in warned[0], ed.lua("return _G.notes")
+    # The day's spend is $2: mia's own answers are not refused.
+    ed.nvim.command("Mia agent mia")
+    ed.nvim.command("Mia prompt echo still allowed")
+    ed.wait("require('mia.chat').state() ~= 'streaming'")
+    assert ed.state() == "done", ed.chat_text()[-1500:]
+
+
 def record_notes(ed):
     ed.lua("""
       _G.notes = {}
