@@ -908,14 +908,14 @@ impl AgentProc {
     }
 }
 
-/// The turn's cost from the session's cumulative cost before and after it.
-/// An agent whose figure goes down reports per answer: take it as is.
 /// The most an agent's session may say it has cost (USD). A larger figure
 /// is a fault or an attack, not a bill: recorded, it would keep every
 /// budget refusing for the day, and a few such rows overflow the reports'
 /// sums to infinity.
 const MAX_AGENT_SESSION_USD: f64 = 1_000_000.0;
 
+/// The turn's cost from the session's cumulative cost before and after it.
+/// An agent whose figure goes down reports per answer: take it as is.
 fn turn_cost(before: Option<f64>, after: Option<f64>) -> Option<f64> {
     let after = after?;
     match before {
