@@ -1827,12 +1827,18 @@ def fork_servers():
             print(f"ERROR {e}", flush=True)
             continue
         r, w = os.pipe()
+        # SIGCHLD waits until the pid is in `children`: a server that ends at
+        # once must not be reaped first and leave a pid the cleanup below
+        # would signal after another process took it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
         pid = os.fork()
         if pid == 0:
             os.close(r)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             fork_child(argv, w)
-        os.close(w)
         children.add(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        os.close(w)
         with os.fdopen(r, "rb") as pipe:
             first = pipe.readline().decode(errors="replace").strip()
         if first.startswith("LISTENING "):
