@@ -44,92 +44,24 @@ local function build_hint(root)
   )
 end
 
---- The files cargo's dep-info `d_path` (written next to the library by every
---- build of it) lists as its inputs, or nil when there is none.
---- @return string[]?
-local function dep_info(d_path)
-  local fd = uv.fs_open(d_path, "r", 438)
-  if not fd then
-    return nil
-  end
-  local st = uv.fs_fstat(fd)
-  local text = st and st.size < 4 * 1024 * 1024 and uv.fs_read(fd, st.size, 0) or nil
-  uv.fs_close(fd)
-  if not text then
-    return nil
-  end
-  -- `target: input input ...` per line; a space inside a path is `\ `.
-  local files = {}
-  for line in text:gmatch("[^\n]+") do
-    local deps = line:match("^.-[^\\]:%s(.*)$")
-    if deps then
-      deps = deps:gsub("\\ ", "\0")
-      for f in deps:gmatch("%S+") do
-        files[#files + 1] = (f:gsub("%z", " "))
-      end
-    end
-  end
-  return #files > 0 and files or nil
-end
-
---- The newest modification time among the sources the library is built
---- from: the inputs cargo recorded for the library's last build (so a
---- change that does not touch the library, such as a test dependency or
---- the mia-acp binary, needs no rebuild), else every source in the tree.
-local function newest_source(root, lib)
-  local newest, newest_path = 0, nil
-  local function consider(path)
-    local st = uv.fs_stat(path)
-    if st and st.mtime.sec > newest then
-      newest, newest_path = st.mtime.sec, path
-    end
-  end
-  consider(root .. "/lua/mia/version.lua")
-  local inputs = dep_info(lib:gsub("%.[^./]+$", ".d"))
-  if inputs then
-    for _, f in ipairs(inputs) do
-      consider(f)
-    end
-    return newest, newest_path
-  end
-  for _, f in ipairs({ "Cargo.toml", "Cargo.lock", "build.rs" }) do
-    consider(root .. "/" .. f)
-  end
-  local function walk(dir)
-    local handle = uv.fs_scandir(dir)
-    while handle do
-      local name, kind = uv.fs_scandir_next(handle)
-      if not name then
-        break
-      end
-      if kind == "directory" then
-        walk(dir .. "/" .. name)
-      elseif name:sub(-3) == ".rs" then
-        consider(dir .. "/" .. name)
-      end
-    end
-  end
-  walk(root .. "/src")
-  return newest, newest_path
-end
-
---- Why the library at `path` cannot be used, or nil when it can.
-local function check(path, in_tree)
+--- Why the in-tree library `mod`, opened from `path` (modified at
+--- `mtime` seconds), must not be used, or nil: a source it was built from
+--- changed since. The library finds its newest source itself
+--- (src/nvim/staleness.rs: cargo's dep-info next to it, else src/); one
+--- without that function predates this Lua code.
+local function stale(mod, path, mtime)
   local root = M.root()
-  local st = uv.fs_stat(path)
-  if not st then
-    return string.format("mia: the native library is not built (no %s). %s", path, build_hint(root))
+  if type(mod.newest_source) ~= "function" then
+    return string.format("mia: the native library %s was built from an older version of the code. %s", path, build_hint(root))
   end
-  if in_tree then
-    local newest, newest_path = newest_source(root, path)
-    if newest > st.mtime.sec then
-      return string.format(
-        "mia: the native library %s was built from an older version of the code (%s changed since). %s",
-        path,
-        vim.fn.fnamemodify(newest_path, ":."),
-        build_hint(root)
-      )
-    end
+  local ok, newest, newest_path = pcall(mod.newest_source, root, path)
+  if ok and newest and newest > mtime then
+    return string.format(
+      "mia: the native library %s was built from an older version of the code (%s changed since). %s",
+      path,
+      vim.fn.fnamemodify(newest_path, ":."),
+      build_hint(root)
+    )
   end
   return nil
 end
@@ -144,8 +76,11 @@ function M.load()
     return nil, failure
   end
   local path, in_tree = M.lib_path()
-  local err = check(path, in_tree)
-  if not err then
+  local err
+  local st = uv.fs_stat(path)
+  if not st then
+    err = string.format("mia: the native library is not built (no %s). %s", path, build_hint(M.root()))
+  else
     local opener, load_err = package.loadlib(path, "luaopen_mia_core")
     if not opener then
       err = string.format("mia: cannot load the native library %s (%s). %s", path, tostring(load_err), build_hint(M.root()))
@@ -154,17 +89,22 @@ function M.load()
       local want = require("mia.version")
       if not ok then
         err = string.format("mia: the native library %s failed to start (%s). %s", path, tostring(mod), build_hint(M.root()))
-      elseif type(mod) ~= "table" or mod.version ~= want.version or mod.protocol ~= want.protocol then
-        local got = type(mod) == "table" and tostring(mod.version) or "?"
-        err = string.format(
-          "mia: the native library is version %s but the Lua code is version %s: it was built from another version of mia. %s",
-          got,
-          want.version,
-          build_hint(M.root())
-        )
       else
-        core = mod
-        package.loaded["mia_core"] = mod
+        -- A stale build is opened (its luaopen only builds this table) but not used.
+        err = in_tree and type(mod) == "table" and stale(mod, path, st.mtime.sec) or nil
+        if not err and (type(mod) ~= "table" or mod.version ~= want.version or mod.protocol ~= want.protocol) then
+          local got = type(mod) == "table" and tostring(mod.version) or "?"
+          err = string.format(
+            "mia: the native library is version %s but the Lua code is version %s: it was built from another version of mia. %s",
+            got,
+            want.version,
+            build_hint(M.root())
+          )
+        end
+        if not err then
+          core = mod
+          package.loaded["mia_core"] = mod
+        end
       end
     end
   end

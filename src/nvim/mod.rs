@@ -13,6 +13,7 @@ mod acp_api;
 mod checkpoint_api;
 mod drain_json;
 mod mcp_api;
+mod staleness;
 mod store_api;
 mod telemetry_api;
 
@@ -886,5 +887,22 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
         })
     }
     m.set("shared", lua.create_function(shared)?)?;
+
+    /// `newest_source(root, lib)` -> mtime (seconds), path | nil: the newest
+    /// source the in-tree library `lib` was built from (`staleness.rs`).
+    /// Unlike the rest of this module it reads the disk (~0.25 ms, once, as
+    /// the Lua loader did before it): the library is not used until it is
+    /// known to be as new as its code.
+    fn newest_source(_: &Lua, (root, lib): (String, String)) -> LuaResult<(Option<u64>, Option<String>)> {
+        guarded("newest_source", || {
+            Ok(
+                match staleness::newest_source(std::path::Path::new(&root), std::path::Path::new(&lib)) {
+                    Some((t, path)) => (Some(t), Some(path.to_string_lossy().into_owned())),
+                    None => (None, None),
+                },
+            )
+        })
+    }
+    m.set("newest_source", lua.create_function(newest_source)?)?;
     Ok(m)
 }
