@@ -24,6 +24,16 @@ local function core()
   return require("mia")._core()
 end
 
+--- Loads the working directory's project tools (|mia-project-tools|). Their
+--- module (~460 lines) is loaded only when the project has a tools
+--- directory, or when it was loaded before (to unload another project's).
+local function project_tools()
+  local cwd = vim.fn.getcwd()
+  if package.loaded["mia.tools.project"] or vim.fn.isdirectory(cwd .. "/.mia/tools") == 1 then
+    require("mia.tools.project").load(cwd)
+  end
+end
+
 --- The core's commands for the chat's session (its available_commands_update).
 --- They are kept here, and `mia.slash` (13 KB of Lua) gets them when it is
 --- loaded: a plain prompt does not need it. It is loaded now only when a
@@ -307,7 +317,7 @@ function M.context(content, cb, attachments)
   if agents and agents.external() then
     error("mia: :Mia context counts mia's own requests; an external agent builds its own", 0)
   end
-  require("mia.tools.project").load(vim.fn.getcwd())
+  project_tools()
   local t = M.prompt_table(content)
   t.attachments = attachments
   return require("mia")._job("session_context", cb, M.session_id(), t)
@@ -348,7 +358,7 @@ function M.prompt(text, opts)
     model = agents.current()
     native = agents.prompt(content, id)
   else
-    require("mia.tools.project").load(vim.fn.getcwd())
+    project_tools()
     local table_ = M.prompt_table(content, model)
     table_.attachments = opts.attachments
     local sent, result = pcall(require("mia.core").call, c.session_prompt, id, table_)

@@ -276,3 +276,19 @@ def test_project_tools_follow_the_project_when_the_directory_changes(start, serv
     ed.nvim.input(f":cd {project}<CR>")
     ed.wait("vim.tbl_contains(vim.tbl_map(function(t) return t.name end, require('mia.tools').list()), 'hello')")
     assert "bye" not in tool_names(ed) and len(asked(ed)) == 2
+
+
+def test_a_project_without_tools_does_not_load_their_module_until_it_has_some(start, server, project, tools_dir):
+    """The project tools' module (~460 lines of Lua) is not read for a plain
+    prompt in a project without `.mia/tools`; a tools directory made later
+    is asked about at the next prompt, and its tool runs."""
+    tools_dir.rmdir()
+    ed = start(answer=1)
+    prompt(ed, "echo first")
+    assert ed.lua("return package.loaded['mia.tools.project'] == nil")
+    assert asked(ed) == []
+    tools_dir.mkdir()
+    (tools_dir / "hello.lua").write_text(HELLO % "made later")
+    prompt(ed, "tool hello {}")
+    assert len(asked(ed)) == 1 and "hello.lua (new)" in asked(ed)[0]
+    assert last_tool_result(server) == "made later"
