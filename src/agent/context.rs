@@ -169,7 +169,7 @@ pub async fn report(
             Some(format!("{} The figures are estimates.", e.message)),
         ),
     };
-    let price = deps.providers.pricing.price(&provider.name, &wire_model);
+    let price = deps.providers.pricing().price(&provider.name, &wire_model);
     let window = price.and_then(|p| p.context).filter(|w| *w > 0);
     let input = price.map(|p| p.input);
     let percent = |n: u64| window.map(|w| n as f64 * 100.0 / w as f64);

@@ -50,7 +50,7 @@ impl LiveMeter {
     ) -> Option<LiveMeter> {
         let (provider, model) = providers.resolve(&req.model).ok()?;
         let window = providers
-            .pricing
+            .pricing()
             .price(&provider.name, &model)
             .and_then(|p| p.context)
             .unwrap_or(0);
@@ -114,7 +114,7 @@ impl LiveMeter {
 
     fn update(&self) -> SessionUpdate {
         let now = self.current();
-        let cost = crate::cost::cost_of(&self.providers.pricing, &self.provider, &self.model, &now);
+        let cost = crate::cost::cost_of(self.providers.pricing(), &self.provider, &self.model, &now);
         let mut usage = self.before;
         super::add_usage(&mut usage, &now);
         let mut total = self.before_cost.clone();

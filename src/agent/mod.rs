@@ -288,7 +288,13 @@ async fn turn_mentions(
     if let Some(name) = images.first() {
         let model = prompt.model.clone().unwrap_or_else(|| session.info().model);
         if let Ok((provider, id)) = deps.providers.resolve(&model) {
-            if deps.providers.pricing.price(&provider.name, &id).and_then(|p| p.images) == Some(false) {
+            if deps
+                .providers
+                .pricing()
+                .price(&provider.name, &id)
+                .and_then(|p| p.images)
+                == Some(false)
+            {
                 let e = mentions::MentionError::NoImages {
                     model,
                     name: name.clone(),

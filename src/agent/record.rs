@@ -369,7 +369,7 @@ impl Recorder {
         }
         let window = deps
             .providers
-            .pricing
+            .pricing()
             .price(&done.provider, &done.model)
             .and_then(|p| p.context)
             .unwrap_or(0);

@@ -309,7 +309,7 @@ async fn attempt_once(
     // last streamed chunk's) `usage.cost`, else the response header.
     let cost = match acc.gateway_cost.or(header_cost) {
         Some(usd) => crate::cost::gateway::cost(usd),
-        None => crate::cost::cost_of(&providers.pricing, &provider.name, model, &usage),
+        None => crate::cost::cost_of(providers.pricing(), &provider.name, model, &usage),
     };
     Ok(StreamDone {
         message: acc.message(),

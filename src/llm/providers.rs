@@ -417,8 +417,8 @@ pub fn merged_with_builtins(user: BTreeMap<String, ProviderConfig>) -> BTreeMap<
 #[derive(Debug)]
 pub struct Providers {
     pub config: CoreConfig,
-    /// Built-in prices with the user's overrides.
-    pub pricing: crate::cost::PricingRegistry,
+    /// Built-in prices with the user's overrides, built on first use (see [`Providers::pricing`]).
+    pricing: std::sync::OnceLock<crate::cost::PricingRegistry>,
     pub rate_limits: super::ratelimit::RateLimits,
     clients: Mutex<HashMap<String, reqwest::Client>>,
 }
@@ -428,16 +428,24 @@ impl Providers {
     /// an unused provider costs nothing.
     pub fn new(mut config: CoreConfig) -> Self {
         config.providers = merged_with_builtins(std::mem::take(&mut config.providers));
-        let pricing = crate::cost::PricingRegistry::with_overrides(config.pricing.clone()).unwrap_or_else(|e| {
-            tracing::warn!("ignoring the pricing overrides: {e}");
-            crate::cost::PricingRegistry::builtin().clone()
-        });
         Providers {
             config,
-            pricing,
+            pricing: std::sync::OnceLock::new(),
             rate_limits: Default::default(),
             clients: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The built-in prices with the user's overrides. Built on first use:
+    /// parsing the built-in table is most of `configure`'s time on a cold
+    /// start (~0.3 ms), and the first use is usually a request's, on the runtime.
+    pub fn pricing(&self) -> &crate::cost::PricingRegistry {
+        self.pricing.get_or_init(|| {
+            crate::cost::PricingRegistry::with_overrides(self.config.pricing.clone()).unwrap_or_else(|e| {
+                tracing::warn!("ignoring the pricing overrides: {e}");
+                crate::cost::PricingRegistry::builtin().clone()
+            })
+        })
     }
 
     /// Splits `"provider/model"` at the first `/` (so `openrouter/anthropic/x`

@@ -96,7 +96,7 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
         let store = runtime::store().await.ok_or_else(no_store)?;
         let query = q.into_core()?;
         let report = store
-            .cost_report(&query, &providers.pricing, crate::cost::now_ms())
+            .cost_report(&query, providers.pricing(), crate::cost::now_ms())
             .await
             .map_err(store_error)?;
         Ok(serde_json::to_value(&report).unwrap_or(Value::Null))
