@@ -122,7 +122,7 @@ class Server:
 class Tui:
     """Neovim's TUI in a detached tmux pane, driven over its --listen socket."""
 
-    def __init__(self, tmp, base_url, with_mia=True, loader=False):
+    def __init__(self, tmp, base_url, with_mia=True, loader=False, in_tree=False):
         self.sock = str(Path(tmp) / f"nvim-{time.monotonic_ns()}.sock")
         self.tmux = ["tmux", "-L", "miabench"]
         env = {
@@ -134,6 +134,8 @@ class Tui:
             env["MIA_BENCH_NO_MIA"] = "1"
         if loader:
             env["MIA_BENCH_LOADER"] = "1"
+        if in_tree:  # the library where users have it, checked against its sources on load
+            env["MIA_CORE_PATH"] = ""
         envs = " ".join(f"{k}={v}" for k, v in env.items())
         cmd = f"env {envs} {nvim_binary()} --clean -u {ROOT / 'benches/bench_init.lua'} --listen {self.sock}"
         subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
@@ -292,14 +294,17 @@ def median_of(runs):
     return {k: None if runs[0][k] is None else statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def first_turns(tmp, base_url, runs, loader=False):
+def first_turns(tmp, base_url, runs, loader=False, in_tree=False):
     """A fresh Neovim each time: from the first `:Mia prompt` to the answer's
     end (library load, runtime start, store open and the first request).
     With `loader`, Neovim's bytecode cache is on (`vim.loader.enable()`,
-    lazy.nvim's default) and warm: a first run fills it, unmeasured."""
+    lazy.nvim's default) and warm: a first run fills it, unmeasured. With
+    `in_tree`, the library is target/release's, as a plugin manager's build
+    leaves it, so its check against the sources it was built from counts
+    (otherwise a copy named by $MIA_CORE_PATH, which skips that check)."""
     out = []
     for run in range(runs + (1 if loader else 0)):
-        tui = Tui(tmp, base_url, loader=loader)
+        tui = Tui(tmp, base_url, loader=loader, in_tree=in_tree)
         try:
             tui.lua("bench.first_turn()")
             deadline = time.monotonic() + 30
@@ -422,6 +427,8 @@ def main():
                 tui.close()
             results["first_turn_ms"] = first_turns(tmp, server.base_url, args.runs)
             results["first_turn_loader_ms"] = first_turns(tmp, server.base_url, args.runs, loader=True)
+            if args.lib.resolve() == (ROOT / "target/release/libmia_core.so").resolve():
+                results["first_turn_in_tree_ms"] = first_turns(tmp, server.base_url, args.runs, in_tree=True)
             results["idle_10s"] = {
                 "with mia": idle_cpu(tmp, server.base_url, True),
                 "without mia": idle_cpu(tmp, server.base_url, False),
@@ -469,6 +476,9 @@ def report(r, runs):
     print(f"\nFirst turn after start (fresh Neovim, `:Mia prompt` to the answer's end, median): "
           f"{r['first_turn_ms']:.1f} ms; with Neovim's bytecode cache (`vim.loader.enable()`, lazy.nvim's "
           f"default) warm: {r['first_turn_loader_ms']:.1f} ms")
+    if "first_turn_in_tree_ms" in r:
+        print(f"First turn with the library in the plugin's tree (checked against its sources on load, as users "
+              f"have it; the above use a copy named by $MIA_CORE_PATH): {r['first_turn_in_tree_ms']:.1f} ms")
     print("\n## Idle for 10 s (CPU ms)\n")
     for k, v in r["idle_10s"].items():
         print(f"- {k}: main thread {v['main_ms']:.2f}, whole server process {v['process_ms']:.2f}, TUI {v['tui_ms']:.2f}")
