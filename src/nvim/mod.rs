@@ -51,6 +51,30 @@ fn to_lua<T: serde::Serialize>(lua: &Lua, value: &T) -> LuaResult<LuaValue> {
     )
 }
 
+/// A path from Lua, byte for byte (a plugin directory's name need not be UTF-8).
+#[cfg(unix)]
+fn lua_path(s: &LuaString) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    PathBuf::from(std::ffi::OsStr::from_bytes(&s.as_bytes()))
+}
+
+#[cfg(not(unix))]
+fn lua_path(s: &LuaString) -> PathBuf {
+    PathBuf::from(s.to_string_lossy())
+}
+
+/// A path for Lua, byte for byte where the platform allows.
+#[cfg(unix)]
+fn path_to_lua(lua: &Lua, path: &std::path::Path) -> LuaResult<LuaString> {
+    use std::os::unix::ffi::OsStrExt;
+    lua.create_string(path.as_os_str().as_bytes())
+}
+
+#[cfg(not(unix))]
+fn path_to_lua(lua: &Lua, path: &std::path::Path) -> LuaResult<LuaString> {
+    lua.create_string(path.to_string_lossy().as_bytes())
+}
+
 /// What `stream()` returns to Lua besides the id: cancelling it stops the stream.
 pub(crate) struct StreamHandle {
     id: u64,
@@ -893,14 +917,13 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     /// Unlike the rest of this module it reads the disk (~0.25 ms, once, as
     /// the Lua loader did before it): the library is not used until it is
     /// known to be as new as its code.
-    fn newest_source(_: &Lua, (root, lib): (String, String)) -> LuaResult<(Option<u64>, Option<String>)> {
+    fn newest_source(lua: &Lua, (root, lib): (LuaString, LuaString)) -> LuaResult<(Option<u64>, Option<LuaString>)> {
         guarded("newest_source", || {
-            Ok(
-                match staleness::newest_source(std::path::Path::new(&root), std::path::Path::new(&lib)) {
-                    Some((t, path)) => (Some(t), Some(path.to_string_lossy().into_owned())),
-                    None => (None, None),
-                },
-            )
+            let (root, lib) = (lua_path(&root), lua_path(&lib));
+            Ok(match staleness::newest_source(&root, &lib) {
+                Some((t, path)) => (Some(t), Some(path_to_lua(lua, &path)?)),
+                None => (None, None),
+            })
         })
     }
     m.set("newest_source", lua.create_function(newest_source)?)?;
