@@ -294,29 +294,45 @@ def median_of(runs):
     return {k: None if runs[0][k] is None else statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def first_turns(tmp, base_url, runs, loader=False, in_tree=False):
-    """A fresh Neovim each time: from the first `:Mia prompt` to the answer's
-    end (library load, runtime start, store open and the first request).
-    With `loader`, Neovim's bytecode cache is on (`vim.loader.enable()`,
-    lazy.nvim's default) and warm: a first run fills it, unmeasured. With
-    `in_tree`, the library is target/release's, as a plugin manager's build
-    leaves it, so its check against the sources it was built from counts
-    (otherwise a copy named by $MIA_CORE_PATH, which skips that check)."""
-    out = []
-    for run in range(runs + (1 if loader else 0)):
-        tui = Tui(tmp, base_url, loader=loader, in_tree=in_tree)
-        try:
-            tui.lua("bench.first_turn()")
-            deadline = time.monotonic() + 30
-            while (ms := tui.lua("return bench.first_turn_ms")) is None:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("first turn: no end after 30 s")
-                time.sleep(0.02)
-            if not (loader and run == 0):
-                out.append(ms)
-        finally:
-            tui.close()
-    return statistics.median(out)
+def first_turn(tmp, base_url, loader=False, in_tree=False):
+    """One fresh Neovim: ms from its first `:Mia prompt` to the answer's end
+    (library load, runtime start, store open and the first request). With
+    `loader`, Neovim's bytecode cache is on (`vim.loader.enable()`,
+    lazy.nvim's default). With `in_tree`, the library is target/release's,
+    as a plugin manager's build leaves it, so its check against the sources
+    it was built from counts (otherwise a copy named by $MIA_CORE_PATH,
+    which skips that check)."""
+    tui = Tui(tmp, base_url, loader=loader, in_tree=in_tree)
+    try:
+        tui.lua("bench.first_turn()")
+        deadline = time.monotonic() + 30
+        while (ms := tui.lua("return bench.first_turn_ms")) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("first turn: no end after 30 s")
+            time.sleep(0.02)
+        return ms
+    finally:
+        tui.close()
+
+
+FIRST_TURNS = {  # result key: first_turn()'s keywords
+    "first_turn_ms": {},
+    "first_turn_loader_ms": {"loader": True},
+    "first_turn_in_tree_ms": {"in_tree": True},
+}
+
+
+def first_turns(tmp, base_url, runs, variants):
+    """Median first turn of each variant in `variants` (keys of FIRST_TURNS),
+    the variants taking turns within each round so that drift hits all alike.
+    The bytecode cache is filled first by an unmeasured run."""
+    if "first_turn_loader_ms" in variants:
+        first_turn(tmp, base_url, loader=True)
+    out = {v: [] for v in variants}
+    for _ in range(runs):
+        for v in variants:
+            out[v].append(first_turn(tmp, base_url, **FIRST_TURNS[v]))
+    return {v: statistics.median(ms) for v, ms in out.items()}
 
 
 def idle_cpu(tmp, base_url, with_mia, seconds=10):
@@ -425,10 +441,10 @@ def main():
                 print("typing: done", file=sys.stderr)
             finally:
                 tui.close()
-            results["first_turn_ms"] = first_turns(tmp, server.base_url, args.runs)
-            results["first_turn_loader_ms"] = first_turns(tmp, server.base_url, args.runs, loader=True)
+            variants = ["first_turn_ms", "first_turn_loader_ms"]
             if args.lib.resolve() == (ROOT / "target/release/libmia_core.so").resolve():
-                results["first_turn_in_tree_ms"] = first_turns(tmp, server.base_url, args.runs, in_tree=True)
+                variants.append("first_turn_in_tree_ms")
+            results.update(first_turns(tmp, server.base_url, args.runs, variants))
             results["idle_10s"] = {
                 "with mia": idle_cpu(tmp, server.base_url, True),
                 "without mia": idle_cpu(tmp, server.base_url, False),
