@@ -98,7 +98,7 @@ pub fn registry() -> Arc<Registry> {
 
 /// Starts the runtime and, on it, what the first request will need and
 /// would otherwise wait for: the store (opened on the blocking pool), the
-/// HTTP client of `model`'s provider and, when that provider is reached
+/// HTTP client of `model`'s provider, the price table and, when that provider is reached
 /// over TLS, the system's root certificates (reading them takes
 /// milliseconds; a plain-HTTP provider such as a local server never waits
 /// for them). Called by the first command that loads the core, so this
@@ -113,14 +113,15 @@ pub fn prewarm(model: Option<String>) -> io::Result<()> {
         on.spawn(async {
             store().await;
         });
-        if let Some(model) = model {
-            let providers = providers();
-            if let Ok((provider, _)) = providers.resolve(&model) {
-                let _ = providers.client(&provider.name);
-                if needs_tls(&provider.base_url) {
-                    let _ = crate::llm::tls::load_roots();
-                }
-            }
+        let providers = providers();
+        let provider = model.and_then(|m| providers.resolve(&m).ok()).map(|(p, _)| p);
+        if let Some(p) = &provider {
+            let _ = providers.client(&p.name);
+        }
+        // Every request prices itself before it is sent.
+        providers.pricing();
+        if provider.is_some_and(|p| needs_tls(&p.base_url)) {
+            let _ = crate::llm::tls::load_roots();
         }
     });
     Ok(())

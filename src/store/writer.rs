@@ -120,9 +120,79 @@ impl Drop for Writer {
     }
 }
 
+/// The writes every turn makes, prepared while the writer is idle (see
+/// [`warm_up`]). A usage row's insert is the costly one: preparing it
+/// compiles the rollup trigger (`schema.rs`) into it, ~1 ms.
+const UPSERT_SESSION: &str = "INSERT INTO sessions (id, cwd, title, mode, model, created_at_ms, updated_at_ms, meta)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (id) DO UPDATE SET
+             cwd = excluded.cwd, title = coalesce(excluded.title, sessions.title), mode = excluded.mode,
+             model = excluded.model,
+             updated_at_ms = excluded.updated_at_ms, meta = excluded.meta";
+const APPEND_MESSAGE: &str =
+    "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
+                                   kind, covers_from, covers_to)
+             VALUES (?1, ?2, (SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE session_id = ?2),
+                     ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+             ON CONFLICT (id) DO UPDATE SET
+                 parts = excluded.parts, state = excluded.state, meta = excluded.meta,
+                 updated_at_ms = excluded.updated_at_ms
+             WHERE messages.session_id = excluded.session_id
+               AND (excluded.state <> 'streaming'
+                    OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms))";
+const UPSERT_MESSAGE: &str =
+    "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
+                                   kind, covers_from, covers_to)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+             ON CONFLICT (id) DO UPDATE SET
+                 session_id = excluded.session_id, seq = excluded.seq, role = excluded.role,
+                 parts = excluded.parts, state = excluded.state, meta = excluded.meta,
+                 updated_at_ms = excluded.updated_at_ms, kind = excluded.kind,
+                 covers_from = excluded.covers_from, covers_to = excluded.covers_to
+             WHERE excluded.state <> 'streaming'
+                OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms)";
+const INSERT_USAGE: &str = "INSERT INTO usage (session_id, message_id, agent, provider, model,
+                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+                 estimated, cost_known, input_usd, output_usd, cache_read_usd, cache_write_usd, total_usd,
+                 started_at_ms, duration_ms, created_at_ms, cost_source)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)";
+
+/// In the order a turn first needs them: its prompt (session, message), the
+/// answer's checkpoints, then its usage row.
+const WARM: [&str; 4] = [UPSERT_SESSION, APPEND_MESSAGE, UPSERT_MESSAGE, INSERT_USAGE];
+
+/// Prepares the next statement of [`WARM`] not yet in the connection's
+/// cache; false once all are. One at a time, between requests, so that a
+/// write that arrives meanwhile waits for one statement at most. A failure
+/// is left for the write that needs the statement to report.
+fn warm_up(conn: &Connection, warmed: &mut usize) -> bool {
+    let Some(sql) = WARM.get(*warmed) else {
+        return false;
+    };
+    *warmed += 1;
+    let _ = conn.prepare_cached(sql);
+    true
+}
+
 /// The thread body: block for one request, drain what else is queued, write.
+/// While nothing is queued, the statements every turn needs are prepared
+/// first, so that a new Neovim's first turn does not wait for them.
 fn run(conn: Connection, path: &Path, rx: mpsc::Receiver<Request>) {
-    while let Ok(first) = rx.recv() {
+    let mut warmed = 0;
+    loop {
+        let first = match rx.try_recv() {
+            Ok(request) => request,
+            Err(mpsc::TryRecvError::Disconnected) => return,
+            Err(mpsc::TryRecvError::Empty) => {
+                if warm_up(&conn, &mut warmed) {
+                    continue;
+                }
+                match rx.recv() {
+                    Ok(request) => request,
+                    Err(_) => return,
+                }
+            }
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -292,27 +362,20 @@ fn json_text(value: &serde_json::Value) -> String {
 }
 
 fn upsert_session(conn: &Connection, row: &SessionRow) -> Result<i64, JobError> {
-    conn.prepare_cached(
-        "INSERT INTO sessions (id, cwd, title, mode, model, created_at_ms, updated_at_ms, meta)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-         ON CONFLICT (id) DO UPDATE SET
-             cwd = excluded.cwd, title = coalesce(excluded.title, sessions.title), mode = excluded.mode,
-             model = excluded.model,
-             updated_at_ms = excluded.updated_at_ms, meta = excluded.meta",
-    )
-    .and_then(|mut s| {
-        s.execute(params![
-            row.id,
-            row.cwd,
-            row.title,
-            row.mode,
-            row.model,
-            row.created_at_ms,
-            row.updated_at_ms,
-            json_text(&row.meta),
-        ])
-    })
-    .map_err(sqlite("saving a session"))?;
+    conn.prepare_cached(UPSERT_SESSION)
+        .and_then(|mut s| {
+            s.execute(params![
+                row.id,
+                row.cwd,
+                row.title,
+                row.mode,
+                row.model,
+                row.created_at_ms,
+                row.updated_at_ms,
+                json_text(&row.meta),
+            ])
+        })
+        .map_err(sqlite("saving a session"))?;
     Ok(0)
 }
 
@@ -329,35 +392,22 @@ fn checked_role(row: &MessageRow) -> Result<String, JobError> {
 fn upsert_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> {
     let role = checked_role(row)?;
     let (covers_from, covers_to) = row.kind.covers();
-    let result = conn
-        .prepare_cached(
-            "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
-                                   kind, covers_from, covers_to)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
-             ON CONFLICT (id) DO UPDATE SET
-                 session_id = excluded.session_id, seq = excluded.seq, role = excluded.role,
-                 parts = excluded.parts, state = excluded.state, meta = excluded.meta,
-                 updated_at_ms = excluded.updated_at_ms, kind = excluded.kind,
-                 covers_from = excluded.covers_from, covers_to = excluded.covers_to
-             WHERE excluded.state <> 'streaming'
-                OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms)",
-        )
-        .and_then(|mut s| {
-            s.execute(params![
-                row.id,
-                row.session_id,
-                row.seq,
-                role,
-                json_text(&row.parts),
-                row.state.as_str(),
-                json_text(&row.meta),
-                row.created_at_ms,
-                row.updated_at_ms,
-                row.kind.as_str(),
-                covers_from,
-                covers_to,
-            ])
-        });
+    let result = conn.prepare_cached(UPSERT_MESSAGE).and_then(|mut s| {
+        s.execute(params![
+            row.id,
+            row.session_id,
+            row.seq,
+            role,
+            json_text(&row.parts),
+            row.state.as_str(),
+            json_text(&row.meta),
+            row.created_at_ms,
+            row.updated_at_ms,
+            row.kind.as_str(),
+            covers_from,
+            covers_to,
+        ])
+    });
     message_outcome(result.map(|_| 0), row)
 }
 
@@ -386,18 +436,7 @@ fn append_message(conn: &Connection, row: &MessageRow) -> Result<i64, JobError> 
     let role = checked_role(row)?;
     let (covers_from, covers_to) = row.kind.covers();
     let result = conn
-        .prepare_cached(
-            "INSERT INTO messages (id, session_id, seq, role, parts, state, meta, created_at_ms, updated_at_ms,
-                                   kind, covers_from, covers_to)
-             VALUES (?1, ?2, (SELECT coalesce(max(seq), -1) + 1 FROM messages WHERE session_id = ?2),
-                     ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-             ON CONFLICT (id) DO UPDATE SET
-                 parts = excluded.parts, state = excluded.state, meta = excluded.meta,
-                 updated_at_ms = excluded.updated_at_ms
-             WHERE messages.session_id = excluded.session_id
-               AND (excluded.state <> 'streaming'
-                    OR (messages.state = 'streaming' AND messages.updated_at_ms <= excluded.updated_at_ms))",
-        )
+        .prepare_cached(APPEND_MESSAGE)
         .and_then(|mut s| {
             s.execute(params![
                 row.id,
@@ -502,15 +541,7 @@ fn record_usage(conn: &Connection, row: &UsageRow) -> Result<i64, JobError> {
         CostSource::Gateway if cost_known => "gateway",
         _ => "local",
     };
-    let mut stmt = conn
-        .prepare_cached(
-            "INSERT INTO usage (session_id, message_id, agent, provider, model,
-                 input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, reasoning_tokens,
-                 estimated, cost_known, input_usd, output_usd, cache_read_usd, cache_write_usd, total_usd,
-                 started_at_ms, duration_ms, created_at_ms, cost_source)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
-        )
-        .map_err(sqlite("recording usage"))?;
+    let mut stmt = conn.prepare_cached(INSERT_USAGE).map_err(sqlite("recording usage"))?;
     stmt.execute(params![
         row.session_id,
         row.message_id,
