@@ -501,7 +501,37 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
     )
     .map_err(|e| from_sqlite(path, "configuring the connection", &e))?;
     migrate(&conn, path, MIGRATIONS)?;
+    start_log(&conn, path);
     Ok(conn)
+}
+
+/// Starts an empty write-ahead log now. The first commit into an empty log
+/// writes its header and waits for the disk to sync it (0.7-2 ms measured
+/// here). The log is empty whenever the last Neovim checkpointed it on the
+/// way out, so without this the first turn's prompt paid that wait before
+/// its request could go. Here it falls in the store's opening, which runs
+/// while the first command is still busy on the main thread.
+///
+/// The commit rewrites the schema version with its own value, inside one
+/// write transaction so that no other process can move it in between: it
+/// changes nothing but puts the first frame in the log. A failure (another
+/// process holding the lock past the busy timeout) only costs the wait this
+/// saves, and is logged.
+fn start_log(conn: &Connection, path: &Path) {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return;
+    }
+    let started = (|| {
+        let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        tx.pragma_update(None, "user_version", version)?;
+        tx.commit()
+    })();
+    if let Err(e) = started {
+        tracing::debug!(path = %path.display(), "store: cannot start the write-ahead log early: {e}");
+    }
 }
 
 /// Opens a connection for reads only. Query-only mode makes a bug that
@@ -592,6 +622,32 @@ mod tests {
         let err = migrate(&conn, path, &[STEPS[0], "CREATE TABLE b (; nonsense"]).unwrap_err();
         assert!(matches!(err, StoreError::Sqlite { .. }), "{err}");
         assert_eq!(user_version(&conn, path).unwrap(), 1);
+    }
+
+    #[test]
+    fn opening_starts_an_empty_write_ahead_log_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mia.sqlite3");
+        let wal = dir.path().join("mia.sqlite3-wal");
+        let conn = open_writer(&path).unwrap();
+        conn.execute_batch("CREATE TABLE kept (x INTEGER); INSERT INTO kept VALUES (42);")
+            .unwrap();
+        // What a Neovim leaving does: the log moves into the file and is emptied.
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+        let version = user_version(&conn, &path).unwrap();
+        // The next opening puts its first frame in the log before any write.
+        let again = open_writer(&path).unwrap();
+        let len = std::fs::metadata(&wal).unwrap().len();
+        assert!(len > 32, "the log holds its header and a frame: {len} bytes");
+        assert_eq!(user_version(&again, &path).unwrap(), version);
+        let x: i64 = again.query_row("SELECT x FROM kept", [], |r| r.get(0)).unwrap();
+        assert_eq!(x, 42);
+        // A log that holds frames already is left as it is.
+        drop(again);
+        open_writer(&path).unwrap();
+        assert_eq!(std::fs::metadata(&wal).unwrap().len(), len);
     }
 
     #[test]
