@@ -92,22 +92,33 @@ pub fn agent_settings() -> AgentSettings {
 }
 
 /// The process-wide tool registry (built-in tools registered on first use).
+/// [`prewarm`] builds it off the main thread, which otherwise builds it at
+/// its first `register_tool`. Whoever finds it missing builds it outside the
+/// lock and only stores it under the lock, so the main thread never waits
+/// for a build running elsewhere. Two racing builds make the same registry;
+/// the first stored is kept.
 pub fn registry() -> Arc<Registry> {
-    REGISTRY.get_or_init(|| Arc::new(Registry::with_builtins())).clone()
+    if let Some(r) = REGISTRY.get() {
+        return r.clone();
+    }
+    let built = Arc::new(Registry::with_builtins());
+    REGISTRY.get_or_init(|| built).clone()
 }
 
 /// Starts the runtime and, on it, what the first request will need and
-/// would otherwise wait for: the store (opened on the blocking pool), the
-/// HTTP client of `model`'s provider, the price table and, when that provider is reached
-/// over TLS, the system's root certificates (reading them takes
-/// milliseconds; a plain-HTTP provider such as a local server never waits
-/// for them). Called by the first command that loads the core, so this
+/// would otherwise wait for: the tool registry, the store (opened on the
+/// blocking pool), the HTTP client of `model`'s provider, the price table
+/// and, when that provider is reached over TLS, the system's root
+/// certificates (reading them takes milliseconds; a plain-HTTP provider
+/// such as a local server never waits for them). Called by the first command that loads the core, so this
 /// overlaps the rest of that command's work on the main thread. Failures
 /// are left for the request to report.
 pub fn prewarm(model: Option<String>) -> io::Result<()> {
     let rt = handle()?;
     let on = rt.clone();
     rt.spawn_blocking(move || {
+        // Needed first: the main thread registers the editor's tools next.
+        registry();
         // What these log (a store that cannot be opened) must reach the log.
         crate::logging::wait_ready(Duration::from_millis(200));
         on.spawn(async {
