@@ -110,9 +110,10 @@ pub fn registry() -> Arc<Registry> {
 /// blocking pool), the HTTP client of `model`'s provider, the price table
 /// and, when that provider is reached over TLS, the system's root
 /// certificates (reading them takes milliseconds; a plain-HTTP provider
-/// such as a local server never waits for them). Called by the first command that loads the core, so this
-/// overlaps the rest of that command's work on the main thread. Failures
-/// are left for the request to report.
+/// such as a local server never waits for them). Called by the first
+/// command that loads the core, so this overlaps the rest of that
+/// command's work on the main thread. Failures are left for the request to
+/// report.
 pub fn prewarm(model: Option<String>) -> io::Result<()> {
     let rt = handle()?;
     let on = rt.clone();

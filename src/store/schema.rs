@@ -514,23 +514,34 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
 ///
 /// The commit rewrites the schema version with its own value, inside one
 /// write transaction so that no other process can move it in between: it
-/// changes nothing but puts the first frame in the log. A failure (another
-/// process holding the lock past the busy timeout) only costs the wait this
-/// saves, and is logged.
+/// changes nothing but puts the first frame in the log. It does not wait
+/// for the write lock: another process that holds it is writing, and its
+/// commit starts the log. A failure only costs the wait this saves, and is
+/// logged.
 fn start_log(conn: &Connection, path: &Path) {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
         return;
     }
-    let started = (|| {
-        let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
-        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        tx.pragma_update(None, "user_version", version)?;
-        tx.commit()
-    })();
+    let start = || -> Result<(), StoreError> {
+        let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+            .map_err(|e| from_sqlite(path, "starting the log", &e))?;
+        let version = user_version(&tx, path)?;
+        tx.pragma_update(None, "user_version", version)
+            .and_then(|()| tx.commit())
+            .map_err(|e| from_sqlite(path, "starting the log", &e))
+    };
+    let started = conn
+        .busy_timeout(Duration::ZERO)
+        .map_err(|e| from_sqlite(path, "setting the busy timeout", &e))
+        .and_then(|()| start());
+    let restored = conn.busy_timeout(BUSY_TIMEOUT);
     if let Err(e) = started {
-        tracing::debug!(path = %path.display(), "store: cannot start the write-ahead log early: {e}");
+        tracing::debug!("store: the write-ahead log was not started early: {e}");
+    }
+    if let Err(e) = restored {
+        tracing::warn!(path = %path.display(), "store: cannot restore the busy timeout: {e}");
     }
 }
 
@@ -648,6 +659,29 @@ mod tests {
         drop(again);
         open_writer(&path).unwrap();
         assert_eq!(std::fs::metadata(&wal).unwrap().len(), len);
+    }
+
+    #[test]
+    fn a_log_another_process_is_writing_is_not_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("mia.sqlite3");
+        let wal = dir.path().join("mia.sqlite3-wal");
+        let conn = open_writer(&path).unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        start_log(&conn, &path);
+        assert_eq!(
+            std::fs::metadata(&wal).unwrap().len(),
+            0,
+            "nothing written under another's lock"
+        );
+        let ms: i64 = conn.query_row("PRAGMA busy_timeout", [], |r| r.get(0)).unwrap();
+        assert_eq!(ms, BUSY_TIMEOUT.as_millis() as i64, "the busy timeout is back");
+        other.execute_batch("COMMIT").unwrap();
+        start_log(&conn, &path);
+        assert!(std::fs::metadata(&wal).unwrap().len() > 0);
     }
 
     #[test]

@@ -120,9 +120,9 @@ impl Drop for Writer {
     }
 }
 
-/// The writes every turn makes, prepared while the writer is idle (see
-/// [`warm_up`]). A usage row's insert is the costly one: preparing it
-/// compiles the rollup trigger (`schema.rs`) into it, ~1 ms.
+// The writes every turn makes, prepared while the writer is idle (see
+// `warm_up`). A usage row's insert is the costly one: preparing it
+// compiles the rollup trigger (`schema.rs`) into it, ~1 ms.
 const UPSERT_SESSION: &str = "INSERT INTO sessions (id, cwd, title, mode, model, created_at_ms, updated_at_ms, meta)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
          ON CONFLICT (id) DO UPDATE SET
