@@ -635,18 +635,25 @@ mod tests {
         assert_eq!(user_version(&conn, path).unwrap(), 1);
     }
 
-    #[test]
-    fn opening_starts_an_empty_write_ahead_log_and_changes_nothing() {
+    /// A store with a row in a table of its own, left as a Neovim leaving
+    /// leaves it: the log moved into the file and emptied. The directory,
+    /// the store's path, its log's path and the open writer connection.
+    fn store_with_an_empty_log() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mia.sqlite3");
         let wal = dir.path().join("mia.sqlite3-wal");
         let conn = open_writer(&path).unwrap();
         conn.execute_batch("CREATE TABLE kept (x INTEGER); INSERT INTO kept VALUES (42);")
             .unwrap();
-        // What a Neovim leaving does: the log moves into the file and is emptied.
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .unwrap();
         assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0);
+        (dir, path, wal, conn)
+    }
+
+    #[test]
+    fn opening_starts_an_empty_write_ahead_log_and_changes_nothing() {
+        let (_dir, path, wal, conn) = store_with_an_empty_log();
         let version = user_version(&conn, &path).unwrap();
         // The next opening puts its first frame in the log before any write.
         let again = open_writer(&path).unwrap();
@@ -663,12 +670,7 @@ mod tests {
 
     #[test]
     fn a_log_another_process_is_writing_is_not_waited_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("mia.sqlite3");
-        let wal = dir.path().join("mia.sqlite3-wal");
-        let conn = open_writer(&path).unwrap();
-        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .unwrap();
+        let (_dir, path, wal, conn) = store_with_an_empty_log();
         let other = Connection::open(&path).unwrap();
         other.execute_batch("BEGIN IMMEDIATE").unwrap();
         start_log(&conn, &path);
