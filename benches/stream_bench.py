@@ -308,7 +308,8 @@ def first_turn(tmp, base_url, loader=False, in_tree=False):
         deadline = time.monotonic() + 30
         while (ms := tui.lua("return bench.first_turn_ms")) is None:
             if time.monotonic() > deadline:
-                raise RuntimeError("first turn: no end after 30 s")
+                notices = tui.lua("return bench.notices")
+                raise RuntimeError(f"first turn: no end after 30 s; mia said: {notices or 'nothing'}")
             time.sleep(0.02)
         return ms
     finally:
