@@ -142,7 +142,7 @@ pub fn spawn_turn(
 ) {
     rt.spawn(async move {
         let queue = deps.queue.clone();
-        session.attach_store(crate::runtime::store().await);
+        // The store may still be opening: the run records its prompt once it is.
         let work = crate::agent::run(deps, stream, session.clone(), prompt, cancel);
         let outcome = match AssertUnwindSafe(work).catch_unwind().await {
             Ok(r) => r,
@@ -157,6 +157,10 @@ pub fn spawn_turn(
                 crate::agent::failed_end(&session.info().model, &error)
             }
         };
+        // A run refused before it recorded anything stores its end all the same.
+        if session.store().is_none() {
+            session.attach_store(crate::runtime::store().await);
+        }
         crate::agent::record_end(&session, &end).await;
         drop(turn);
         queue.push(Event::Update {

@@ -332,9 +332,10 @@ fn add_usage(total: &mut Usage, u: &Usage) {
     total.estimated |= u.estimated;
 }
 
-/// Runs one prompt turn of `session`: the prompt is appended to its log,
-/// then request → stream → tool calls → permission → results → next
-/// request, until the model stops or `max_turns`. Every step reaches the UI
+/// Runs one prompt turn of `session`: the prompt is appended to its log
+/// (and stored beside the first request, see [`record::Recorder`]), then
+/// request → stream → tool calls → permission → results → next request,
+/// until the model stops or `max_turns`. Every step reaches the UI
 /// as an ACP update; the returned [`TurnEnd`] (or the error) ends the turn,
 /// and [`record_end`] stores it.
 pub async fn run(
@@ -372,185 +373,192 @@ pub async fn run(
     let attached = turn_mentions(&deps, &session, &root, &agent, &prompt).await?;
     let rules = turn_rules(&deps, &root, &agent, prompt.focus.as_deref()).await;
     let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt, &rules.files, attached).await;
-    // Edits of this turn: the session's file ledger and a checkpoint taken at the first change.
-    let scope = Arc::new(EditScope {
-        ledger: session.files.clone(),
-        checkpoint: deps.settings.data_dir.as_ref().map(|dir| {
-            let store = crate::checkpoint::Checkpoints::new(dir, deps.settings.checkpoints)
-                .with_secrets(deps.providers.secrets());
-            prune_once(&store);
-            Arc::new(TurnCheckpoint::new(
-                store,
-                &info.id,
-                &crate::session::new_message_id(&info.id),
-                &prompt.content,
-                session.scan_cache.clone(),
-            ))
-        }),
-        data_dir: deps.settings.data_dir.clone(),
-        ask_timeout: std::time::Duration::from_millis(deps.settings.ask_timeout_ms),
-    });
-    let mut compacted = false;
-    let caller = crate::hooks::Caller {
-        queue: deps.queue.clone(),
-        calls: deps.calls.clone(),
-        stream,
-        cancel: cancel.clone(),
-        hooks: deps.hooks.clone(),
-        session: Some(session.id()),
-    };
-    let mut turn = 0;
-    // The model as the provider named it in its last answer (the footer shows it).
-    let mut answered_by = session.info().model;
-    while turn < max_turns {
-        turn += 1;
-        // The mode and model may change while the run goes on (`session_set`); each request uses the current ones.
-        let info = session.info();
-        if info.mode != agent.mode {
-            update(&deps.queue, stream, updates::current_mode(&info.mode));
-        }
-        agent.mode = info.mode.clone();
-        let model = info.model.clone();
-        start_mcp(&deps, stream).await;
-        let base = RequestBase {
-            deps: &deps,
-            prompt: &prompt,
-            mode: &agent.mode,
-            model: &model,
-            root: &root,
-            rules: &rules,
+    // Whatever ends the run, the prompt is stored before the turn's end is
+    // (see record::Recorder).
+    let result: Result<TurnEnd, LlmError> = async {
+        // Edits of this turn: the session's file ledger and a checkpoint taken at the first change.
+        let scope = Arc::new(EditScope {
+            ledger: session.files.clone(),
+            checkpoint: deps.settings.data_dir.as_ref().map(|dir| {
+                let store = crate::checkpoint::Checkpoints::new(dir, deps.settings.checkpoints)
+                    .with_secrets(deps.providers.secrets());
+                prune_once(&store);
+                Arc::new(TurnCheckpoint::new(
+                    store,
+                    &info.id,
+                    &crate::session::new_message_id(&info.id),
+                    &prompt.content,
+                    session.scan_cache.clone(),
+                ))
+            }),
+            data_dir: deps.settings.data_dir.clone(),
+            ask_timeout: std::time::Duration::from_millis(deps.settings.ask_timeout_ms),
+        });
+        let mut compacted = false;
+        let caller = crate::hooks::Caller {
+            queue: deps.queue.clone(),
+            calls: deps.calls.clone(),
+            stream,
+            cancel: cancel.clone(),
+            hooks: deps.hooks.clone(),
+            session: Some(session.id()),
         };
-        let chat = base.request(tool_defs(&deps, &agent.mode), session.request_messages());
-        recorder.gate(&deps, stream, &cancel).await?;
-        let q = deps.queue.clone();
-        let mut partial = recorder.partial();
-        let started_ms = record::now_ms();
-        let mut live = live::LiveMeter::new(&deps.providers, &chat, total, &total_cost, recorder.session_cost_usd);
-        let mut on_delta = |delta: crate::llm::delta::Delta| match delta {
-            crate::llm::delta::Delta::Text { text } => {
-                partial.push(&text);
-                update(&q, stream, updates::agent_text(&text));
+        let mut turn = 0;
+        // The model as the provider named it in its last answer (the footer shows it).
+        let mut answered_by = session.info().model;
+        while turn < max_turns {
+            turn += 1;
+            // The mode and model may change while the run goes on (`session_set`); each request uses the current ones.
+            let info = session.info();
+            if info.mode != agent.mode {
+                update(&deps.queue, stream, updates::current_mode(&info.mode));
             }
-            crate::llm::delta::Delta::Reasoning { text } => {
-                partial.push_reasoning(&text);
-                update(&q, stream, updates::agent_thought(&text));
-            }
-            crate::llm::delta::Delta::Retry {
-                attempt,
-                delay_ms,
-                class,
-                message,
-            } => mia_event(
-                &q,
-                stream,
-                MiaEvent::Retry {
+            agent.mode = info.mode.clone();
+            let model = info.model.clone();
+            start_mcp(&deps, stream).await;
+            let base = RequestBase {
+                deps: &deps,
+                prompt: &prompt,
+                mode: &agent.mode,
+                model: &model,
+                root: &root,
+                rules: &rules,
+            };
+            let chat = base.request(tool_defs(&deps, &agent.mode), session.request_messages());
+            recorder.gate(&deps, stream, &cancel).await?;
+            let q = deps.queue.clone();
+            let mut partial = recorder.partial();
+            let started_ms = record::now_ms();
+            let mut live = live::LiveMeter::new(&deps.providers, &chat, total, &total_cost, recorder.session_cost_usd);
+            let mut on_delta = |delta: crate::llm::delta::Delta| match delta {
+                crate::llm::delta::Delta::Text { text } => {
+                    partial.push(&text);
+                    update(&q, stream, updates::agent_text(&text));
+                }
+                crate::llm::delta::Delta::Reasoning { text } => {
+                    partial.push_reasoning(&text);
+                    update(&q, stream, updates::agent_thought(&text));
+                }
+                crate::llm::delta::Delta::Retry {
                     attempt,
                     delay_ms,
                     class,
                     message,
-                },
-            ),
-            _ => {}
-        };
-        let mut emit = |delta: crate::llm::delta::Delta| {
-            if let Some(u) = live.as_mut().and_then(|l| l.on_delta(&delta)) {
-                update(&q, stream, u);
-            }
-            on_delta(delta)
-        };
-        let result = tokio::select! {
-            r = crate::hooks::call_model(&caller, &deps.providers, &chat, true, &mut emit) => r,
-            _ = cancel.cancelled() => Err(LlmError::cancelled()),
-        };
-        let done = match result {
-            Ok(done) => done,
-            Err(e) if e.class == ErrorClass::ContextOverflow && !compacted => {
-                compacted = true;
-                turn -= 1;
-                let started_ms = record::now_ms();
-                let (compacted_history, summary) = compaction::compact(
-                    &caller,
-                    &deps.providers,
-                    &model,
-                    &chat.messages,
-                    compaction::KEEP_RECENT,
-                )
-                .await?;
-                recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
-                if let Some(summary_message) = compacted_history.first() {
-                    let row = recorder.compaction(summary_message, compacted_history.len() - 1).await;
-                    update(
-                        &deps.queue,
-                        stream,
-                        updates::compaction(&row.id, &summary_message.plain_text()),
-                    );
+                } => mia_event(
+                    &q,
+                    stream,
+                    MiaEvent::Retry {
+                        attempt,
+                        delay_ms,
+                        class,
+                        message,
+                    },
+                ),
+                _ => {}
+            };
+            let mut emit = |delta: crate::llm::delta::Delta| {
+                if let Some(u) = live.as_mut().and_then(|l| l.on_delta(&delta)) {
+                    update(&q, stream, u);
                 }
-                add_usage(&mut total, &summary.usage);
-                add_cost(&mut total_cost, &summary.cost);
-                continue;
+                on_delta(delta)
+            };
+            let result = tokio::select! {
+                r = crate::hooks::call_model(&caller, &deps.providers, &chat, true, &mut emit) => r,
+                _ = cancel.cancelled() => Err(LlmError::cancelled()),
+            };
+            let done = match result {
+                Ok(done) => done,
+                Err(e) if e.class == ErrorClass::ContextOverflow && !compacted => {
+                    compacted = true;
+                    turn -= 1;
+                    let started_ms = record::now_ms();
+                    let (compacted_history, summary) = compaction::compact(
+                        &caller,
+                        &deps.providers,
+                        &model,
+                        &chat.messages,
+                        compaction::KEEP_RECENT,
+                    )
+                    .await?;
+                    recorder.usage(&deps, stream, &summary, "compaction", started_ms).await;
+                    if let Some(summary_message) = compacted_history.first() {
+                        let row = recorder.compaction(summary_message, compacted_history.len() - 1).await;
+                        update(
+                            &deps.queue,
+                            stream,
+                            updates::compaction(&row.id, &summary_message.plain_text()),
+                        );
+                    }
+                    add_usage(&mut total, &summary.usage);
+                    add_cost(&mut total_cost, &summary.cost);
+                    continue;
+                }
+                Err(e) => {
+                    let state = if e.class == ErrorClass::Cancelled {
+                        crate::store::MessageState::Cancelled
+                    } else {
+                        crate::store::MessageState::Error
+                    };
+                    recorder.interrupted(&partial, state).await;
+                    return Err(e);
+                }
+            };
+            recorder.usage(&deps, stream, &done, &agent.name, started_ms).await;
+            answered_by = done.model.clone();
+            add_usage(&mut total, &done.usage);
+            add_cost(&mut total_cost, &done.cost);
+            // The answer's stored id: its tool calls see it as `ctx.message_id`.
+            let message_id = if done.message.parts.is_empty() {
+                String::new()
+            } else {
+                recorder.message(&done.message, json!({})).await
+            };
+            let stop = match done.stop_reason {
+                crate::llm::message::StopReason::MaxTokens => Stop::MaxTokens,
+                crate::llm::message::StopReason::ContentFilter => Stop::Refusal,
+                _ => Stop::EndTurn,
+            };
+            if done.tool_calls.is_empty() {
+                return Ok(finish(
+                    &answered_by,
+                    total,
+                    total_cost,
+                    recorder.session_cost_usd,
+                    stop,
+                    None,
+                ));
             }
-            Err(e) => {
-                let state = if e.class == ErrorClass::Cancelled {
-                    crate::store::MessageState::Cancelled
-                } else {
-                    crate::store::MessageState::Error
-                };
-                recorder.interrupted(&partial, state).await;
-                return Err(e);
+            let (results, outcomes) = tool_round::run(
+                &deps,
+                stream,
+                &agent,
+                &root,
+                &info.id,
+                &message_id,
+                &done,
+                &mut remembered,
+                &cancel,
+                &chat.messages,
+                Some(&scope),
+            )
+            .await;
+            recorder.message(&results, json!({ "tools": outcomes })).await;
+            if cancel.is_cancelled() {
+                return Err(LlmError::cancelled());
             }
-        };
-        recorder.usage(&deps, stream, &done, &agent.name, started_ms).await;
-        answered_by = done.model.clone();
-        add_usage(&mut total, &done.usage);
-        add_cost(&mut total_cost, &done.cost);
-        // The answer's stored id: its tool calls see it as `ctx.message_id`.
-        let message_id = if done.message.parts.is_empty() {
-            String::new()
-        } else {
-            recorder.message(&done.message, json!({})).await
-        };
-        let stop = match done.stop_reason {
-            crate::llm::message::StopReason::MaxTokens => Stop::MaxTokens,
-            crate::llm::message::StopReason::ContentFilter => Stop::Refusal,
-            _ => Stop::EndTurn,
-        };
-        if done.tool_calls.is_empty() {
-            return Ok(finish(
-                &answered_by,
-                total,
-                total_cost,
-                recorder.session_cost_usd,
-                stop,
-                None,
-            ));
         }
-        let (results, outcomes) = tool_round::run(
-            &deps,
-            stream,
-            &agent,
-            &root,
-            &info.id,
-            &message_id,
-            &done,
-            &mut remembered,
-            &cancel,
-            &chat.messages,
-            Some(&scope),
-        )
-        .await;
-        recorder.message(&results, json!({ "tools": outcomes })).await;
-        if cancel.is_cancelled() {
-            return Err(LlmError::cancelled());
-        }
+        Ok(finish(
+            &answered_by,
+            total,
+            total_cost,
+            recorder.session_cost_usd,
+            Stop::MaxTurnRequests,
+            Some(format!("stopped after {max_turns} turns (max_turns)")),
+        ))
     }
-    Ok(finish(
-        &answered_by,
-        total,
-        total_cost,
-        recorder.session_cost_usd,
-        Stop::MaxTurnRequests,
-        Some(format!("stopped after {max_turns} turns (max_turns)")),
-    ))
+    .await;
+    recorder.settle().await;
+    result
 }
 
 /// The turn's end: totals over every request of the turn.

@@ -9,6 +9,7 @@
 //! A compaction is stored as a message of its own that covers the older
 //! messages (which stay stored); see [`crate::store::MessageKind`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -47,19 +48,24 @@ fn partial_parts(reasoning: &str, text: &str) -> serde_json::Value {
     serde_json::to_value(parts).unwrap_or(json!([]))
 }
 
-/// Writes a streaming answer to the store at most once per second.
+/// Writes a streaming answer to the store at most once per second, once
+/// the prompt before it is stored (so the answer is numbered after it).
 #[derive(Clone)]
 pub struct Checkpointer {
-    store: Arc<Store>,
+    session: Arc<Session>,
+    recorded: Arc<AtomicBool>,
     row: MessageRow,
 }
 
 impl Checkpointer {
     pub fn save(&self, reasoning: &str, text: &str) {
+        if !self.recorded.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(store) = self.session.store() else { return };
         let mut row = self.row.clone();
         row.parts = partial_parts(reasoning, text);
         row.updated_at_ms = now_ms();
-        let store = self.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.append_message(row).await {
                 tracing::warn!("checkpoint failed: {e}");
@@ -73,7 +79,7 @@ pub struct Partial {
     pub text: String,
     pub reasoning: String,
     last: Instant,
-    cp: Option<Checkpointer>,
+    cp: Checkpointer,
 }
 
 impl Partial {
@@ -88,11 +94,9 @@ impl Partial {
     }
 
     fn tick(&mut self) {
-        if let Some(cp) = &self.cp {
-            if self.last.elapsed() >= CHECKPOINT_EVERY {
-                cp.save(&self.reasoning, &self.text);
-                self.last = Instant::now();
-            }
+        if self.last.elapsed() >= CHECKPOINT_EVERY {
+            self.cp.save(&self.reasoning, &self.text);
+            self.last = Instant::now();
         }
     }
 }
@@ -172,9 +176,21 @@ pub async fn gate_spend(
 
 /// The store side of one run: everything goes through the session, which
 /// keeps its log in memory and in the store.
+///
+/// The prompt is stored beside the first request rather than before it:
+/// the store may still be opening when a turn starts (the first prompt
+/// after Neovim starts), and its first write takes a transaction. Every
+/// later step that touches the store or the log waits for that write
+/// first ([`Recorder::settle`]), so the store numbers the prompt before
+/// anything the turn adds, and a run settles before it returns.
 pub struct Recorder {
     session: Arc<Session>,
     store: Option<Arc<Store>>,
+    /// Storing the session row and the prompt (and, for a session that was
+    /// stored before, reading what it has cost): until [`Recorder::settle`].
+    pending: Option<tokio::task::JoinHandle<f64>>,
+    /// Set once the prompt is stored: checkpoints of the answer wait for it.
+    recorded: Arc<AtomicBool>,
     session_id: String,
     /// The id the run's next message (answer or tool results) is stored
     /// under; its checkpoints and its usage row use it too.
@@ -185,7 +201,9 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Records the session and the new user message, and shows the prompt.
+    /// Adds the new user message to the log and shows the prompt; the
+    /// session row and the message are stored in the background until
+    /// [`Recorder::settle`] (at once for a session stored before).
     pub async fn start(
         deps: &AgentDeps,
         stream: StreamId,
@@ -207,13 +225,14 @@ impl Recorder {
         let mut r = Recorder {
             session: session.clone(),
             store,
+            pending: None,
+            recorded: Arc::new(AtomicBool::new(false)),
             next_id: new_message_id(&session_id),
             session_id,
             offset_s: prompt.utc_offset_s,
             budgets: deps.settings.costs,
             session_cost_usd: 0.0,
         };
-        // A session that was never stored has spent nothing yet: no need to ask the store.
         let new = session.is_new();
         let model = session.info().model;
         let mut parts = vec![Part::Text {
@@ -234,9 +253,24 @@ impl Recorder {
         if !attached.records.is_empty() {
             row.meta["mentions"] = json!(attached.records);
         }
-        // Both writes are queued before either is awaited: the store's
-        // writer takes them in this order, usually in one transaction.
-        tokio::join!(session.persist(), session.append(row));
+        // In the log at once (the request carries it); stored beside it.
+        let row = session.append_local(row);
+        let (stored, recorded) = (session.clone(), r.recorded.clone());
+        r.pending = Some(tokio::spawn(async move {
+            if stored.store().is_none() {
+                stored.attach_store(crate::runtime::store().await);
+            }
+            // Both writes are queued before either is awaited: the store's
+            // writer takes them in this order, usually in one transaction.
+            tokio::join!(stored.persist(), stored.store_row(row));
+            recorded.store(true, Ordering::Release);
+            // A session that was never stored has spent nothing yet: no need to ask the store.
+            if new {
+                0.0
+            } else {
+                stored.cost_usd().await
+            }
+        }));
         update(
             &deps.queue,
             stream,
@@ -248,10 +282,26 @@ impl Recorder {
         if let Some(title) = new_title {
             update(&deps.queue, stream, updates::session_title(&title));
         }
+        // A stored session's spend so far goes into the live cost the
+        // first request shows; its store is open already (it was loaded).
         if !new {
-            r.session_cost_usd = session.cost_usd().await;
+            r.settle().await;
         }
         r
+    }
+
+    /// Waits until the prompt is stored (see [`Recorder`]); at once after
+    /// the first time.
+    pub async fn settle(&mut self) {
+        let Some(pending) = self.pending.take() else { return };
+        match pending.await {
+            Ok(cost) => self.session_cost_usd = cost,
+            Err(e) => {
+                tracing::warn!("recording the prompt failed: {e}");
+                self.recorded.store(true, Ordering::Release);
+            }
+        }
+        self.store = self.session.store();
     }
 
     /// Moves on to a new id for the next message.
@@ -261,8 +311,9 @@ impl Recorder {
 
     /// A partial-text holder for the next assistant message, checkpointed to the store.
     pub fn partial(&self) -> Partial {
-        let cp = self.store.clone().map(|store| Checkpointer {
-            store,
+        let cp = Checkpointer {
+            session: self.session.clone(),
+            recorded: self.recorded.clone(),
             row: message_row(
                 &self.session_id,
                 self.next_id.clone(),
@@ -270,7 +321,7 @@ impl Recorder {
                 json!([]),
                 MessageState::Streaming,
             ),
-        });
+        };
         Partial {
             text: String::new(),
             reasoning: String::new(),
@@ -282,6 +333,7 @@ impl Recorder {
     /// Stores a finished message (assistant answer or tool results) at the
     /// next position, with `meta` (e.g. how each tool call ended); its id.
     pub async fn message(&mut self, message: &Message, meta: serde_json::Value) -> String {
+        self.settle().await;
         let id = self.take_id();
         let parts = serde_json::to_value(&message.parts).unwrap_or(json!([]));
         let mut row = message_row(
@@ -299,6 +351,7 @@ impl Recorder {
     /// Stores the summary of an automatic compaction that kept the latest
     /// `keep_last` messages verbatim.
     pub async fn compaction(&mut self, summary: &Message, keep_last: usize) -> MessageRow {
+        self.settle().await;
         let id = self.take_id();
         let parts = serde_json::to_value(&summary.parts).unwrap_or(json!([]));
         let row = message_row(&self.session_id, id, summary.role, parts, MessageState::Complete);
@@ -307,6 +360,7 @@ impl Recorder {
 
     /// Stores what an interrupted answer had produced.
     pub async fn interrupted(&mut self, partial: &Partial, state: MessageState) {
+        self.settle().await;
         if partial.text.is_empty() && partial.reasoning.is_empty() {
             return;
         }
@@ -333,10 +387,16 @@ impl Recorder {
 
     /// Checks the budgets before a request; a reached limit asks the user
     /// (soft) or refuses (hard). Refusing sends nothing to the provider.
-    pub async fn gate(&self, deps: &AgentDeps, stream: StreamId, cancel: &CancellationToken) -> Result<(), LlmError> {
+    pub async fn gate(
+        &mut self,
+        deps: &AgentDeps,
+        stream: StreamId,
+        cancel: &CancellationToken,
+    ) -> Result<(), LlmError> {
         if !self.budgets.has_limit() {
             return Ok(());
         }
+        self.settle().await;
         let Some(spend) = self.spend().await else { return Ok(()) };
         gate_spend(&self.budgets, spend, &deps.calls, &deps.queue, stream, cancel).await
     }
@@ -344,6 +404,7 @@ impl Recorder {
     /// Records one provider call and tells the UI the new totals; warns
     /// once when a warning threshold is crossed.
     pub async fn usage(&mut self, deps: &AgentDeps, stream: StreamId, done: &StreamDone, agent: &str, started_ms: i64) {
+        self.settle().await;
         let before = if self.budgets.has_warning() {
             self.spend().await
         } else {

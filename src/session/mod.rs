@@ -321,6 +321,35 @@ impl Session {
         row
     }
 
+    /// Adds `row` to the log in memory only, numbered after the last row,
+    /// so that the next request carries it at once. [`Session::store_row`]
+    /// stores it afterwards and takes the store's number.
+    pub fn append_local(&self, row: MessageRow) -> MessageRow {
+        let mut row = row;
+        row.seq = 0;
+        self.push(row.clone());
+        let s = self.lock();
+        s.log.iter().find(|r| r.id == row.id).cloned().unwrap_or(row)
+    }
+
+    /// Stores a row [`Session::append_local`] added, and keeps the number
+    /// the store gave it. Without a store, or when the write fails
+    /// (logged), the row stays in memory as it is.
+    pub async fn store_row(&self, row: MessageRow) {
+        let Some(store) = self.store() else { return };
+        match store.append_message(row.clone()).await {
+            Ok(seq) => {
+                // The store's number as it is (0 included: `push` reads 0 as "unnumbered").
+                let mut s = self.lock();
+                if let Some(r) = s.log.iter_mut().find(|r| r.id == row.id) {
+                    r.seq = seq;
+                }
+                s.log.sort_by_key(|r| r.seq);
+            }
+            Err(e) => tracing::warn!("cannot record a message: {e}"),
+        }
+    }
+
     /// Appends a compaction summary that stands for every message but the
     /// latest `keep_last` ones that requests send.
     pub async fn append_compaction(&self, mut row: MessageRow, keep_last: usize) -> MessageRow {
@@ -524,6 +553,30 @@ mod tests {
         let sent: Vec<String> = s.request_messages().iter().map(Message::plain_text).collect();
         assert_eq!(sent, vec!["(summary) alpha and beta", "gamma?"]);
         assert_eq!(s.len(), 6, "the covered messages stay in the log");
+    }
+
+    #[test]
+    fn a_prompt_is_sent_before_it_is_stored_and_takes_the_stores_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open(&dir.path().join("mia.sqlite3")).unwrap());
+        let s = Session::new(info("s4"), None);
+        let texts = |s: &Session| -> Vec<String> { s.request_messages().iter().map(Message::plain_text).collect() };
+        let prompt = s.append_local(text_row(&s, Role::User, "first?"));
+        // The next request carries it before any store is there.
+        assert_eq!(texts(&s), ["first?"]);
+        s.attach_store(Some(store.clone()));
+        block_on(async {
+            s.persist().await;
+            s.store_row(prompt).await;
+            s.append(text_row(&s, Role::Assistant, "answer")).await;
+            s.append(text_row(&s, Role::User, "second?")).await;
+        });
+        assert_eq!(texts(&s), ["first?", "answer", "second?"]);
+        // The log in memory is numbered as the store numbered it, from 0.
+        let stored: Vec<i64> = block_on(store.messages("s4")).unwrap().iter().map(|r| r.seq).collect();
+        let in_memory: Vec<i64> = s.lock().log.iter().map(|r| r.seq).collect();
+        assert_eq!(stored, [0, 1, 2]);
+        assert_eq!(in_memory, stored);
     }
 
     #[test]

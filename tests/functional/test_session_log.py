@@ -166,3 +166,43 @@ def test_automatic_compaction_on_context_overflow_stores_the_summary(make, serve
     assert contents == [
         ("user", summary), ("assistant", "echo an earlier turn"), ("user", "context"), ("user", "echo after resume"),
     ]
+
+
+def test_a_store_another_process_holds_does_not_hold_back_the_first_request(make, server, data_home):
+    """The first prompt's request goes out while the store is still opening
+    (here: waiting for another process's write lock), and its answer
+    streams; once the lock is released the prompt is stored before the
+    answer and the turn's end, in that order."""
+    first = make("first")
+    prompt(first, "before?")
+    first.close()
+    store = sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3", isolation_level=None)
+    try:
+        store.execute("BEGIN IMMEDIATE")  # what another Neovim does while it writes
+        second = make("second")
+        second.nvim.command("Mia prompt held?")
+        # Polled without Neovim's wait: the lock is held at most 3 s (the
+        # store gives up waiting after 5), and Neovim must stay free meanwhile.
+        answered = False
+        for _ in range(150):
+            if second.chat_text().count("held?") == 2:  # the prompt and its echo
+                answered = True
+                break
+            time.sleep(0.02)
+        sent = [m["content"] for m in posts(server)[-1]["messages"] if m["role"] == "user"]
+        assert answered, f"no answer while the store was locked:\n{second.chat_text()}"
+        assert sent == ["held?"]
+        assert second.lua("return require('mia.chat').state()") == "streaming"  # its end waits for the store
+    finally:
+        store.execute("ROLLBACK")
+        store.close()
+    second.wait("require('mia.chat').state() == 'done'")
+    with sqlite3.connect(data_home / "nvim" / "mia" / "mia.sqlite3") as c:
+        stored = c.execute(
+            "select seq, role, parts, json_extract(meta, '$.turn_end.stopReason') from messages where session_id = "
+            "(select id from sessions order by created_at_ms desc limit 1) order by seq"
+        ).fetchall()
+    assert [(seq, role, text_of(parts), end) for seq, role, parts, end in stored] == [
+        (0, "user", "held?", None), (1, "assistant", "held?", None), (2, "assistant", "", "end_turn"),
+    ]
+    assert second.messages().count("mia:") == 0, second.messages()
