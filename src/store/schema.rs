@@ -508,9 +508,11 @@ pub(crate) fn open_writer(path: &Path) -> Result<Connection, StoreError> {
 /// Starts an empty write-ahead log now. The first commit into an empty log
 /// writes its header and waits for the disk to sync it (0.7-2 ms measured
 /// here). The log is empty whenever the last Neovim checkpointed it on the
-/// way out, so without this the first turn's prompt paid that wait before
-/// its request could go. Here it falls in the store's opening, which runs
-/// while the first command is still busy on the main thread.
+/// way out, so without this the first turn's prompt paid that wait when it
+/// was stored, and the turn's answer and end are stored after it. Here it
+/// falls in the store's opening, which runs while the first command is
+/// still busy on the main thread. (Measured again once the prompt no longer
+/// held its request back: first turn 15.55 ms with this, 16.33 without.)
 ///
 /// The commit rewrites the schema version with its own value, inside one
 /// write transaction so that no other process can move it in between: it
