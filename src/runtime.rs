@@ -154,6 +154,13 @@ pub fn sessions() -> Arc<crate::session::Sessions> {
 }
 
 static STORE: tokio::sync::OnceCell<Option<Arc<crate::store::Store>>> = tokio::sync::OnceCell::const_new();
+/// Why the store could not be opened (the message names the file and the fix).
+static STORE_ERROR: OnceLock<String> = OnceLock::new();
+
+/// Why [`store`] gave `None` although a data directory is configured.
+pub fn store_error() -> Option<String> {
+    STORE_ERROR.get().cloned()
+}
 
 /// Moves the store's write-ahead log into the main file and empties it,
 /// if this process opened the store, waiting at most `wait` (SQLite leaves
@@ -186,10 +193,12 @@ pub async fn store() -> Option<Arc<crate::store::Store>> {
                 Ok(Ok(store)) => Some(Arc::new(store)),
                 Ok(Err(e)) => {
                     tracing::error!("cannot open the store: {e}");
+                    let _ = STORE_ERROR.set(e.to_string());
                     None
                 }
                 Err(e) => {
                     tracing::error!("cannot open the store: {e}");
+                    let _ = STORE_ERROR.set(format!("opening the store failed: {e}"));
                     None
                 }
             }

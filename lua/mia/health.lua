@@ -107,6 +107,11 @@ function M.check()
     db,
     st and string.format("%.1f MB", st.size / 1e6) or "created on the first prompt"
   ))
+  -- Known once this Neovim has tried to open it (its first prompt or report).
+  local status = core and core.status and select(2, pcall(core.status))
+  if type(status) == "table" and type(status.store_error) == "string" then
+    health.error("the store could not be opened: chats and costs are not being saved", { status.store_error })
+  end
   health.info("log file: " .. cfg.log_file)
   local clip = require("mia.paste").tool()
   if clip then

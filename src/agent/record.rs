@@ -174,6 +174,20 @@ pub async fn gate_spend(
     }
 }
 
+/// Says once per process that chats are not saved because the store could
+/// not be opened (its error names the file and what to do); without a data
+/// directory there is nothing to say.
+fn warn_unsaved(queue: &crate::events::EventQueue, stream: StreamId) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let Some(why) = crate::runtime::store_error() else {
+        return;
+    };
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        let text = format!("mia: chats and costs are not being saved: {why}");
+        mia_event(queue, stream, MiaEvent::Warning { text });
+    }
+}
+
 /// The store side of one run: everything goes through the session, which
 /// keeps its log in memory and in the store.
 ///
@@ -255,10 +269,13 @@ impl Recorder {
         }
         // In the log at once (the request carries it); stored beside it.
         let row = session.append_local(row);
-        let (stored, recorded) = (session.clone(), r.recorded.clone());
+        let (stored, recorded, queue) = (session.clone(), r.recorded.clone(), deps.queue.clone());
         r.pending = Some(tokio::spawn(async move {
             if stored.store().is_none() {
                 stored.attach_store(crate::runtime::store().await);
+                if stored.store().is_none() {
+                    warn_unsaved(&queue, stream);
+                }
             }
             // Both writes are queued before either is awaited: the store's
             // writer takes them in this order, usually in one transaction.

@@ -798,6 +798,7 @@ fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
         let providers = runtime::providers();
         t.set("clients", providers.clients_built())?;
         t.set("providers", providers.names())?;
+        t.set("store_error", runtime::store_error())?;
         Ok(t)
     })
 }

@@ -206,3 +206,25 @@ def test_a_store_another_process_holds_does_not_hold_back_the_first_request(make
         (0, "user", "held?", None), (1, "assistant", "held?", None), (2, "assistant", "", "end_turn"),
     ]
     assert second.messages().count("mia:") == 0, second.messages()
+
+
+def test_a_store_that_cannot_be_opened_is_said_once_and_the_chat_goes_on(make, server, data_home):
+    """A file that is no database where the store should be: the prompt is
+    still answered, and one warning names the file, says chats are not being
+    saved and what to do; the next prompt does not repeat it."""
+    path = data_home / "nvim" / "mia" / "mia.sqlite3"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a database\n" * 300)
+    ed = make()
+    prompt(ed, "first?")
+    prompt(ed, "second?")
+    assert turns(ed.chat_text()) == [("you", "first?"), ("mia", "first?"), ("you", "second?"), ("mia", "second?")]
+    warnings = [line for line in ed.messages().splitlines() if "not being saved" in line]
+    assert len(warnings) == 1, ed.messages()
+    assert str(path) in warnings[0] and "not a usable mia database" in warnings[0], warnings[0]
+    assert "move it away" in warnings[0], warnings[0]
+    assert path.read_bytes() == b"not a database\n" * 300  # left as it was
+    ed.nvim.command("checkhealth mia")
+    files = "\n".join(ed.nvim.current.buffer[:]).split("mia: files", 1)[1]
+    assert "ERROR the store could not be opened: chats and costs are not being saved" in files, files
+    assert "not a usable mia database" in files, files
