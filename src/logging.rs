@@ -6,16 +6,16 @@
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, Once};
+use std::sync::{Arc, Condvar, Mutex, Once, OnceLock};
 use std::time::Duration;
 
-use tracing_appender::non_blocking::{NonBlockingBuilder, WorkerGuard};
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// Lines waiting for the log's writer thread; more are dropped (the
-/// default). The queue is allocated whole up front: tracing-appender's
+/// default), and the log says how many ([`Counted`]). The queue is allocated whole up front: tracing-appender's
 /// default of 128,000 lines took 4 MB, and its page faults most of the
 /// 3-6 ms the logger took to build, on a core the first command needs.
 const LOG_QUEUE_LINES: usize = 8_192;
@@ -75,9 +75,11 @@ pub fn wait_ready(max: Duration) {
 fn install(file: &Path, level: &str) {
     // The file is created and opened by the writer's own thread, on the
     // first line written.
+    let dropped = Arc::new(OnceLock::new());
     let (writer, guard) = NonBlockingBuilder::default()
         .buffered_lines_limit(LOG_QUEUE_LINES)
-        .finish(LazyFile::new(file));
+        .finish(Counted::new(LazyFile::new(file), dropped.clone()));
+    let _ = dropped.set(writer.error_counter());
     let installed = tracing_subscriber::fmt()
         .with_writer(writer)
         .with_ansi(false)
@@ -153,6 +155,57 @@ impl Write for LazyFile {
     }
 }
 
+/// The log's writer, which first says how many lines the full queue dropped
+/// since the last line it wrote: logging never makes a thread wait, but
+/// what it leaves out is counted, not silent.
+struct Counted<W> {
+    inner: W,
+    /// The queue's count of dropped lines (set once the queue exists).
+    dropped: Arc<OnceLock<ErrorCounter>>,
+    reported: usize,
+}
+
+impl<W: Write> Counted<W> {
+    fn new(inner: W, dropped: Arc<OnceLock<ErrorCounter>>) -> Self {
+        Counted {
+            inner,
+            dropped,
+            reported: 0,
+        }
+    }
+
+    /// The line that reports `n` dropped lines, in the log's own format.
+    fn notice(n: usize) -> String {
+        let now = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap_or_default();
+        format!(
+            "{now}  WARN mia_core::logging: {n} log line(s) were dropped: more than {LOG_QUEUE_LINES} were waiting \
+             to be written\n"
+        )
+    }
+}
+
+impl<W: Write> Write for Counted<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.write(buf)
+    }
+
+    /// The queue's worker writes each line with one `write_all`.
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        let dropped = self.dropped.get().map_or(0, ErrorCounter::dropped_lines);
+        if dropped > self.reported {
+            self.inner.write_all(Self::notice(dropped - self.reported).as_bytes())?;
+            self.reported = dropped;
+        }
+        self.inner.write_all(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// Flushes what is buffered (called at shutdown).
 pub fn flush() {
     GUARD.lock().unwrap_or_else(|p| p.into_inner()).take();
@@ -160,8 +213,78 @@ pub fn flush() {
 
 #[cfg(test)]
 mod tests {
-    use super::filter;
+    use super::*;
+    use std::sync::mpsc;
     use tracing::Level;
+
+    /// A file that takes its first line only when released, so that the
+    /// queue behind it fills up.
+    struct Held {
+        out: Arc<Mutex<Vec<u8>>>,
+        entered: mpsc::Sender<()>,
+        release: mpsc::Receiver<()>,
+        held: bool,
+    }
+
+    impl Write for Held {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            if !self.held {
+                self.held = true;
+                let _ = self.entered.send(());
+                let _ = self.release.recv();
+            }
+            self.out.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_a_full_queue_drops_are_counted_in_the_log() {
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel();
+        let held = Held {
+            out: out.clone(),
+            entered: entered_tx,
+            release: release_rx,
+            held: false,
+        };
+        let dropped = Arc::new(OnceLock::new());
+        let (mut writer, guard) = NonBlockingBuilder::default()
+            .buffered_lines_limit(2)
+            .finish(Counted::new(held, dropped.clone()));
+        let _ = dropped.set(writer.error_counter());
+        writer.write_all(b"first\n").unwrap();
+        entered.recv().unwrap(); // the writer holds "first"; the queue is empty
+        for i in 0..5 {
+            writer.write_all(format!("line {i}\n").as_bytes()).unwrap(); // two fit, three do not
+        }
+        release.send(()).unwrap();
+        // Once the queue is written out, the next line fits again.
+        for _ in 0..5000 {
+            if String::from_utf8_lossy(&out.lock().unwrap()).contains("line 1\n") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        writer.write_all(b"last\n").unwrap();
+        drop(guard); // waits for what is queued to be written
+        let text = String::from_utf8(out.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 5, "{text}");
+        assert_eq!(lines[0], "first");
+        assert!(
+            lines[1].ends_with(
+                "WARN mia_core::logging: 3 log line(s) were dropped: more than 8192 were waiting to be written"
+            ),
+            "{text}"
+        );
+        assert_eq!(lines[2..], ["line 0", "line 1", "last"]);
+    }
 
     #[test]
     fn the_filter_keeps_mia_lines_at_the_level_and_above() {
