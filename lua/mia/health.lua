@@ -110,7 +110,10 @@ function M.check()
   -- Known once this Neovim has tried to open it (its first prompt or report).
   local status = core and core.status and select(2, pcall(core.status))
   if type(status) == "table" and type(status.store_error) == "string" then
-    health.error("the store could not be opened: chats and costs are not being saved", { status.store_error })
+    health.error(
+      "the store could not be opened: chats and costs are not being saved",
+      { status.store_error, "This Neovim keeps going without it: restart Neovim once the file is fixed." }
+    )
   end
   health.info("log file: " .. cfg.log_file)
   local clip = require("mia.paste").tool()

@@ -183,7 +183,7 @@ fn warn_unsaved(queue: &crate::events::EventQueue, stream: StreamId) {
         return;
     };
     if !WARNED.swap(true, Ordering::Relaxed) {
-        let text = format!("mia: chats and costs are not being saved: {why}");
+        let text = format!("mia: chats and costs are not being saved: {why} (then restart Neovim)");
         mia_event(queue, stream, MiaEvent::Warning { text });
     }
 }

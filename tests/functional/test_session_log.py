@@ -222,9 +222,9 @@ def test_a_store_that_cannot_be_opened_is_said_once_and_the_chat_goes_on(make, s
     warnings = [line for line in ed.messages().splitlines() if "not being saved" in line]
     assert len(warnings) == 1, ed.messages()
     assert str(path) in warnings[0] and "not a usable mia database" in warnings[0], warnings[0]
-    assert "move it away" in warnings[0], warnings[0]
+    assert "move it away" in warnings[0] and warnings[0].endswith("(then restart Neovim)"), warnings[0]
     assert path.read_bytes() == b"not a database\n" * 300  # left as it was
     ed.nvim.command("checkhealth mia")
     files = "\n".join(ed.nvim.current.buffer[:]).split("mia: files", 1)[1]
     assert "ERROR the store could not be opened: chats and costs are not being saved" in files, files
-    assert "not a usable mia database" in files, files
+    assert "not a usable mia database" in files and "restart Neovim once the file is fixed" in files, files
