@@ -15,9 +15,10 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// Lines waiting for the log's writer thread; more are dropped (the
-/// default), and the log says how many ([`Counted`]). The queue is allocated whole up front: tracing-appender's
-/// default of 128,000 lines took 4 MB, and its page faults most of the
-/// 3-6 ms the logger took to build, on a core the first command needs.
+/// default), and the log says how many ([`Counted`]). The queue is
+/// allocated whole up front: tracing-appender's default of 128,000 lines
+/// took 4 MB, and its page faults most of the 3-6 ms the logger took to
+/// build, on a core the first command needs.
 const LOG_QUEUE_LINES: usize = 8_192;
 
 static INIT: Once = Once::new();

@@ -24,7 +24,7 @@ use crate::llm::delta::StreamDone;
 use crate::llm::error::{ErrorClass, LlmError};
 use crate::llm::message::{Message, Part, Role};
 use crate::session::{message_row, updates, Session};
-use crate::store::{MessageRow, MessageState, Store, UsageRow};
+use crate::store::{MessageRow, MessageState, UsageRow};
 
 /// How often a streaming answer is written to the store.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -199,7 +199,6 @@ fn warn_unsaved(queue: &crate::events::EventQueue, stream: StreamId) {
 /// anything the turn adds, and a run settles before it returns.
 pub struct Recorder {
     session: Arc<Session>,
-    store: Option<Arc<Store>>,
     /// Storing the session row and the prompt (and, for a session that was
     /// stored before, reading what it has cost): until [`Recorder::settle`].
     pending: Option<tokio::task::JoinHandle<f64>>,
@@ -235,10 +234,8 @@ impl Recorder {
             session.update_info(None, None, Some(title));
         }
         let session_id = session.id();
-        let store = session.store();
         let mut r = Recorder {
             session: session.clone(),
-            store,
             pending: None,
             recorded: Arc::new(AtomicBool::new(false)),
             next_id: new_message_id(&session_id),
@@ -318,7 +315,6 @@ impl Recorder {
                 self.recorded.store(true, Ordering::Release);
             }
         }
-        self.store = self.session.store();
     }
 
     /// Moves on to a new id for the next message.
@@ -393,7 +389,7 @@ impl Recorder {
     }
 
     async fn spend(&self) -> Option<Spend> {
-        let store = self.store.as_ref()?;
+        let store = self.session.store()?;
         let (start, end) = local_day(now_ms(), self.offset_s);
         let s = store.spend(&self.session_id, start, end).await.ok()?;
         Some(Spend {
@@ -427,7 +423,7 @@ impl Recorder {
         } else {
             None
         };
-        if let Some(store) = &self.store {
+        if let Some(store) = self.session.store() {
             let row = usage_row(
                 Some(&self.session_id),
                 Some(self.next_id.clone()),
