@@ -58,10 +58,67 @@ struct Listener {
     waiting: Option<Progress>,
 }
 
+/// Most tokens whose reports are kept before a call claims them.
+const EARLY_TOKENS: usize = 16;
+/// Longest token (as JSON) whose reports are kept before a call claims them.
+const EARLY_TOKEN_BYTES: usize = 64;
+
+/// The progress of the calls in flight, by token. A server may report
+/// before its call is registered here: it can answer the request at once,
+/// and the SDK hands the report over while `call_tool` still awaits the
+/// request's sending. Such a report (the newest per token) is kept and
+/// passed on when its call registers. Tokens nobody registers (one mia
+/// never handed out, a call that ended) go with the oldest, beyond
+/// [`EARLY_TOKENS`].
+#[derive(Default)]
+struct Progresses {
+    calls: HashMap<String, Listener>,
+    early: VecDeque<(String, Progress)>,
+}
+
+impl Progresses {
+    /// Registers the sink of call `key`; returns the report that came
+    /// before it, if one did (to pass on now).
+    fn register(&mut self, key: String, sink: ProgressSink, now: Instant) -> Option<Progress> {
+        let early = self
+            .early
+            .iter()
+            .position(|(k, _)| *k == key)
+            .and_then(|i| self.early.remove(i))
+            .map(|(_, report)| report);
+        let last = early.as_ref().map(|_| now);
+        self.calls.insert(
+            key,
+            Listener {
+                sink,
+                last,
+                waiting: None,
+            },
+        );
+        early
+    }
+
+    /// Keeps `report` of a token no call has registered (yet). The SDK's
+    /// tokens are numbers: a long one is none of mia's, and is not kept.
+    fn keep_early(&mut self, key: String, report: Progress) {
+        if key.len() > EARLY_TOKEN_BYTES {
+            return;
+        }
+        if let Some(entry) = self.early.iter_mut().find(|(k, _)| *k == key) {
+            entry.1 = report;
+            return;
+        }
+        if self.early.len() == EARLY_TOKENS {
+            self.early.pop_front();
+        }
+        self.early.push_back((key, report));
+    }
+}
+
 /// What the SDK calls on a server's notifications: progress goes to the
 /// call it names; a changed tool list wakes [`McpClient::tools_changed`].
 struct Handler {
-    progress: Arc<Mutex<HashMap<String, Listener>>>,
+    progress: Arc<Mutex<Progresses>>,
     tools_changed: Arc<Notify>,
 }
 
@@ -93,9 +150,10 @@ impl ClientHandler for Handler {
         let key = token_key(&params.progress_token);
         let now = Instant::now();
         let (sink, now_report, wait) = {
-            let mut calls = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-            // A token mia did not hand out (or of a call that ended) is ignored.
-            let Some(l) = calls.get_mut(&key) else {
+            let mut progresses = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+            // A token no call registered: kept, in case its call is about to.
+            let Some(l) = progresses.calls.get_mut(&key) else {
+                progresses.keep_early(key, report);
                 return;
             };
             match l.last {
@@ -118,12 +176,14 @@ impl ClientHandler for Handler {
             sink(report);
         }
         let Some(wait) = wait else { return };
-        let calls = self.progress.clone();
+        let shared = self.progress.clone();
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             let waiting = {
-                let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
-                let Some(l) = calls.get_mut(&key) else { return };
+                let mut progresses = shared.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(l) = progresses.calls.get_mut(&key) else {
+                    return;
+                };
                 l.last = Some(Instant::now());
                 l.waiting.take()
             };
@@ -145,7 +205,7 @@ struct OpenRequest {
     peer: rmcp::service::Peer<RoleClient>,
     id: Option<RequestId>,
     token: String,
-    progress: Arc<Mutex<HashMap<String, Listener>>>,
+    progress: Arc<Mutex<Progresses>>,
     reason: &'static str,
 }
 
@@ -154,6 +214,7 @@ impl Drop for OpenRequest {
         self.progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .calls
             .remove(&self.token);
         let Some(id) = self.id.take() else { return };
         let notification =
@@ -176,7 +237,7 @@ pub struct McpClient {
     /// Fires when the server's stderr has been read to its end.
     stderr_done: CancellationToken,
     timeout: Duration,
-    progress: Arc<Mutex<HashMap<String, Listener>>>,
+    progress: Arc<Mutex<Progresses>>,
     tools_changed: Arc<Notify>,
     /// A stdio server's process group, ended with the client.
     _group: crate::reaper::GroupGuard,
@@ -189,7 +250,7 @@ impl McpClient {
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         let stderr_done = CancellationToken::new();
         let timeout = Duration::from_millis(spec.timeout_ms);
-        let progress: Arc<Mutex<HashMap<String, Listener>>> = Arc::default();
+        let progress: Arc<Mutex<Progresses>> = Arc::default();
         let tools_changed = Arc::new(Notify::new());
         let handler = || Handler {
             progress: progress.clone(),
@@ -351,14 +412,14 @@ impl McpClient {
             reason: "stopped by the user",
         };
         if let Some(sink) = progress {
-            self.progress.lock().unwrap_or_else(|p| p.into_inner()).insert(
+            let early = self.progress.lock().unwrap_or_else(|p| p.into_inner()).register(
                 open.token.clone(),
-                Listener {
-                    sink,
-                    last: None,
-                    waiting: None,
-                },
+                sink.clone(),
+                Instant::now(),
             );
+            if let Some(report) = early {
+                sink(report);
+            }
         }
         let answer = tokio::time::timeout(timeout, handle.await_response()).await;
         let result = match answer {
@@ -540,5 +601,59 @@ fn tail_of(stderr: &Mutex<VecDeque<String>>) -> String {
     } else {
         let lines: Vec<&str> = last.into_iter().rev().collect();
         format!("; its last stderr lines:\n{}", lines.join("\n"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(n: f64) -> Progress {
+        Progress {
+            progress: n,
+            total: Some(4.0),
+            message: None,
+        }
+    }
+
+    fn sink() -> ProgressSink {
+        Arc::new(|_| {})
+    }
+
+    #[test]
+    fn a_report_that_comes_before_its_call_registers_is_passed_on_when_it_does() {
+        let mut p = Progresses::default();
+        let now = Instant::now();
+        // The server reported twice, and with a token nobody hands out, before the call registered.
+        p.keep_early("1".into(), report(1.0));
+        p.keep_early("\"not-mine\"".into(), report(99.0));
+        p.keep_early("1".into(), report(2.0));
+        assert_eq!(p.register("1".into(), sink(), now), Some(report(2.0)));
+        // Passed on now: the next report of the call waits its turn.
+        assert_eq!(p.calls["1"].last, Some(now));
+        // Claimed once; another call gets nothing of it.
+        assert_eq!(p.register("2".into(), sink(), now), None);
+        assert_eq!(p.calls["2"].last, None);
+        assert_eq!(p.early.len(), 1);
+    }
+
+    #[test]
+    fn reports_nobody_claims_are_bounded() {
+        let mut p = Progresses::default();
+        for i in 0..10 * EARLY_TOKENS {
+            p.keep_early(i.to_string(), report(i as f64));
+        }
+        assert_eq!(p.early.len(), EARLY_TOKENS);
+        // The oldest went first: the newest tokens are still claimable.
+        let newest = 10 * EARLY_TOKENS - 1;
+        assert_eq!(
+            p.register(newest.to_string(), sink(), Instant::now()),
+            Some(report(newest as f64))
+        );
+        assert_eq!(p.register("0".into(), sink(), Instant::now()), None);
+        // A token longer than any of mia's is not kept at all.
+        let long = format!("\"{}\"", "x".repeat(EARLY_TOKEN_BYTES));
+        p.keep_early(long.clone(), report(1.0));
+        assert!(p.early.iter().all(|(k, _)| *k != long));
     }
 }
