@@ -70,14 +70,18 @@ local function wrap(mod)
   end
   local drain = mod.drain
   mod.drain = function(...)
-    local events, next_ms = drain(...) -- next_ms: when to drain again (the frame's pacing)
+    -- next_ms: when to drain again (the frame's pacing); text_stream: set
+    -- when `events` is the text of one plain answer chunk of that stream
+    local events, next_ms, text_stream = drain(...)
     i10.drains = i10.drains + 1
     if type(events) == "table" then
       i10.events = i10.events + #events
+    elseif text_stream then
+      i10.events = i10.events + 1
     else
       i10.opaque = true -- not a list of events: they cannot be counted here
     end
-    return events, next_ms
+    return events, next_ms, text_stream
   end
   i10.hooked = true
   return mod

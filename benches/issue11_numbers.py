@@ -115,7 +115,9 @@ local function hook(mod)
   end
   local drain = mod.drain
   mod.drain = function(...)
-    local events, next_ms = drain(...) -- next_ms: when to drain again (the frame's pacing)
+    -- next_ms: when to drain again (the frame's pacing); text_stream: set
+    -- when `events` is the text of one plain answer chunk (never a call)
+    local events, next_ms, text_stream = drain(...)
     if b11.armed and not b11.t_event and type(events) == "table" then
       for _, ev in ipairs(events) do
         if ev.kind == "call" and ev.call_kind == "session/request_permission" then
@@ -124,7 +126,7 @@ local function hook(mod)
         end
       end
     end
-    return events, next_ms
+    return events, next_ms, text_stream
   end
   b11.hooked = true
   return mod

@@ -109,7 +109,7 @@ end
 
 drain = function()
   scheduled = false
-  local ok, events, next_ms = pcall(core.drain)
+  local ok, events, next_ms, text_stream = pcall(core.drain)
   if not ok then
     report("drain", events)
     -- The core may be holding its wake back for this frame: try once more
@@ -128,6 +128,12 @@ drain = function()
     -- frame's time is up, and the next drain comes from the timer.
     scheduled = true
     timer:start(next_ms, 0, on_frame)
+  end
+  if text_stream then
+    -- One plain piece of the answer, handed over as its text (most frames).
+    events = {
+      { stream = text_stream, kind = "update", data = { sessionUpdate = "agent_message_chunk", content = { type = "text", text = events } } },
+    }
   end
   dispatch(events)
   local flushed, err = pcall(require("mia.writer").flush)

@@ -12,6 +12,7 @@ use mlua::prelude::*;
 use serde::Serialize;
 
 use crate::events::Event;
+use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
 /// `vim.json.decode` bound to the options that give the tables mlua would
 /// build: JSON null (a `None`, a unit) becomes nil, in objects and arrays.
@@ -65,6 +66,27 @@ pub(super) fn events_table(lua: &Lua, events: &[Event]) -> LuaResult<Option<LuaT
     }
 }
 
+/// The text of `event` when it is a plain piece of the answer (an
+/// `agent_message_chunk` of text with no id, annotations or `_meta`): most
+/// frames of a stream carry just that one, and `drain` hands it over as a
+/// string for Lua to wrap, with no JSON to write and decode.
+pub(super) fn plain_answer_text(event: &Event) -> Option<&str> {
+    let Event::Update { update, .. } = event else {
+        return None;
+    };
+    let SessionUpdate::AgentMessageChunk(chunk) = update.as_ref() else {
+        return None;
+    };
+    match &chunk.content {
+        ContentBlock::Text(t)
+            if chunk.message_id.is_none() && chunk.meta.is_none() && t.annotations.is_none() && t.meta.is_none() =>
+        {
+            Some(&t.text)
+        }
+        _ => None,
+    }
+}
+
 /// `[{ "stream": .., "kind": .., "data": .. }, ..]`, the shape of `drain`'s list.
 fn to_json(events: &[Event]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(128 * events.len() + 2);
@@ -101,4 +123,84 @@ fn to_json(events: &[Event]) -> Option<Vec<u8>> {
 fn kind_data<T: Serialize + ?Sized>(out: &mut Vec<u8>, kind: &str, data: &T) -> Option<()> {
     write!(out, "\"kind\":\"{kind}\",\"data\":").ok()?;
     serde_json::to_writer(&mut *out, data).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_client_protocol_schema::v1 as acp;
+
+    fn update(update: acp::SessionUpdate) -> Event {
+        Event::Update {
+            stream: 7,
+            update: Box::new(update),
+        }
+    }
+
+    fn text_chunk(text: &str) -> acp::ContentChunk {
+        acp::ContentChunk::new(acp::ContentBlock::Text(acp::TextContent::new(text)))
+    }
+
+    /// Lua wraps a plain piece's text as `{ stream, kind = "update", data = {
+    /// sessionUpdate = "agent_message_chunk", content = { type = "text", text } } }`
+    /// (lua/mia/bridge.lua): that must be exactly what the JSON path gives,
+    /// so a piece takes the short path only when nothing else is in it.
+    #[test]
+    fn only_a_piece_the_bridge_rebuilds_exactly_is_handed_over_as_text() {
+        let meta: acp::Meta = serde_json::from_value(serde_json::json!({ "mia": { "x": 1 } })).unwrap();
+        let cases = [
+            (
+                update(acp::SessionUpdate::AgentMessageChunk(text_chunk("w00001 \"é\"\n"))),
+                true,
+            ),
+            (update(acp::SessionUpdate::AgentMessageChunk(text_chunk(""))), true),
+            (
+                update(acp::SessionUpdate::AgentMessageChunk(text_chunk("a").message_id("m1"))),
+                false,
+            ),
+            (
+                update(acp::SessionUpdate::AgentMessageChunk(
+                    text_chunk("a").meta(meta.clone()),
+                )),
+                false,
+            ),
+            (
+                update(acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(
+                    acp::ContentBlock::Text(
+                        acp::TextContent::new("a")
+                            .annotations(acp::Annotations::new().last_modified("now".to_string())),
+                    ),
+                ))),
+                false,
+            ),
+            (
+                update(acp::SessionUpdate::AgentMessageChunk(acp::ContentChunk::new(
+                    acp::ContentBlock::Text(acp::TextContent::new("a").meta(meta)),
+                ))),
+                false,
+            ),
+            (update(acp::SessionUpdate::AgentThoughtChunk(text_chunk("a"))), false),
+            (update(acp::SessionUpdate::UserMessageChunk(text_chunk("a"))), false),
+            (
+                Event::Delta {
+                    stream: 7,
+                    delta: crate::llm::delta::Delta::Text { text: "a".into() },
+                },
+                false,
+            ),
+        ];
+        for (event, plain) in &cases {
+            let json: serde_json::Value =
+                serde_json::from_slice(&to_json(std::slice::from_ref(event)).unwrap()).unwrap();
+            match plain_answer_text(event) {
+                Some(text) => {
+                    assert!(plain, "{json}");
+                    let rebuilt = serde_json::json!([{ "stream": 7, "kind": "update", "data": {
+                        "sessionUpdate": "agent_message_chunk", "content": { "type": "text", "text": text } } }]);
+                    assert_eq!(json, rebuilt);
+                }
+                None => assert!(!plain, "{json}"),
+            }
+        }
+    }
 }
