@@ -66,8 +66,6 @@
 --- markdown syntax over a very long streamed line costs milliseconds on every redraw.
 --- @field syntax? string The chat buffer's regex syntax (default "mia_chat", a lean markdown; "markdown" is
 --- Vim's full one, "" none). Treesitter highlighting started for markdown is left alone.
---- @field ftplugin? boolean Run Neovim's own Vim ftplugins for markdown (and html) in the chat (default false:
---- they set editing options a transcript never uses; Lua ftplugins and FileType autocmds run either way).
 
 --- @class mia.ReviewKeys Keys of the review (a string, or false for none)
 --- @field next_hunk? string|false Next pending hunk (default "]h"; also in the diff float)
@@ -167,7 +165,7 @@ local function defaults()
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
     system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
-    chat = { position = "right", size = 0, synmaxcol = 1000, syntax = "mia_chat", ftplugin = false },
+    chat = { position = "right", size = 0, synmaxcol = 1000, syntax = "mia_chat" },
     permissions = { rules = {} },
     mode = M._names().default_mode,
     review = "diff",
@@ -385,7 +383,6 @@ local function validate(opts)
     end
   end
   check_type("chat", opts.chat, "table", true)
-  check_type("chat.ftplugin", (opts.chat or {}).ftplugin, "boolean", true)
   check_type("modes", opts.modes, "table", true)
   for id, m in pairs(opts.modes or {}) do
     local path = "modes." .. tostring(id)

@@ -286,53 +286,6 @@ def test_chat_syntax_markdown_keeps_vims_full_markdown_syntax(editor_factory, se
     assert syntax_names(ed, text, "bold") == ["markdownBold"]
 
 
-def user_markdown_config(ed, root):
-    """A user's markdown setup: an ftplugin and an after/ftplugin file on
-    'runtimepath', and a FileType autocommand, each marking the buffer."""
-    (root / "ftplugin").mkdir(parents=True)
-    (root / "ftplugin/markdown.lua").write_text("vim.b.user_ftplugin = true\n")
-    (root / "after/ftplugin").mkdir(parents=True)
-    (root / "after/ftplugin/markdown.vim").write_text("let b:user_after = 1\n")
-    ed.lua("""
-        local root = ...
-        vim.opt.rtp:prepend(root)
-        vim.opt.rtp:append(root .. '/after')
-        vim.api.nvim_create_autocmd('FileType', {
-          pattern = 'markdown',
-          callback = function(ev) vim.b[ev.buf].user_autocmd = true end,
-        })
-    """, str(root))
-
-
-CHAT_FTPLUGIN_STATE = """
-    local buf = require('mia.chat').buffer()
-    local map = vim.api.nvim_buf_call(buf, function() return vim.fn.maparg(']]', 'n', false, true) end)
-    return { vim.bo[buf].filetype, vim.bo[buf].omnifunc, vim.b[buf].user_ftplugin == true,
-             vim.b[buf].user_after == 1, vim.b[buf].user_autocmd == true, map.buffer == 1 }
-"""
-
-
-@pytest.mark.parametrize("ftplugin", [None, True])
-def test_the_chat_runs_the_users_markdown_setup_and_skips_vims_html_ftplugin(editor_factory, server, tmp_path, ftplugin):
-    chat = {} if ftplugin is None else {"ftplugin": ftplugin}
-    ed = editor_factory(setup=scenario_setup(server, chat=chat))
-    user_markdown_config(ed, tmp_path / "user")
-    ed.nvim.command("Mia prompt echo hello")
-    ed.wait("require('mia.chat').state() == 'done'")
-    # The user's files and autocommand and Neovim's Lua ftplugin (`]]`) ran
-    # either way; Neovim's Vim ftplugin (which sources html's and sets its
-    # omni-completion) only when asked for.
-    omnifunc = "htmlcomplete#CompleteTags" if ftplugin else ""
-    assert ed.lua(CHAT_FTPLUGIN_STATE) == ["markdown", omnifunc, True, True, True, True]
-    assert "hello" in ed.chat_text()
-
-
-def test_a_chat_ftplugin_that_is_not_a_boolean_is_refused_at_setup(editor_factory, server):
-    ed = editor_factory()
-    with pytest.raises(NvimError, match=r"`chat.ftplugin` must be a boolean"):
-        ed.lua("require('mia').setup(...)", scenario_setup(server, chat={"ftplugin": "yes"}))
-
-
 def test_a_chat_syntax_that_is_not_a_syntax_name_is_refused_at_setup(editor_factory, server):
     ed = editor_factory()
     with pytest.raises(NvimError, match=r"`chat.syntax` must be a syntax name"):

@@ -28,13 +28,6 @@ local function create_buffer(on_stop)
   if lean then
     vim.o.eventignore = ignored == "" and "Syntax" or (ignored .. ",Syntax")
   end
-  if not chat.ftplugin then
-    -- Neovim's own Vim ftplugin for markdown sources html's, which loads
-    -- html omni-completion: ~1.5 ms of a first prompt, for editing options
-    -- a transcript never uses. The standard guard skips both; Lua ftplugins
-    -- (`]]`, `gO`), after/ftplugin files and FileType autocmds still run.
-    vim.b[b].did_ftplugin = 1
-  end
   local ok, err = pcall(function()
     vim.bo[b].filetype = "markdown"
   end)
