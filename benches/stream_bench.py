@@ -27,6 +27,7 @@ idle CPU for 10 s with and without mia loaded, the time setup() adds
 to startup, the .so size, and (with --build-time) a clean release build.
 
     .venv/bin/python benches/stream_bench.py [--runs 5] [--build-time] [--json out.json] [--lib PATH]
+        [--first-turn-only] [--first-turn-runs 15] [--against OTHER_LIB]
 
 Numbers go in closing notes; no test asserts them.
 """
@@ -63,6 +64,8 @@ TOKEN_BYTES = 7
 # The library is copied once at start, so edits and rebuilds during a run
 # neither trip the loader's staleness check nor change what is measured.
 LIB_SNAPSHOT = Path(tempfile.gettempdir()) / f"mia-bench-{os.getpid()}-libmia_core.so"
+# --against's library, copied the same way.
+AGAINST_SNAPSHOT = Path(tempfile.gettempdir()) / f"mia-bench-{os.getpid()}-against-libmia_core.so"
 
 
 def nvim_binary():
@@ -122,7 +125,7 @@ class Server:
 class Tui:
     """Neovim's TUI in a detached tmux pane, driven over its --listen socket."""
 
-    def __init__(self, tmp, base_url, with_mia=True, loader=False, in_tree=False):
+    def __init__(self, tmp, base_url, with_mia=True, loader=False, in_tree=False, lib=None):
         self.sock = str(Path(tmp) / f"nvim-{time.monotonic_ns()}.sock")
         self.tmux = ["tmux", "-L", "miabench"]
         env = {
@@ -136,6 +139,8 @@ class Tui:
             env["MIA_BENCH_LOADER"] = "1"
         if in_tree:  # the library where users have it, checked against its sources on load
             env["MIA_CORE_PATH"] = ""
+        elif lib:
+            env["MIA_CORE_PATH"] = str(lib)
         envs = " ".join(f"{k}={v}" for k, v in env.items())
         cmd = f"env {envs} {nvim_binary()} --clean -u {ROOT / 'benches/bench_init.lua'} --listen {self.sock}"
         subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
@@ -294,15 +299,15 @@ def median_of(runs):
     return {k: None if runs[0][k] is None else statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def first_turn(tmp, base_url, loader=False, in_tree=False):
+def first_turn(tmp, base_url, loader=False, in_tree=False, lib=None):
     """One fresh Neovim: ms from its first `:Mia prompt` to the answer's end
     (library load, runtime start, store open and the first request). With
     `loader`, Neovim's bytecode cache is on (`vim.loader.enable()`,
     lazy.nvim's default). With `in_tree`, the library is target/release's,
     as a plugin manager's build leaves it, so its check against the sources
     it was built from counts (otherwise a copy named by $MIA_CORE_PATH,
-    which skips that check)."""
-    tui = Tui(tmp, base_url, loader=loader, in_tree=in_tree)
+    which skips that check). `lib` names another library to copy-load."""
+    tui = Tui(tmp, base_url, loader=loader, in_tree=in_tree, lib=lib)
     try:
         tui.lua("bench.first_turn()")
         deadline = time.monotonic() + 30
@@ -320,6 +325,9 @@ FIRST_TURNS = {  # result key: first_turn()'s keywords
     "first_turn_ms": {},
     "first_turn_loader_ms": {"loader": True},
     "first_turn_in_tree_ms": {"in_tree": True},
+    # --against: the same two copy-loaded variants with the other library.
+    "first_turn_against_ms": {"lib": AGAINST_SNAPSHOT},
+    "first_turn_loader_against_ms": {"loader": True, "lib": AGAINST_SNAPSHOT},
 }
 
 
@@ -332,11 +340,13 @@ def first_turns(tmp, base_url, runs, variants):
     cache is filled first by an unmeasured run."""
     if "first_turn_loader_ms" in variants:
         first_turn(tmp, base_url, loader=True)
+    if "first_turn_loader_against_ms" in variants:
+        first_turn(tmp, base_url, loader=True, lib=AGAINST_SNAPSHOT)
     out = {v: [] for v in variants}
     for r in range(runs):
         for v in variants[r % len(variants):] + variants[:r % len(variants)]:
             out[v].append(first_turn(tmp, base_url, **FIRST_TURNS[v]))
-    return {v: statistics.median(ms) for v, ms in out.items()}
+    return {**{v: statistics.median(ms) for v, ms in out.items()}, "first_turn_runs": out}
 
 
 def idle_cpu(tmp, base_url, with_mia, seconds=10):
@@ -406,6 +416,14 @@ def main():
                     help="the library to measure (default: target/release's), e.g. one built with another profile")
     ap.add_argument("--streams-only", action="store_true",
                     help="skip typing, first turn, idle and startup (for iterating on one scenario)")
+    ap.add_argument("--first-turn-only", action="store_true",
+                    help="only the first turns, each run's value shown (for iterating on the first turn)")
+    ap.add_argument("--against", type=Path,
+                    help="another library whose first turns (copy and bytecode-cache variants) "
+                         "take turns with --lib's in the same run, e.g. one built from the last commit")
+    ap.add_argument("--first-turn-runs", type=int, default=15,
+                    help="fresh Neovims per first-turn variant: their spread (10-17 ms on 2 cores) "
+                         "needs more runs than a stream for a steady median")
     args = ap.parse_args()
     scenarios = [s for s in SCENARIOS if not args.scenario or any(f in s[0] for f in args.scenario)]
     if not scenarios:
@@ -413,9 +431,20 @@ def main():
     if not shutil.which("tmux") or not shutil.which("curl"):
         sys.exit("the benchmark needs tmux and curl (apt-get install tmux curl)")
     shutil.copy(args.lib, LIB_SNAPSHOT)
+    if args.against:
+        shutil.copy(args.against, AGAINST_SNAPSHOT)
+    # The copy's 20 MB, written back while a first turn runs, would slow the
+    # store's one sync on opening.
+    os.sync()
     results = {"streams": {}}
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp) / "sends.log")
+        if args.first_turn_only:
+            try:
+                results.update(first_turns(tmp, server.base_url, args.first_turn_runs, first_turn_variants(args)))
+            finally:
+                server.stop()
+            return finish(results, args)
         try:
             tui = Tui(tmp, server.base_url)
             try:
@@ -445,10 +474,7 @@ def main():
                 print("typing: done", file=sys.stderr)
             finally:
                 tui.close()
-            variants = ["first_turn_ms", "first_turn_loader_ms"]
-            if args.lib.resolve() == (ROOT / "target/release/libmia_core.so").resolve():
-                variants.append("first_turn_in_tree_ms")
-            results.update(first_turns(tmp, server.base_url, args.runs, variants))
+            results.update(first_turns(tmp, server.base_url, args.first_turn_runs, first_turn_variants(args)))
             results["idle_10s"] = {
                 "with mia": idle_cpu(tmp, server.base_url, True),
                 "without mia": idle_cpu(tmp, server.base_url, False),
@@ -459,17 +485,44 @@ def main():
     finish(results, args)
 
 
+def first_turn_variants(args):
+    """The in-tree variant only measures target/release's library."""
+    variants = ["first_turn_ms", "first_turn_loader_ms"]
+    if args.lib.resolve() == (ROOT / "target/release/libmia_core.so").resolve():
+        variants.append("first_turn_in_tree_ms")
+    if args.against:
+        variants += ["first_turn_against_ms", "first_turn_loader_against_ms"]
+    return variants
+
+
 def finish(results, args):
     results["so_bytes"] = args.lib.stat().st_size
     if args.build_time:
         results["clean_release_build_s"] = clean_build_seconds()
     LIB_SNAPSHOT.unlink(missing_ok=True)
+    AGAINST_SNAPSHOT.unlink(missing_ok=True)
     report(results, args.runs)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
 
+def report_first_turns(r):
+    print(f"First turn after start (fresh Neovim, `:Mia prompt` to the answer's end, median): "
+          f"{r['first_turn_ms']:.1f} ms; with Neovim's bytecode cache (`vim.loader.enable()`, lazy.nvim's "
+          f"default) warm: {r['first_turn_loader_ms']:.1f} ms")
+    if "first_turn_in_tree_ms" in r:
+        print(f"First turn with the library in the plugin's tree (checked against its sources on load, as users "
+              f"have it; the above use a copy named by $MIA_CORE_PATH): {r['first_turn_in_tree_ms']:.1f} ms")
+    if "first_turn_against_ms" in r:
+        print(f"The same with --against's library: {r['first_turn_against_ms']:.1f} ms; bytecode cache warm: "
+              f"{r['first_turn_loader_against_ms']:.1f} ms")
+    for v, ms in r["first_turn_runs"].items():
+        print(f"- {v}, each run: {', '.join(f'{x:.1f}' for x in ms)}")
+
+
 def report(r, runs):
+    if not r["streams"]:
+        return report_first_turns(r)
     print(f"## Streaming (medians of {runs} runs; Neovim TUI in tmux; ms)\n")
     print("| scenario | client | wall | main-thread CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes | longest gap |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -493,12 +546,8 @@ def report(r, runs):
     print("|---|---|---|---|---|")
     for c, m in r["typing"].items():
         print(f"| {c} | {m['keys']} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {m['max_ms']:.2f} |")
-    print(f"\nFirst turn after start (fresh Neovim, `:Mia prompt` to the answer's end, median): "
-          f"{r['first_turn_ms']:.1f} ms; with Neovim's bytecode cache (`vim.loader.enable()`, lazy.nvim's "
-          f"default) warm: {r['first_turn_loader_ms']:.1f} ms")
-    if "first_turn_in_tree_ms" in r:
-        print(f"First turn with the library in the plugin's tree (checked against its sources on load, as users "
-              f"have it; the above use a copy named by $MIA_CORE_PATH): {r['first_turn_in_tree_ms']:.1f} ms")
+    print()
+    report_first_turns(r)
     print("\n## Idle for 10 s (CPU ms)\n")
     for k, v in r["idle_10s"].items():
         print(f"- {k}: main thread {v['main_ms']:.2f}, whole server process {v['process_ms']:.2f}, TUI {v['tui_ms']:.2f}")

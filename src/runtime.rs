@@ -106,25 +106,30 @@ pub fn registry() -> Arc<Registry> {
 }
 
 /// Starts the runtime and, on it, what the first request will need and
-/// would otherwise wait for: the tool registry, the store (opened on the
-/// blocking pool), the HTTP client of `model`'s provider, the price table
-/// and, when that provider is reached over TLS, the system's root
-/// certificates (reading them takes milliseconds; a plain-HTTP provider
-/// such as a local server never waits for them). Called by the first
-/// command that loads the core, so this overlaps the rest of that
-/// command's work on the main thread. Failures are left for the request to
-/// report.
+/// would otherwise wait for. Called by the first command that loads the
+/// core, so this overlaps the rest of that command's work on the main
+/// thread. Two tasks on the blocking pool, each on its own thread:
+/// - the store, first: a turn's end waits for it (its prompt and answer
+///   are stored before the end is told), and opening it takes milliseconds
+///   (the write-ahead log's first frame waits for the disk). It is opened on
+///   that thread itself, not handed on to a third one;
+/// - the tool registry, the HTTP client of `model`'s provider, the price
+///   table and, when that provider is reached over TLS, the system's root
+///   certificates (reading them takes milliseconds; a plain-HTTP provider
+///   such as a local server never waits for them).
+///
+/// Failures are left for the request to report.
 pub fn prewarm(model: Option<String>) -> io::Result<()> {
     let rt = handle()?;
     let on = rt.clone();
     rt.spawn_blocking(move || {
+        // What this logs (a store that cannot be opened) must reach the log.
+        crate::logging::wait_ready(Duration::from_millis(200));
+        on.block_on(STORE.get_or_init(|| async { open_store() }));
+    });
+    rt.spawn_blocking(move || {
         // Needed first: the main thread registers the editor's tools next.
         registry();
-        // What these log (a store that cannot be opened) must reach the log.
-        crate::logging::wait_ready(Duration::from_millis(200));
-        on.spawn(async {
-            store().await;
-        });
         let providers = providers();
         let provider = model.and_then(|m| providers.resolve(&m).ok()).map(|(p, _)| p);
         if let Some(p) = &provider {
@@ -181,30 +186,34 @@ pub fn checkpoint_store(wait: Duration) {
 }
 
 /// The store in `data_dir/mia.sqlite3`, opened on first use (on the
-/// runtime's blocking pool: opening touches the disk). `None` when no data
-/// directory is configured or the file cannot be opened (logged; mia then
-/// works without history or reports rather than not at all).
+/// runtime's blocking pool: opening touches the disk) unless [`prewarm`]
+/// opened it already. `None` when no data directory is configured or the
+/// file cannot be opened (logged; mia then works without history or
+/// reports rather than not at all).
 pub async fn store() -> Option<Arc<crate::store::Store>> {
     STORE
         .get_or_init(|| async {
-            let dir = agent_settings().data_dir?;
-            let path = dir.join("mia.sqlite3");
-            match tokio::task::spawn_blocking(move || crate::store::Store::open(&path)).await {
-                Ok(Ok(store)) => Some(Arc::new(store)),
-                Ok(Err(e)) => {
-                    tracing::error!("cannot open the store: {e}");
-                    let _ = STORE_ERROR.set(e.to_string());
-                    None
-                }
-                Err(e) => {
-                    tracing::error!("cannot open the store: {e}");
-                    let _ = STORE_ERROR.set(format!("opening the store failed: {e}"));
-                    None
-                }
-            }
+            tokio::task::spawn_blocking(open_store).await.unwrap_or_else(|e| {
+                tracing::error!("cannot open the store: {e}");
+                let _ = STORE_ERROR.set(format!("opening the store failed: {e}"));
+                None
+            })
         })
         .await
         .clone()
+}
+
+/// Opens the configured store on this thread (blocking: it touches the disk).
+fn open_store() -> Option<Arc<crate::store::Store>> {
+    let path = agent_settings().data_dir?.join("mia.sqlite3");
+    match crate::store::Store::open(&path) {
+        Ok(store) => Some(Arc::new(store)),
+        Err(e) => {
+            tracing::error!("cannot open the store: {e}");
+            let _ = STORE_ERROR.set(e.to_string());
+            None
+        }
+    }
 }
 
 #[cfg(test)]

@@ -35,11 +35,11 @@ function M._core()
     loader.call(core.configure, cfg.core())
     loader.call(core.configure_agent, cfg.agent())
     bridge.start(core, { log_file = cfg.get().log_file, log_level = cfg.get().log_level })
-    M._telemetry(core)
     -- The runtime starts, and opens the store and the default provider's
     -- HTTP client (TLS roots) in the background while the rest of the
-    -- first command runs here.
+    -- first command runs here (as soon as the log they may write to is).
     loader.call(core.prewarm, cfg.get().model)
+    M._telemetry(core)
     M._started = true
     require("mia.hooks").sync()
     require("mia.tools.editor").register()

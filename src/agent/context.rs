@@ -11,7 +11,7 @@
 
 use serde::Serialize;
 
-use super::{mentions, rules, tool_defs, tool_line, turn_mentions, turn_rules, AgentDeps, Prompt, RequestBase};
+use super::{mentions, rules, tool_defs, tool_line, turn_files, turn_mentions, AgentDeps, Prompt, RequestBase};
 use crate::events::StreamId;
 use crate::llm::count::{count_tokens, estimate_tokens, message_text, ESTIMATE_ERROR_PERCENT};
 use crate::llm::error::LlmError;
@@ -125,12 +125,12 @@ pub async fn report(
     let mode = prompt.mode.clone().filter(|m| !m.is_empty()).unwrap_or(info.mode);
     let model = prompt.model.clone().filter(|m| !m.is_empty()).unwrap_or(info.model);
     let (provider, wire_model) = deps.providers.resolve(&model)?;
-    let root = tokio::fs::canonicalize(&info.cwd).await.unwrap_or(info.cwd);
+    let files = turn_files(deps, &info.cwd, &mode, prompt.focus.as_deref(), false).await;
+    let (root, rules) = (files.root, files.rules);
     let agent = AgentInfo {
         name: info.agent,
         mode: mode.clone(),
     };
-    let rules = turn_rules(deps, &root, &agent, prompt.focus.as_deref()).await;
     super::start_mcp(deps, stream).await;
     let defs = tool_defs(deps, &mode);
     let history = session.request_messages();

@@ -220,9 +220,7 @@ pub async fn run(
                     Ok(Some(a)) if a == "allow_always" => {
                         let rule = remembered_rule(&call.name, &checked);
                         if let Some(dir) = &deps.settings.data_dir {
-                            if let Err(e) = Remembered::remember(dir, root, rule.clone()).await {
-                                tracing::warn!("cannot save the permission: {e}");
-                            }
+                            Remembered::save(dir, root, rule.clone()).await;
                         }
                         remembered.push(rule);
                         approved.push((call, tool, checked, false));

@@ -344,9 +344,7 @@ async fn review(ctx: &ToolContext, tool: &str, p: &Proposal) -> Verdict {
             if let (Some(scope), Ok(checked)) = (&ctx.edits, Checked::new(&ctx.root, Some(&path_subject(&p.path)))) {
                 let rule = remembered_rule(tool, &checked);
                 if let Some(dir) = &scope.data_dir {
-                    if let Err(e) = Remembered::remember(dir, &ctx.root, rule.clone()).await {
-                        tracing::warn!("cannot save the permission: {e}");
-                    }
+                    Remembered::save(dir, &ctx.root, rule.clone()).await;
                 }
                 scope.ledger.rules.lock().unwrap_or_else(|p| p.into_inner()).push(rule);
             }

@@ -624,13 +624,13 @@ impl Remembered {
         data_dir.join("permissions.json")
     }
 
-    /// Reads the file. A missing file means nothing remembered. A file that
-    /// cannot be read as remembered rules is moved aside to
-    /// `permissions.json.bak` (or `.bak.N`), never overwritten, and
-    /// [`Loaded::warning`] says so once.
-    pub async fn load(data_dir: &Path) -> Loaded {
+    /// Reads the file (blocking: call it off the async threads). A missing
+    /// file means nothing remembered. A file that cannot be read as
+    /// remembered rules is moved aside to `permissions.json.bak` (or
+    /// `.bak.N`), never overwritten, and [`Loaded::warning`] says so once.
+    pub fn load(data_dir: &Path) -> Loaded {
         let path = Self::path(data_dir);
-        let bytes = match tokio::fs::read(&path).await {
+        let bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::default(),
             Err(e) => {
@@ -649,7 +649,7 @@ impl Remembered {
                 warning: None,
             },
             Err(e) => {
-                let warning = match move_aside(&path).await {
+                let warning = match move_aside(&path) {
                     Ok(bak) => format!(
                         "mia: {} was corrupt ({e}) and was moved to {}; remembered \"allow always\" answers start afresh (the old ones are in that file)",
                         path.display(),
@@ -669,11 +669,12 @@ impl Remembered {
         }
     }
 
-    /// Adds `rule` for `root` and writes the file atomically. A corrupt file
-    /// is moved aside first (by [`Remembered::load`]), never overwritten.
-    pub async fn remember(data_dir: &Path, root: &Path, rule: Rule) -> std::io::Result<()> {
-        let loaded = Self::load(data_dir).await;
-        if loaded.warning.is_some() && tokio::fs::try_exists(Self::path(data_dir)).await.unwrap_or(true) {
+    /// Adds `rule` for `root` and writes the file atomically (blocking). A
+    /// corrupt file is moved aside first (by [`Remembered::load`]), never
+    /// overwritten.
+    pub fn remember(data_dir: &Path, root: &Path, rule: Rule) -> std::io::Result<()> {
+        let loaded = Self::load(data_dir);
+        if loaded.warning.is_some() && Self::path(data_dir).try_exists().unwrap_or(true) {
             return Err(std::io::Error::other(
                 "permissions.json could not be read or moved aside; not overwriting it",
             ));
@@ -683,11 +684,21 @@ impl Remembered {
         if !rules.contains(&rule) {
             rules.push(rule);
         }
-        tokio::fs::create_dir_all(data_dir).await?;
+        std::fs::create_dir_all(data_dir)?;
         let tmp = data_dir.join(format!(".permissions.json.{}", std::process::id()));
         let text = serde_json::to_vec_pretty(&all).map_err(std::io::Error::other)?;
-        tokio::fs::write(&tmp, text).await?;
-        tokio::fs::rename(&tmp, Self::path(data_dir)).await
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, Self::path(data_dir))
+    }
+
+    /// [`Remembered::remember`] on the blocking pool, for the async threads.
+    /// A failure is logged: the rule still holds for the session.
+    pub async fn save(data_dir: &Path, root: &Path, rule: Rule) {
+        let (dir, root) = (data_dir.to_path_buf(), root.to_path_buf());
+        let saved = tokio::task::spawn_blocking(move || Self::remember(&dir, &root, rule)).await;
+        if let Err(e) = saved.map_err(std::io::Error::other).and_then(|r| r) {
+            tracing::warn!("cannot save the permission: {e}");
+        }
     }
 
     pub fn for_project(&self, root: &Path) -> Vec<Rule> {
@@ -699,7 +710,7 @@ impl Remembered {
 }
 
 /// Renames `path` to `path.bak`, or `path.bak.N` for the first free N.
-async fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
+fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
     let base = path.as_os_str().to_owned();
     for n in 0..1000 {
         let mut name = base.clone();
@@ -709,8 +720,8 @@ async fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
             name.push(format!(".bak.{n}"));
         }
         let candidate = PathBuf::from(name);
-        if !tokio::fs::try_exists(&candidate).await.unwrap_or(true) {
-            tokio::fs::rename(path, &candidate).await?;
+        if !candidate.try_exists().unwrap_or(true) {
+            std::fs::rename(path, &candidate)?;
             return Ok(candidate);
         }
     }
@@ -939,31 +950,27 @@ mod tests {
     fn remembered_rules_survive_a_reload_and_a_corrupt_file_is_moved_aside() {
         let dir = tempfile::tempdir().unwrap();
         let dir = dir.path();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        {
             let ls = remembered_rule("bash", &command("ls"));
-            Remembered::remember(dir, Path::new("/p"), ls.clone()).await.unwrap();
-            Remembered::remember(dir, Path::new("/p"), ls.clone()).await.unwrap();
-            let r = Remembered::load(dir).await;
+            Remembered::remember(dir, Path::new("/p"), ls.clone()).unwrap();
+            Remembered::remember(dir, Path::new("/p"), ls.clone()).unwrap();
+            let r = Remembered::load(dir);
             assert!(r.warning.is_none());
             assert_eq!(r.remembered.for_project(Path::new("/p")), vec![ls.clone()]);
             assert!(r.remembered.for_project(Path::new("/q")).is_empty());
 
             std::fs::write(Remembered::path(dir), b"{ not json").unwrap();
-            let r = Remembered::load(dir).await;
+            let r = Remembered::load(dir);
             let warning = r.warning.unwrap();
             assert!(
                 warning.contains("corrupt") && warning.contains("permissions.json.bak"),
                 "{warning}"
             );
             assert_eq!(std::fs::read(dir.join("permissions.json.bak")).unwrap(), b"{ not json");
-            assert!(Remembered::load(dir).await.warning.is_none(), "reported once");
+            assert!(Remembered::load(dir).warning.is_none(), "reported once");
             std::fs::write(Remembered::path(dir), b"[]").unwrap();
-            Remembered::remember(dir, Path::new("/p"), ls.clone()).await.unwrap();
+            Remembered::remember(dir, Path::new("/p"), ls.clone()).unwrap();
             assert_eq!(std::fs::read(dir.join("permissions.json.bak.1")).unwrap(), b"[]");
-        });
+        }
     }
 }
