@@ -630,7 +630,7 @@ impl Remembered {
     /// `.bak.N`), never overwritten, and [`Loaded::warning`] says so once.
     pub fn load(data_dir: &Path) -> Loaded {
         let path = Self::path(data_dir);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match read_regular(&path, MAX_REMEMBERED_BYTES) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Loaded::default(),
             Err(e) => {
@@ -707,6 +707,38 @@ impl Remembered {
             .cloned()
             .unwrap_or_default()
     }
+}
+
+/// Largest remembered-rules file read (mia writes a few KB; another
+/// process could put anything there).
+const MAX_REMEMBERED_BYTES: u64 = 16 << 20;
+
+/// The bytes of `path` when it is a regular file of at most `max` bytes.
+/// Opened without blocking, so a FIFO put in its place fails here rather
+/// than waiting for a writer that never comes (and the turn with it).
+fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(std::io::Error::other(format!(
+            "{} bytes, more than the {max} mia reads",
+            meta.len()
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::other(format!("more than the {max} bytes mia reads")));
+    }
+    Ok(bytes)
 }
 
 /// Renames `path` to `path.bak`, or `path.bak.N` for the first free N.
@@ -943,6 +975,37 @@ mod tests {
             )
             .action,
             Action::Deny
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_an_oversized_file_is_refused_without_waiting_and_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let path = Remembered::path(dir);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer ever opens the FIFO: a blocking read would hang here.
+        let loaded = Remembered::load(dir);
+        let warning = loaded.warning.unwrap();
+        assert!(
+            warning.contains("not a regular file") && warning.contains("ignored"),
+            "{warning}"
+        );
+        let ls = remembered_rule("bash", &command("ls"));
+        assert!(Remembered::remember(dir, Path::new("/p"), ls.clone()).is_err());
+        std::fs::remove_file(&path).unwrap();
+
+        let big = std::fs::File::create(&path).unwrap();
+        big.set_len(MAX_REMEMBERED_BYTES + 1).unwrap();
+        let warning = Remembered::load(dir).warning.unwrap();
+        assert!(warning.contains("more than the 16777216 mia reads"), "{warning}");
+        assert!(Remembered::remember(dir, Path::new("/p"), ls).is_err());
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            MAX_REMEMBERED_BYTES + 1,
+            "left as it was"
         );
     }
 
