@@ -6,6 +6,7 @@ scenario server."""
 
 import json
 import os
+import stat
 
 import pytest
 
@@ -272,3 +273,26 @@ def test_a_corrupt_permissions_file_is_reported_once_and_kept_aside(agent, serve
     saved = json.loads((data / "permissions.json").read_text())
     assert saved["projects"][str(project.resolve())][0]["pattern"] == "echo remembered"
     assert (data / "permissions.json.bak").read_bytes() == b'{"projects": {broken'
+
+
+def test_a_pipe_in_place_of_the_permissions_file_neither_holds_the_turn_nor_is_replaced(agent, server, project):
+    """Another process puts a FIFO where permissions.json goes: reading it
+    would wait for a writer that never comes. The turn is answered, says
+    why remembered answers are not used, asks again, and leaves the FIFO."""
+    ed = agent()
+    data = ed.home / "data" / "nvim" / "mia"
+    data.mkdir(parents=True, exist_ok=True)
+    fifo = data / "permissions.json"
+    os.mkfifo(fifo)
+    ed.lua("""
+      _G.warnings = {}
+      local notify = vim.notify
+      vim.notify = function(msg, level, o) if level == vim.log.levels.WARN then table.insert(warnings, msg) end; return notify(msg, level, o) end
+    """)
+    prompt(ed, "echo hello")
+    assert "hello" in ed.chat_text()
+    warnings = ed.lua("return warnings")
+    assert len(warnings) == 1 and str(fifo) in warnings[0] and "not a regular file" in warnings[0], warnings
+    ed.lua("_G.answer = 2")
+    tool_call(ed, "bash", {"command": "echo remembered"})
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode), "left as it was"
