@@ -65,11 +65,7 @@ fn bounded_name(name: &str) -> String {
 
 /// The file's text when it is a regular file of at most [`MAX_DISK_BYTES`].
 fn read_small(path: &Path) -> Option<String> {
-    let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || meta.len() > MAX_DISK_BYTES {
-        return None;
-    }
-    std::fs::read(path)
+    crate::tools::paths::read_regular(path, MAX_DISK_BYTES)
         .ok()
         .map(|b| String::from_utf8_lossy(&b).into_owned())
 }

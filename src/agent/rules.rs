@@ -203,8 +203,7 @@ fn inside(root: &Path, path: &Path) -> Option<PathBuf> {
 /// At most `max` bytes of the file (cut on a character boundary), and the
 /// note to add when it was cut; `None` when it cannot be read.
 fn read_capped(path: &Path, max: usize) -> Option<(String, String)> {
-    let file = std::fs::File::open(path).ok()?;
-    let size = file.metadata().ok()?.len();
+    let (file, size) = crate::tools::paths::open_regular(path).ok()?;
     let mut bytes = Vec::new();
     file.take(max as u64 + 1).read_to_end(&mut bytes).ok()?;
     let mut text = String::from_utf8_lossy(&bytes).into_owned();

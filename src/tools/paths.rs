@@ -12,6 +12,39 @@ use std::path::{Component, Path, PathBuf};
 
 use thiserror::Error;
 
+/// Opens `path` for reading when it is a regular file, and gives its size.
+/// Opened without blocking, then checked on the open file: a FIFO put in
+/// its place (even between a check and the read) fails here rather than
+/// waiting for a writer that never comes, and so does a device or socket.
+pub(crate) fn open_regular(path: &Path) -> io::Result<(std::fs::File, u64)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    Ok((file, meta.len()))
+}
+
+/// The bytes of `path` when it is a regular file ([`open_regular`]) of at
+/// most `max` bytes, however it grows while it is read.
+pub(crate) fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (file, len) = open_regular(path)?;
+    if len > max {
+        return Err(io::Error::other(format!("{len} bytes, more than the {max} mia reads")));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(io::Error::other(format!("more than the {max} bytes mia reads")));
+    }
+    Ok(bytes)
+}
+
 /// How many symbolic links one resolution may follow before it is taken to be
 /// a loop (the same bound Linux uses, `MAXSYMLINKS`).
 const MAX_LINK_HOPS: usize = 40;
@@ -264,6 +297,26 @@ mod tests {
     use super::*;
     use std::fs;
     use std::os::unix::fs::symlink;
+
+    #[test]
+    fn only_a_regular_file_is_opened_and_read_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer ever opens it: a blocking open would hang here.
+        let e = open_regular(&fifo).unwrap_err();
+        assert_eq!(e.to_string(), "not a regular file");
+        // A link to a device is followed, and refused the same way.
+        symlink("/dev/zero", dir.path().join("zero")).unwrap();
+        assert!(read_regular(&dir.path().join("zero"), 16).is_err());
+        let file = dir.path().join("f");
+        fs::write(&file, b"0123456789").unwrap();
+        assert_eq!(read_regular(&file, 10).unwrap(), b"0123456789");
+        let e = read_regular(&file, 9).unwrap_err();
+        assert_eq!(e.to_string(), "10 bytes, more than the 9 mia reads");
+    }
 
     /// A project root (canonical, so expected paths compare equal) and a
     /// sibling directory outside it.

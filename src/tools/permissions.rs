@@ -27,7 +27,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::paths::{canonicalize, CanonicalPath, PathError};
+use super::paths::{canonicalize, read_regular, CanonicalPath, PathError};
 use super::shell::{analyze, CommandLine};
 use super::{OutsidePolicy, ToolEffect, ToolSubject};
 
@@ -712,34 +712,6 @@ impl Remembered {
 /// Largest remembered-rules file read (mia writes a few KB; another
 /// process could put anything there).
 const MAX_REMEMBERED_BYTES: u64 = 16 << 20;
-
-/// The bytes of `path` when it is a regular file of at most `max` bytes.
-/// Opened without blocking, so a FIFO put in its place fails here rather
-/// than waiting for a writer that never comes (and the turn with it).
-fn read_regular(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    if meta.len() > max {
-        return Err(std::io::Error::other(format!(
-            "{} bytes, more than the {max} mia reads",
-            meta.len()
-        )));
-    }
-    let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > max {
-        return Err(std::io::Error::other(format!("more than the {max} bytes mia reads")));
-    }
-    Ok(bytes)
-}
 
 /// Renames `path` to `path.bak`, or `path.bak.N` for the first free N.
 fn move_aside(path: &Path) -> std::io::Result<PathBuf> {
