@@ -44,6 +44,56 @@ local function record(buf)
   })
 end
 
+--- mia's own work per frame on the main thread, one entry per drain that
+--- took something: `drain` (the core's drain call), `dispatch` (from its
+--- return to the writer's flush: the callbacks and the chat's renderer) and
+--- `write` (the flush: one nvim_buf_set_text). `text` marks a frame whose
+--- one event was plain answer text (the drain's string form); the others
+--- carry more (most often a live cost update beside the text). The bridge
+--- looks both functions up on every drain, so wrapping them here times the
+--- frames without a change to mia; the wrappers add four clock reads.
+bench.frames = {}
+local function time_frames()
+  if bench.frames_timed then
+    return
+  end
+  bench.frames_timed = true
+  local core = require("mia.core").get()
+  local writer = require("mia.writer")
+  local drain, flush = core.drain, writer.flush
+  local open = nil -- the frame drained whose flush has not run yet
+  core.drain = function(...)
+    open = nil
+    local t0 = uv.hrtime()
+    -- All three values: the third names the stream of a plain text frame.
+    local events, next_ms, text_stream = drain(...)
+    local t1 = uv.hrtime()
+    local text = text_stream ~= nil
+    if text or #events > 0 then
+      open = { t0 = t0, t1 = t1, text = text }
+    end
+    return events, next_ms, text_stream
+  end
+  writer.flush = function(...)
+    local f = open
+    open = nil
+    if not f then
+      return flush(...)
+    end
+    local t2 = uv.hrtime()
+    flush(...)
+    local t3 = uv.hrtime()
+    bench.frames[#bench.frames + 1] = { who = "mia", text = f.text, drain = f.t1 - f.t0, dispatch = t2 - f.t1, write = t3 - t2 }
+  end
+end
+
+--- The frames timed since the last call (see time_frames).
+function bench.take_frames()
+  local out = bench.frames
+  bench.frames = {}
+  return out
+end
+
 --- mia's full path: :Mia prompt into the chat buffer (with the chat's
 --- regex syntax set to `syntax` when given, e.g. "markdown").
 function bench.start_mia(prompt, syntax)
@@ -55,6 +105,8 @@ function bench.start_mia(prompt, syntax)
   if vim.bo[chat].syntax ~= want then
     vim.bo[chat].syntax = want
   end
+  time_frames()
+  bench.frames = {}
   bench.t0 = uv.hrtime()
   vim.cmd("Mia prompt " .. prompt)
   record(chat)
@@ -90,6 +142,7 @@ function bench.start_floor(prompt)
     vim.bo[chat].syntax = want
   end
   bench.floor_finished = false
+  bench.frames = {}
   bench.t0 = uv.hrtime()
   record(chat)
   local was_modifiable = vim.bo[chat].modifiable
@@ -115,7 +168,10 @@ function bench.start_floor(prompt)
         parts[#parts + 1] = string.format("w%05d ", i)
       end
       sent = due
+      local t0 = uv.hrtime()
       put(table.concat(parts))
+      -- The floor's whole frame is its write: to set beside mia's (time_frames).
+      bench.frames[#bench.frames + 1] = { who = "floor", text = true, drain = 0, dispatch = 0, write = uv.hrtime() - t0 }
     end
     if sent >= n then
       timer:stop()

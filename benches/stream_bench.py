@@ -17,7 +17,15 @@ no server) it reports medians over --runs runs of:
     the command to the first text. In the burst the server writes tokens in
     batches and logs after each batch is flushed, so its per-token latency
     can read below zero there; the paced scenarios write one token at a time,
-  - the longest gap between two buffer changes while the text streams.
+  - the longest gap between two buffer changes while the text streams,
+  - mia's own work per frame on the main thread (bench_init.lua's
+    time_frames): the core's drain, the dispatch (callbacks, the chat's
+    renderer) and the write (the writer's one nvim_buf_set_text), median µs
+    for frames of plain answer text and for the others (a live cost update
+    beside the text, the header, the end), and their sum over the stream;
+    the floor's frame is its bare write. Unlike the whole thread's CPU, which
+    moves with the machine's load by several ms between runs, these say
+    which part of a frame a change moved.
 Then typing: one key every 10 ms into another window (insert mode) while
 each client streams at 1 kHz, and with nothing streaming; the latency from
 the key's send (over RPC, as the TUI sends it) to the end of the redraw that
@@ -173,6 +181,30 @@ class Tui:
         subprocess.run(self.tmux + ["kill-server"], stderr=subprocess.DEVNULL)
 
 
+FRAME_PARTS = ("drain", "dispatch", "write")
+
+
+def frame_costs(frames, client):
+    """mia's own main-thread work per frame (bench_init.lua's time_frames):
+    medians in µs of each part, for frames of plain answer text and for
+    the others (a live cost update beside the text, the header, the end),
+    and the three parts summed over the stream in ms. The floor has only
+    its write (its bare nvim_buf_set_text); curl is not timed."""
+    out = {}
+    # A drain of mia's that lands during another client's run (the last
+    # turn's summary) is not that client's.
+    frames = [f for f in frames if f["who"] == ("floor" if client == "floor" else "mia")]
+    for kind, want in (("text", True), ("other", False)):
+        sel = [f for f in frames if f["text"] == want]
+        out[f"frames_{kind}"] = len(sel) if client != "curl" else None
+        for part in FRAME_PARTS:
+            vals = [f[part] / 1e3 for f in sel]
+            timed = vals and client != "curl" and (client != "floor" or part == "write")
+            out[f"{kind}_{part}_us"] = statistics.median(vals) if timed else None
+    out["frames_own_ms"] = sum(f[p] for f in frames for p in FRAME_PARTS) / 1e6 if client != "curl" else None
+    return out
+
+
 def wait_done(tui, server, client, prompt, n_tokens, seq_before):
     """Waits for `client`'s answer to end. Neovim is asked only once the
     server has sent the last token (the floor: once its tokens are due), so
@@ -226,6 +258,7 @@ def run_stream(tui, server, client, prompt, n_tokens):
         "buffer_changes": len(times),
         "max_gap_ms": max(gaps) if gaps else 0.0,
     }
+    out.update(frame_costs(tui.lua("return bench.take_frames()"), client))
     if client == "floor":  # no server: no send-to-buffer latency
         return dict(out, first_token_ms=None, p50_ms=None, p99_ms=None)
     sends = server.sends()
@@ -296,7 +329,13 @@ def lat_first(times, counts, sent):
 
 
 def median_of(runs):
-    return {k: None if runs[0][k] is None else statistics.median(r[k] for r in runs) for k in runs[0]}
+    """Each key's median over the runs that have a value for it (a burst
+    may have no plain-text frame in one run), None when none has."""
+    out = {}
+    for k in runs[0]:
+        vals = [r[k] for r in runs if r[k] is not None]
+        out[k] = statistics.median(vals) if vals else None
+    return out
 
 
 def first_turn(tmp, base_url, loader=False, in_tree=False, lib=None):
@@ -538,6 +577,22 @@ def report(r, runs):
         print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | | |")
         own = per["mia"]["main_cpu_ms"] - per["floor"]["main_cpu_ms"]
         print(f"| {label} | mia − floor: mia's own main-thread CPU | {own:.1f} | | | | | | | | |")
+    print(f"\n## Per frame: mia's own work on the main thread (µs, medians of each run's median; "
+          "the floor's frame is its bare write)\n")
+    print("| scenario | client | text frames | drain | dispatch | write | other frames | drain | dispatch | write | "
+          "all frames, ms |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+
+    def us(v):
+        return "–" if v is None else f"{v:.1f}"
+
+    for label, per in r["streams"].items():
+        for client, m in per.items():
+            if m.get("frames_own_ms") is None:
+                continue
+            cells = [f"{m['frames_text']:.0f}"] + [us(m[f"text_{p}_us"]) for p in FRAME_PARTS]
+            cells += [f"{m['frames_other']:.0f}"] + [us(m[f"other_{p}_us"]) for p in FRAME_PARTS]
+            print(f"| {label} | {client} | {' | '.join(cells)} | {m['frames_own_ms']:.2f} |")
     if "typing" not in r:
         return
     print(f"\n## Typing one key every {TYPING_EVERY_S * 1000:.0f} ms in another window during a 1 kHz stream "
