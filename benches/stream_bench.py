@@ -173,6 +173,17 @@ class Tui:
     def lua(self, code, *args):
         return self.nvim.exec_lua(code, *args)
 
+    def poll(self, expr, what):
+        """The value of the Lua expression `expr`; RuntimeError naming `what`
+        once Neovim has reported an error (v:errmsg, e.g. a scheduled
+        callback's), whose run cannot be trusted. bench_init.lua turns the
+        hit-enter prompt off: while it showed, Neovim answered no request
+        and the bench waited for its deadline."""
+        got = self.lua(f"return {{ value = {expr}, err = vim.v.errmsg }}")
+        if got["err"]:
+            raise RuntimeError(f"{what}: Neovim reported an error: {got['err']}")
+        return got.get("value")
+
     def close(self):
         try:
             self.nvim.command("qa!")
@@ -220,7 +231,7 @@ def wait_done(tui, server, client, prompt, n_tokens, seq_before):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{client} {prompt}: the server sent no full answer in 120 s")
             time.sleep(0.05)
-    while not tui.lua("return bench.%s_done()" % client):
+    while not tui.poll("bench.%s_done()" % client, f"{client} {prompt}"):
         if time.monotonic() > deadline:
             raise RuntimeError(f"{client} {prompt}: no end after 120 s")
         time.sleep(0.02)
@@ -295,7 +306,7 @@ def run_typing(tui, server, client):
             time.sleep(pause)
     if client:
         deadline = time.monotonic() + 120
-        while not tui.lua("return bench.%s_done()" % client):
+        while not tui.poll("bench.%s_done()" % client, f"typing during {client}"):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{client}: no end after 120 s")
             time.sleep(0.05)
@@ -350,7 +361,7 @@ def first_turn(tmp, base_url, loader=False, in_tree=False, lib=None):
     try:
         tui.lua("bench.first_turn()")
         deadline = time.monotonic() + 30
-        while (ms := tui.lua("return bench.first_turn_ms")) is None:
+        while (ms := tui.poll("bench.first_turn_ms", "first turn")) is None:
             if time.monotonic() > deadline:
                 notices = tui.lua("return bench.notices")
                 raise RuntimeError(f"first turn: no end after 30 s; mia said: {notices or 'nothing'}")
