@@ -39,7 +39,8 @@ pub struct ApiCall {
 /// with a `cancelled` error event. The budgets are checked first (a reached
 /// hard limit sends nothing), the transform hooks run over the request, and
 /// the call's usage and cost are stored under `api.agent`, in the store
-/// `store` resolves to (none: nothing is checked or recorded).
+/// `store` resolves to. Without one, the budgets count what this process
+/// has spent ([`crate::cost::ledger`]).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_stream(
     rt: &Handle,
@@ -84,43 +85,41 @@ async fn api_call(
 ) -> Result<StreamDone, LlmError> {
     use crate::agent::record;
     let (day_start, day_end) = record::local_day(record::now_ms(), api.utc_offset_s);
-    let session = api.session_id.as_deref().unwrap_or("");
     // Without a session the session spend reads 0: only the daily limit applies.
-    let spent = |s: crate::store::Spend| crate::cost::budget::Spend {
-        session_usd: if session.is_empty() { 0.0 } else { s.session_usd },
-        day_usd: s.day_usd,
-    };
-    if let Some(store) = &store {
-        if let Ok(s) = store.spend(session, day_start, day_end).await {
-            let spend = spent(s);
-            record::gate_spend(
-                &api.budgets,
-                spend,
-                &caller.calls,
-                &caller.queue,
-                caller.stream,
-                &caller.cancel,
-            )
-            .await?;
-        }
+    let session = api.session_id.as_deref().unwrap_or("");
+    let store = store.as_deref();
+    if api.budgets.has_limit() {
+        let (spend, _) = record::spend_now(store, session, day_start, day_end).await;
+        record::gate_spend(
+            &api.budgets,
+            spend,
+            &caller.calls,
+            &caller.queue,
+            caller.stream,
+            &caller.cancel,
+        )
+        .await?;
     }
     let started_ms = record::now_ms();
     let q = caller.queue.clone();
     let stream = caller.stream;
     let mut emit = |delta| q.push(Event::Delta { stream, delta });
     let done = crate::hooks::call_model(&caller, &providers, &req, streaming, &mut emit).await?;
-    if let Some(store) = &store {
-        let before = store.spend(session, day_start, day_end).await.ok().map(spent);
-        let row = record::usage_row(api.session_id.as_deref(), None, &api.agent, &done, started_ms);
-        if let Err(e) = store.record_usage(row).await {
-            tracing::warn!("cannot record the usage of a {} call: {e}", api.agent);
-        }
-        let after = store.spend(session, day_start, day_end).await.ok().map(spent);
-        if let (Some(b), Some(a)) = (before, after) {
-            for w in crate::cost::budget::crossed_warnings(&api.budgets, b, a) {
-                let event = crate::events::MiaEvent::Warning { text: w.message };
-                caller.queue.push(Event::Mia { stream, event });
-            }
+    // The spend before and after the row tells which warning the call
+    // crossed; with no warning set nothing reads it.
+    let warn = api.budgets.has_warning();
+    let before = if warn {
+        Some(record::spend_now(store, session, day_start, day_end).await.0)
+    } else {
+        None
+    };
+    let row = record::usage_row(api.session_id.as_deref(), None, &api.agent, &done, started_ms);
+    record::record_usage(store, row).await;
+    if let Some(b) = before {
+        let (after, _) = record::spend_now(store, session, day_start, day_end).await;
+        for w in crate::cost::budget::crossed_warnings(&api.budgets, b, after) {
+            let event = crate::events::MiaEvent::Warning { text: w.message };
+            caller.queue.push(Event::Mia { stream, event });
         }
     }
     Ok(done)

@@ -703,27 +703,22 @@ impl AgentProc {
         let session = prompt.session_id.clone().unwrap_or_default();
         let (day_start, day_end) = crate::agent::record::local_day(started_ms, prompt.utc_offset_s);
         // Without a limit every turn proceeds: the spend is not needed.
-        if let Some(store) = deps.store.as_ref().filter(|_| deps.budgets.has_limit()) {
-            if let Ok(sp) = store.spend(&session, day_start, day_end).await {
-                let spend = crate::cost::budget::Spend {
-                    session_usd: if session.is_empty() { 0.0 } else { sp.session_usd },
-                    day_usd: sp.day_usd,
-                };
-                let gate = crate::agent::record::gate_spend(
-                    &deps.budgets,
-                    spend,
-                    &self.bridge.calls,
-                    &self.bridge.queue,
-                    stream,
-                    cancel,
-                )
-                .await;
-                if let Err(e) = gate {
-                    if cancel.is_cancelled() {
-                        return self.end(Stop::Cancelled, None);
-                    }
-                    return self.error_end("budget_exceeded", e.message);
+        if deps.budgets.has_limit() {
+            let (spend, _) = crate::agent::record::spend_now(deps.store.as_deref(), &session, day_start, day_end).await;
+            let gate = crate::agent::record::gate_spend(
+                &deps.budgets,
+                spend,
+                &self.bridge.calls,
+                &self.bridge.queue,
+                stream,
+                cancel,
+            )
+            .await;
+            if let Err(e) = gate {
+                if cancel.is_cancelled() {
+                    return self.end(Stop::Cancelled, None);
                 }
+                return self.error_end("budget_exceeded", e.message);
             }
         }
         let live = tokio::select! {
@@ -839,16 +834,13 @@ impl AgentProc {
         utc_offset_s: i32,
         stream: StreamId,
     ) {
-        let Some(store) = &deps.store else { return };
+        let store = deps.store.as_deref();
         let (day_start, day_end) = crate::agent::record::local_day(started_ms, utc_offset_s);
-        let spent = |sp: crate::store::Spend| crate::cost::budget::Spend {
-            session_usd: if session.is_empty() { 0.0 } else { sp.session_usd },
-            day_usd: sp.day_usd,
-        };
         // The spend before and after the row tells which warning the turn
         // crossed; with no warning set nothing reads it.
         let before = if deps.budgets.has_warning() {
-            store.spend(session, day_start, day_end).await.ok().map(spent)
+            let (spend, _) = crate::agent::record::spend_now(store, session, day_start, day_end).await;
+            Some(spend)
         } else {
             None
         };
@@ -873,17 +865,14 @@ impl AgentProc {
             retries: 0,
             ..UsageRow::default()
         };
-        if let Err(e) = store.record_usage(row).await {
-            tracing::warn!("cannot record the usage of the agent {}: {e}", self.spec.name);
-        }
+        crate::agent::record::record_usage(store, row).await;
         let Some(b) = before else { return };
-        if let Some(a) = store.spend(session, day_start, day_end).await.ok().map(spent) {
-            for w in crate::cost::budget::crossed_warnings(&deps.budgets, b, a) {
-                self.bridge.queue.push(Event::Mia {
-                    stream,
-                    event: MiaEvent::Warning { text: w.message },
-                });
-            }
+        let (a, _) = crate::agent::record::spend_now(store, session, day_start, day_end).await;
+        for w in crate::cost::budget::crossed_warnings(&deps.budgets, b, a) {
+            self.bridge.queue.push(Event::Mia {
+                stream,
+                event: MiaEvent::Warning { text: w.message },
+            });
         }
     }
 

@@ -712,12 +712,8 @@ pub async fn compact_session(
     let started_ms = record::now_ms();
     let (messages, summary) = compaction::compact(&caller, &deps.providers, &model, &history, 0).await?;
     let message_id = crate::session::new_message_id(&id);
-    if let Some(store) = session.store() {
-        let row = record::usage_row(Some(&id), Some(message_id.clone()), "compaction", &summary, started_ms);
-        if let Err(e) = store.record_usage(row).await {
-            tracing::warn!("cannot record the compaction's usage: {e}");
-        }
-    }
+    let row = record::usage_row(Some(&id), Some(message_id.clone()), "compaction", &summary, started_ms);
+    record::record_usage(session.store().as_deref(), row).await;
     if let Some(summary_message) = messages.first() {
         let parts = serde_json::to_value(&summary_message.parts).unwrap_or(json!([]));
         let row = crate::session::message_row(

@@ -136,6 +136,46 @@ pub fn usage_row(
     }
 }
 
+/// What the budgets count: the store's figures for `session` (none: `""`)
+/// and the local day `[day_start_ms, day_end_ms)`, and true; or, when there
+/// is no store or it cannot be read, what this process has spent
+/// ([`crate::cost::ledger`]), and false. Budgets never go unchecked for
+/// want of the store.
+pub async fn spend_now(
+    store: Option<&crate::store::Store>,
+    session: &str,
+    day_start_ms: i64,
+    day_end_ms: i64,
+) -> (Spend, bool) {
+    if let Some(store) = store {
+        match store.spend(session, day_start_ms, day_end_ms).await {
+            Ok(s) => {
+                let spend = Spend {
+                    session_usd: if session.is_empty() { 0.0 } else { s.session_usd },
+                    day_usd: s.day_usd,
+                };
+                return (spend, true);
+            }
+            Err(e) => tracing::warn!("reading the spend failed ({e}): budgets count this Neovim's calls only"),
+        }
+    }
+    (crate::cost::ledger::spend(session, day_start_ms, day_end_ms), false)
+}
+
+/// Records one call's usage row in the store, if there is one, and in this
+/// process's ledger, which the budgets fall back on ([`spend_now`]).
+pub async fn record_usage(store: Option<&crate::store::Store>, row: UsageRow) {
+    if row.cost_known {
+        crate::cost::ledger::record(row.session_id.as_deref(), row.created_at_ms, row.total_usd);
+    }
+    if let Some(store) = store {
+        let agent = row.agent.clone();
+        if let Err(e) = store.record_usage(row).await {
+            tracing::warn!("cannot record the usage of a {agent} call: {e}");
+        }
+    }
+}
+
 /// Checks `budgets` against `spend` before a request: a reached hard limit
 /// refuses (class `budget_exceeded`), a soft one asks the user through a
 /// `confirm` call. The agent loop and `mia.stream`/`mia.send` share it.
@@ -388,14 +428,11 @@ impl Recorder {
         self.session.append(row).await;
     }
 
-    async fn spend(&self) -> Option<Spend> {
-        let store = self.session.store()?;
+    /// The session's and the day's spend (see [`spend_now`]), and whether
+    /// the store said so.
+    async fn spend(&self) -> (Spend, bool) {
         let (start, end) = local_day(now_ms(), self.offset_s);
-        let s = store.spend(&self.session_id, start, end).await.ok()?;
-        Some(Spend {
-            session_usd: s.session_usd,
-            day_usd: s.day_usd,
-        })
+        spend_now(self.session.store().as_deref(), &self.session_id, start, end).await
     }
 
     /// Checks the budgets before a request; a reached limit asks the user
@@ -410,7 +447,7 @@ impl Recorder {
             return Ok(());
         }
         self.settle().await;
-        let Some(spend) = self.spend().await else { return Ok(()) };
+        let (spend, _) = self.spend().await;
         gate_spend(&self.budgets, spend, &deps.calls, &deps.queue, stream, cancel).await
     }
 
@@ -419,25 +456,21 @@ impl Recorder {
     pub async fn usage(&mut self, deps: &AgentDeps, stream: StreamId, done: &StreamDone, agent: &str, started_ms: i64) {
         self.settle().await;
         let before = if self.budgets.has_warning() {
-            self.spend().await
+            Some(self.spend().await.0)
         } else {
             None
         };
-        if let Some(store) = self.session.store() {
-            let row = usage_row(
-                Some(&self.session_id),
-                Some(self.next_id.clone()),
-                agent,
-                done,
-                started_ms,
-            );
-            if let Err(e) = store.record_usage(row).await {
-                tracing::warn!("cannot record usage: {e}");
-            }
-        }
-        let after = self.spend().await;
-        if let Some(a) = after {
-            self.session_cost_usd = a.session_usd;
+        let row = usage_row(
+            Some(&self.session_id),
+            Some(self.next_id.clone()),
+            agent,
+            done,
+            started_ms,
+        );
+        record_usage(self.session.store().as_deref(), row).await;
+        let (after, stored) = self.spend().await;
+        if stored {
+            self.session_cost_usd = after.session_usd;
         } else if let Some(total) = done.cost.total_usd {
             self.session_cost_usd += total;
         }
@@ -455,11 +488,12 @@ impl Recorder {
                 &done.cost,
                 window,
                 self.session_cost_usd,
-                after.map(|a| a.day_usd),
+                // Only the store knows every Neovim's day.
+                stored.then_some(after.day_usd),
             ),
         );
-        if let (Some(b), Some(a)) = (before, after) {
-            for w in budget::crossed_warnings(&self.budgets, b, a) {
+        if let Some(b) = before {
+            for w in budget::crossed_warnings(&self.budgets, b, after) {
                 mia_event(&deps.queue, stream, MiaEvent::Warning { text: w.message });
             }
         }

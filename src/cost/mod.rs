@@ -1,10 +1,12 @@
 //! What mia's provider calls cost, and what to do about it: prices
 //! ([`pricing`]), the arithmetic ([`math`]), limits and warnings
-//! ([`budget`]), display ([`format`]), savings advice ([`suggest`]) and the
-//! local calendar days budgets and reports count ([`calendar`]).
-//! Everything here is plain functions over plain data; the only inputs that
-//! are not arguments are the price table embedded at build time and the
-//! clock read by [`calendar::now_ms`].
+//! ([`budget`]), display ([`format`]), savings advice ([`suggest`]), the
+//! local calendar days budgets and reports count ([`calendar`]), and what
+//! this process has spent, which the budgets count when the store cannot
+//! be read ([`ledger`]). Everything here is plain functions over plain
+//! data; the only inputs that are not arguments are the price table
+//! embedded at build time, the clock read by [`calendar::now_ms`] and the
+//! ledger's record.
 //!
 //! Dependencies: none inside the crate. `cost` is a leaf: the quantities it
 //! works on, token counts ([`Usage`]) and dollars ([`Cost`]), are defined
@@ -15,6 +17,7 @@ pub mod budget;
 pub mod calendar;
 pub mod format;
 pub mod gateway;
+pub mod ledger;
 pub mod math;
 mod model_id;
 pub mod pricing;

@@ -226,6 +226,47 @@ def test_a_hard_limit_refuses_without_asking(make, server):
     assert "costs.session_limit_usd" in ed.chat_text()
 
 
+def unopenable_store(data_home):
+    """A file that is no database where the store should be."""
+    path = data_home / "nvim" / "mia" / "mia.sqlite3"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a database\n" * 300)
+
+
+def test_a_hard_session_limit_holds_while_the_store_cannot_be_opened(make, server, data_home):
+    """Without the store, what this Neovim spent still counts: the limit
+    refuses the next request as it does with the store, and nothing is sent."""
+    unopenable_store(data_home)
+    ed = make(costs={"session_limit_usd": 0.000001, "hard_limit": True})
+    prompt(ed, "echo costs money")
+    before = len(posts(server))
+    prompt(ed, "echo again", state="error")
+    assert len(posts(server)) == before
+    assert "costs.session_limit_usd" in ed.chat_text()
+
+
+def test_a_daily_limit_holds_for_every_call_while_the_store_cannot_be_opened(make, server, data_home):
+    """The day's spend without the store: this Neovim's every session and
+    every mia.send call."""
+    unopenable_store(data_home)
+    ed = make(costs={"daily_limit_usd": 0.000001, "hard_limit": True})
+    prompt(ed, "echo the first session spends")
+    ed.nvim.command("Mia new")
+    before = len(posts(server))
+    prompt(ed, "echo a second session", state="error")
+    assert "costs.daily_limit_usd" in ed.chat_text()
+    ed.lua("""
+      _G.got = nil
+      require('mia').send({ messages = { { role = 'user', content = 'echo a plugin' } } }, {
+        on_done = function(d) got = { done = d } end,
+        on_error = function(e) got = { err = e } end,
+      }, { agent = 'myplugin' })""")
+    ed.wait("got ~= nil")
+    got = ed.lua("return got")
+    assert got.get("err", {}).get("class") == "budget_exceeded", got
+    assert len(posts(server)) == before
+
+
 def test_daily_limit_counts_every_session_of_the_day(make, server):
     ed = make(costs={"daily_limit_usd": 0.000001, "hard_limit": True})
     prompt(ed, "echo first session")
