@@ -27,8 +27,8 @@ static GUARD: Mutex<Option<WorkerGuard>> = Mutex::new(None);
 /// Starts logging to `file` at `level` ("error", "warn", "info", "debug",
 /// "trace"). Only the first call in a process takes effect. The logger is
 /// built on a thread of its own (the first command need not wait for it);
-/// lines logged before it is in place are dropped, and the runtime's first
-/// tasks wait for it ([`wait_ready`]).
+/// lines logged before it is in place are dropped, unless their code waits
+/// for it first ([`wait_ready`]).
 pub fn init(file: &Path, level: &str) {
     INIT.call_once(|| {
         // A panic message belongs in the log, never on Neovim's stderr.
@@ -62,15 +62,21 @@ pub fn init(file: &Path, level: &str) {
 /// Set once the logger is in place (or could not be).
 static READY: (Mutex<bool>, Condvar) = (Mutex::new(false), Condvar::new());
 
-/// Waits (at most `max`) for the logger [`init`] started. For the runtime's
-/// first tasks, so what they log is not dropped. Never on the editor's thread.
-pub fn wait_ready(max: Duration) {
+/// The longest [`wait_ready`] waits.
+const READY_WAIT: Duration = Duration::from_millis(200);
+
+/// Waits (at most 200 ms) for the logger [`init`] started, so that a line
+/// logged right after is not dropped. Called just before such a line, on a
+/// path that runs while the first command may still be starting the logger
+/// (the store's opening), not before the work: the usual path, which logs
+/// nothing, then never waits. Never on the editor's thread.
+pub fn wait_ready() {
     if !INIT.is_completed() {
         return;
     }
     let (done, changed) = &READY;
     let guard = done.lock().unwrap_or_else(|p| p.into_inner());
-    let _ = changed.wait_timeout_while(guard, max, |done| !*done);
+    let _ = changed.wait_timeout_while(guard, READY_WAIT, |done| !*done);
 }
 
 fn install(file: &Path, level: &str) {

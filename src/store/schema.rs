@@ -540,9 +540,11 @@ fn start_log(conn: &Connection, path: &Path) {
         .and_then(|()| start());
     let restored = conn.busy_timeout(BUSY_TIMEOUT);
     if let Err(e) = started {
+        crate::logging::wait_ready();
         tracing::debug!("store: the write-ahead log was not started early: {e}");
     }
     if let Err(e) = restored {
+        crate::logging::wait_ready();
         tracing::warn!(path = %path.display(), "store: cannot restore the busy timeout: {e}");
     }
 }
@@ -592,6 +594,7 @@ pub(crate) fn migrate(conn: &Connection, path: &Path, steps: &[&str]) -> Result<
             .map_err(|e| from_sqlite(path, "recording the schema version", &e))?;
         tx.commit()
             .map_err(|e| from_sqlite(path, "committing a migration", &e))?;
+        crate::logging::wait_ready();
         tracing::info!(path = %path.display(), version = found + 1, "store: migrated schema");
     }
 }

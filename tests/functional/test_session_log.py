@@ -224,6 +224,17 @@ def test_a_store_that_cannot_be_opened_is_said_once_and_the_chat_goes_on(make, s
     assert str(path) in warnings[0] and "not a usable mia database" in warnings[0], warnings[0]
     assert "move it away" in warnings[0] and warnings[0].endswith("(then restart Neovim)"), warnings[0]
     assert path.read_bytes() == b"not a database\n" * 300  # left as it was
+    # The log has it too, though the opening fails at once, while the first
+    # command may still be starting the logger (the log is written behind).
+    log = ed.lua("return require('mia.config').get().log_file")
+    deadline = time.monotonic() + 10
+    while True:
+        with open(log, encoding="utf-8") as f:
+            logged = [line for line in f if "cannot open the store" in line]
+        if logged or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(logged) == 1 and str(path) in logged[0] and "ERROR" in logged[0], logged
     ed.nvim.command("checkhealth mia")
     files = "\n".join(ed.nvim.current.buffer[:]).split("mia: files", 1)[1]
     assert "ERROR the store could not be opened: chats and costs are not being saved" in files, files
