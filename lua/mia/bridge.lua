@@ -125,9 +125,9 @@ drain = function()
   failed = 0
   if next_ms then
     -- Text was just taken: the core wakes nobody for more text until this
-    -- frame's time is up, and the next drain comes from the timer.
+    -- frame's time is up, and the next drain comes from the timer (started
+    -- below, once the flush has said how long the line it grew is).
     scheduled = true
-    timer:start(next_ms, 0, on_frame)
   end
   if text_stream then
     -- One plain piece of the answer, handed over as its text (most frames).
@@ -135,10 +135,19 @@ drain = function()
       { stream = text_stream, kind = "update", data = { sessionUpdate = "agent_message_chunk", content = { type = "text", text = events } } },
     }
   end
-  dispatch(events)
+  -- Each callback runs in isolation already; this keeps the next frame's
+  -- timer (below) whatever else goes wrong.
+  local dispatched, derr = pcall(dispatch, events)
+  if not dispatched then
+    report("dispatching events", derr)
+  end
   local flushed, err = pcall(require("mia.writer").flush)
   if not flushed then
     report("buffer write", err)
+  end
+  if next_ms then
+    -- A long line makes frames further apart (writer.pace).
+    timer:start(require("mia.writer").pace(next_ms), 0, on_frame)
   end
 end
 

@@ -16,6 +16,13 @@ local ns = vim.api.nvim_create_namespace("mia_writer")
 local ends = {}
 --- @type table<integer, { id: integer, group: string, r: integer, c: integer, er: integer, ec: integer }> the last highlight written per buffer
 local marks = {}
+--- bytes in the longest last line the last flush wrote into (see `pace`)
+local longest = 0
+--- A line longer than this costs each frame that grows it more than ~1.5 ms
+--- of Neovim's redraw (see `pace`).
+local LONG_LINE = 65536
+--- The longest wait between two frames of streamed text.
+local MAX_FRAME_MS = 1000
 
 --- Queues `text` to be appended at the end of `buf`, highlighted with `hl` if given.
 --- @param buf integer
@@ -99,8 +106,19 @@ local function write(buf, pieces)
   local new_row = row + #lines - 1
   local new_col = #lines == 1 and col + #lines[1] or #lines[#lines]
   ends[buf] = { tick = api.nvim_buf_get_changedtick(buf), row = new_row, col = new_col }
+  longest = math.max(longest, new_col)
+  -- Past a long line, the view starts below it: setting the cursor alone
+  -- makes Neovim measure the whole wrapped line to scroll (33 ms for a
+  -- 1.4 MB line, and the redraw after it as much again).
+  local past_long = col + #lines[1] > LONG_LINE
   for _, win in ipairs(follow) do
-    api.nvim_win_set_cursor(win, { new_row + 1, 0 })
+    if past_long then
+      api.nvim_win_call(win, function()
+        vim.fn.winrestview({ lnum = new_row + 1, col = 0, topline = row + 2 })
+      end)
+    else
+      api.nvim_win_set_cursor(win, { new_row + 1, 0 })
+    end
   end
   if next(pieces.hl) then
     local r, c = row, col
@@ -127,6 +145,7 @@ end
 
 --- Applies all pending text: one buffer change per buffer.
 function M.flush()
+  longest = 0
   if next(pending) == nil then
     return
   end
@@ -141,6 +160,26 @@ function M.flush()
     end
     ends[buf] = api.nvim_buf_is_valid(buf) and ends[buf] or nil
   end
+end
+
+--- How long until the next frame of streamed text, given the core's wait
+--- (`next_ms`, one frame), after a flush. Each frame redraws the line it
+--- grows, and Neovim measures a wrapped line from its start every time:
+--- ~24 µs per KiB on the bench's machine (`perf`: charsize_regular), so a
+--- frame of a 1.4 MB line took ~34 ms, and at 30 frames a second the editor
+--- spent 95% of its time redrawing and answered keys up to 35 ms late. Past
+--- LONG_LINE bytes in the last line the last flush wrote into, the wait
+--- grows with that line, so a stream keeps the share of the editor's time
+--- it takes at LONG_LINE (~5%) whatever the line's length, up to
+--- MAX_FRAME_MS (a 2 MB line). Nothing is held back for good: each frame
+--- writes all the text taken, and the answer's end is drained at once.
+--- @param next_ms integer
+--- @return integer
+function M.pace(next_ms)
+  if longest <= LONG_LINE then
+    return next_ms
+  end
+  return math.min(MAX_FRAME_MS, math.max(next_ms, math.floor(next_ms * longest / LONG_LINE)))
 end
 
 return M

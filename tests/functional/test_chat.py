@@ -146,6 +146,63 @@ def test_a_fast_stream_is_written_in_frames_and_all_of_it_arrives(editor):
     assert 3 <= changes <= 50, changes
 
 
+def test_frames_of_a_long_line_come_further_apart_and_all_of_it_arrives(editor):
+    """Each frame redraws the line it grows, and Neovim measures a wrapped
+    line whole every time: past 64 KiB, the next frame of a line waits in
+    proportion to its length (33 ms per 64 KiB), so a 420 KB line takes a
+    few frames a second instead of thirty. Every byte still arrives."""
+    editor.nvim.command("Mia prompt echo warm")
+    editor.wait("require('mia.chat').state() == 'done'")
+    editor.lua("""
+      _G.grown = {}
+      vim.api.nvim_buf_attach(require('mia.chat').buffer(), false, {
+        on_bytes = function(_, _, _, row, col, _, old_rows, _, _, new_rows, new_col)
+          if old_rows == 0 and new_rows == 0 then  -- text added to one line
+            grown[#grown + 1] = { t = vim.uv.hrtime(), row = row, len = col + new_col }
+          end
+        end,
+      })
+    """)
+    editor.nvim.command("Mia prompt slow 60000 30000")  # one 420 KB line, ~2 s
+    editor.wait("require('mia.chat').state() == 'done'")
+    grown = editor.lua("return grown")
+    row = max(g["row"] for g in grown)
+    assert editor.lua("return vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), ..., ... + 1, true)[1]",
+                      row) == tokens(60000)
+    line = [g for g in grown if g["row"] == row]
+    # Every wait that began with the line past 256 KiB, but the last (the
+    # answer's end is drained at once): at least 33 ms per 64 KiB, less the
+    # timer's slack (it counts from the start of the loop's turn).
+    waits = [((b["t"] - a["t"]) / 1e6, 33 * a["len"] // 65536) for a, b in zip(line[:-2], line[1:-1])
+             if a["len"] > 4 * 65536]
+    assert waits, line
+    assert all(ms >= 0.9 * due - 10 for ms, due in waits), waits
+    assert len(line) < 60, len(line)  # thirty a second would be ~60
+
+
+def test_past_a_long_line_the_chat_view_starts_below_it(editor):
+    """A chat window that follows the answer, when the answer's lines come
+    after a line of more than 64 KiB: the view starts just below that line
+    and the cursor is on the last line, as Neovim would scroll it (mia sets
+    the view itself there: setting the cursor alone had Neovim measure the
+    whole line, 33 ms for 1.4 MB)."""
+    ed = editor
+    ed.nvim.command("Mia prompt echo first")
+    ed.wait("require('mia.chat').state() == 'done'")
+    chat_win = ed.lua("return vim.fn.win_findbuf(require('mia.chat').buffer())[1]")
+    ed.lua("vim.api.nvim_set_current_win(...); vim.api.nvim_win_set_height(0, 8)", chat_win)
+    ed.nvim.feedkeys("G", "x")
+    ed.nvim.command("Mia prompt slow 12000 30000")  # one 84 KB line, then the footer
+    ed.wait("require('mia.chat').state() == 'done'")
+    lines = ed.lua("return vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, true)")
+    long_row = max(range(len(lines)), key=lambda i: len(lines[i])) + 1
+    assert lines[long_row - 1] == tokens(12000), len(lines[long_row - 1])
+    cursor, last, top, bottom = ed.lua(
+        "return vim.api.nvim_win_call(..., function() return { vim.fn.line('.'), vim.fn.line('$'), vim.fn.line('w0'), vim.fn.line('w$') } end)",
+        chat_win)
+    assert cursor == last and bottom == last and top == long_row + 1, (cursor, last, top, bottom, long_row)
+
+
 def test_http_500_shows_one_clear_error(editor):
     editor.nvim.command("Mia prompt http 500")
     editor.wait("require('mia.chat').state() == 'error'")
