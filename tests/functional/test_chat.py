@@ -96,17 +96,24 @@ def test_ctrl_c_in_the_chat_stops_the_answer(editor):
     assert editor.chat_text().endswith("\n\n*[cancelled]*")
 
 
+def following_chat(ed):
+    """After a first answer: the chat window, 8 rows high, current, with
+    its cursor on the last line (so it follows what comes)."""
+    ed.nvim.command("Mia prompt echo first")
+    ed.wait("require('mia.chat').state() == 'done'")
+    chat_win = ed.lua("return vim.fn.win_findbuf(require('mia.chat').buffer())[1]")
+    ed.lua("vim.api.nvim_set_current_win(...); vim.api.nvim_win_set_height(0, 8)", chat_win)
+    ed.nvim.feedkeys("G", "x")
+    return chat_win
+
+
 @pytest.mark.parametrize("from_chat", [True, False], ids=["chat-current", "chat-beside"])
 def test_the_chat_follows_the_answer_only_from_its_last_line(editor, from_chat):
     """A chat window whose cursor is on the last line follows the answer
     onto the lines it adds and keeps its end in view, whether or not it is
     the current window; a cursor the user moved up stays where it is."""
     ed = editor
-    ed.nvim.command("Mia prompt echo first")
-    ed.wait("require('mia.chat').state() == 'done'")
-    chat_win = ed.lua("return vim.fn.win_findbuf(require('mia.chat').buffer())[1]")
-    ed.lua("vim.api.nvim_set_current_win(...); vim.api.nvim_win_set_height(0, 8)", chat_win)
-    ed.nvim.feedkeys("G", "x")
+    chat_win = following_chat(ed)
     if not from_chat:
         ed.nvim.feedkeys("\x17p", "x")  # <C-w>p: back to the other window
     ed.nvim.command("Mia prompt slow 300 300")  # one 2 KB line (~27 rows), then the footer
@@ -187,11 +194,7 @@ def test_past_a_long_line_the_chat_view_starts_below_it(editor):
     the view itself there: setting the cursor alone had Neovim measure the
     whole line, 33 ms for 1.4 MB)."""
     ed = editor
-    ed.nvim.command("Mia prompt echo first")
-    ed.wait("require('mia.chat').state() == 'done'")
-    chat_win = ed.lua("return vim.fn.win_findbuf(require('mia.chat').buffer())[1]")
-    ed.lua("vim.api.nvim_set_current_win(...); vim.api.nvim_win_set_height(0, 8)", chat_win)
-    ed.nvim.feedkeys("G", "x")
+    chat_win = following_chat(ed)
     ed.nvim.command("Mia prompt slow 12000 30000")  # one 84 KB line, then the footer
     ed.wait("require('mia.chat').state() == 'done'")
     lines = ed.lua("return vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, true)")
