@@ -145,7 +145,7 @@ drain = function()
   if not flushed then
     report("buffer write", err)
   end
-  if next_ms then
+  if next_ms and timer then -- (no timer: a callback stopped the bridge)
     -- A long line makes frames further apart (writer.pace).
     timer:start(require("mia.writer").pace(next_ms), 0, on_frame)
   end
