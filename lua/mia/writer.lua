@@ -21,8 +21,11 @@ local longest = 0
 --- A line longer than this costs each frame that grows it more than ~1.5 ms
 --- of Neovim's redraw (see `pace`).
 local LONG_LINE = 65536
---- The longest wait between two frames of streamed text.
-local MAX_FRAME_MS = 1000
+--- The longest wait between two frames of streamed text: reached at a
+--- 19 MB line, whose frame takes ~0.5 s of the editor's time; the share
+--- then grows with the line, but a stream of that (from a broken or hostile
+--- server: nothing else bounds a line) still shows it grow.
+local MAX_FRAME_MS = 10000
 
 --- Queues `text` to be appended at the end of `buf`, highlighted with `hl` if given.
 --- @param buf integer
@@ -171,7 +174,7 @@ end
 --- LONG_LINE bytes in the last line the last flush wrote into, the wait
 --- grows with that line, so a stream keeps the share of the editor's time
 --- it takes at LONG_LINE (~5%) whatever the line's length, up to
---- MAX_FRAME_MS (a 2 MB line). Nothing is held back for good: each frame
+--- MAX_FRAME_MS. Nothing is held back for good: each frame
 --- writes all the text taken, and the answer's end is drained at once.
 --- @param next_ms integer
 --- @return integer
