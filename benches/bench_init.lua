@@ -71,14 +71,15 @@ local function time_frames()
   core.drain = function(...)
     open = nil
     local t0 = uv.hrtime()
-    -- All three values: the third names the stream of a plain text frame.
-    local events, next_ms, text_stream = drain(...)
+    -- All four values: the third names the stream of a plain text frame,
+    -- the fourth holds the live figures that came with it (an "other" frame).
+    local events, next_ms, text_stream, figures = drain(...)
     local t1 = uv.hrtime()
-    local text = text_stream ~= nil
+    local text = text_stream ~= nil and figures == nil
     if text or #events > 0 then
       open = { t0 = t0, t1 = t1, text = text }
     end
-    return events, next_ms, text_stream
+    return events, next_ms, text_stream, figures
   end
   writer.flush = function(...)
     local f = open

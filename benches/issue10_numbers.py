@@ -71,17 +71,18 @@ local function wrap(mod)
   local drain = mod.drain
   mod.drain = function(...)
     -- next_ms: when to drain again (the frame's pacing); text_stream: set
-    -- when `events` is the text of one plain answer chunk of that stream
-    local events, next_ms, text_stream = drain(...)
+    -- when `events` is the text of one plain answer chunk of that stream;
+    -- figures: that stream's live figures beside it (a second event)
+    local events, next_ms, text_stream, figures = drain(...)
     i10.drains = i10.drains + 1
     if type(events) == "table" then
       i10.events = i10.events + #events
     elseif text_stream then
-      i10.events = i10.events + 1
+      i10.events = i10.events + (figures and 2 or 1)
     else
       i10.opaque = true -- not a list of events: they cannot be counted here
     end
-    return events, next_ms, text_stream
+    return events, next_ms, text_stream, figures
   end
   i10.hooked = true
   return mod

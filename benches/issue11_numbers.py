@@ -116,8 +116,9 @@ local function hook(mod)
   local drain = mod.drain
   mod.drain = function(...)
     -- next_ms: when to drain again (the frame's pacing); text_stream: set
-    -- when `events` is the text of one plain answer chunk (never a call)
-    local events, next_ms, text_stream = drain(...)
+    -- when `events` is the text of one plain answer chunk (never a call),
+    -- figures: the live figures beside it (never a call either)
+    local events, next_ms, text_stream, figures = drain(...)
     if b11.armed and not b11.t_event and type(events) == "table" then
       for _, ev in ipairs(events) do
         if ev.kind == "call" and ev.call_kind == "session/request_permission" then
@@ -126,7 +127,7 @@ local function hook(mod)
         end
       end
     end
-    return events, next_ms, text_stream
+    return events, next_ms, text_stream, figures
   end
   b11.hooked = true
   return mod

@@ -5,10 +5,8 @@
 //! Producers (runtime tasks) call [`EventQueue::push`]; the main thread's
 //! poll watcher calls [`EventQueue::ack`] and later [`EventQueue::drain`].
 
-use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -111,59 +109,43 @@ impl Event {
     }
 }
 
-/// Merges the text deltas of each stream that follow each other within one
-/// drain (other streams' events in between do not matter; any other event of
-/// the same stream does), so the main thread handles one text piece per
-/// stream per frame instead of one per network chunk. Order within a stream
-/// is kept.
-pub fn coalesce(events: Vec<Event>) -> Vec<Event> {
-    let mut out: Vec<Event> = Vec::with_capacity(events.len().min(64));
-    // stream -> index in `out` of its last event, if that event is text.
-    let mut open_text: HashMap<StreamId, usize> = HashMap::new();
-    for event in events {
-        let stream = event.stream();
-        match event {
+/// How far back [`EventQueue::push`] looks for the last event of a text
+/// piece's stream. Past it, the piece is queued on its own: nothing is lost
+/// or reordered, the frame only carries one more event. It bounds a push's
+/// work while the main thread is held up and many streams' events pile up.
+const MERGE_WINDOW: usize = 32;
+
+/// Appends the text of `event` to `last` when both are streamed text of the
+/// same kind (a text delta, or an agent message or thought chunk with no
+/// `_meta`); gives `event` back otherwise.
+fn merge_text(last: &mut Event, event: Event) -> Result<(), Event> {
+    match (last, event) {
+        (
+            Event::Delta {
+                delta: Delta::Text { text: acc },
+                ..
+            },
             Event::Delta {
                 delta: Delta::Text { text },
                 ..
-            } => {
-                if let Some(&i) = open_text.get(&stream) {
-                    if let Event::Delta {
-                        delta: Delta::Text { text: acc },
-                        ..
-                    } = &mut out[i]
-                    {
-                        acc.push_str(&text);
-                        continue;
-                    }
+            },
+        ) => {
+            acc.push_str(&text);
+            Ok(())
+        }
+        (Event::Update { update: acc, .. }, Event::Update { stream, update })
+            if chunk_text(acc).is_some() && same_kind(acc, &update) =>
+        {
+            match (chunk_text_mut(acc), chunk_text(&update)) {
+                (Some(acc_text), Some(text)) => {
+                    acc_text.push_str(text);
+                    Ok(())
                 }
-                open_text.insert(stream, out.len());
-                out.push(Event::Delta {
-                    stream,
-                    delta: Delta::Text { text },
-                });
-            }
-            Event::Update { update, .. } if chunk_text(&update).is_some() => {
-                if let Some(&i) = open_text.get(&stream) {
-                    if let Event::Update { update: acc, .. } = &mut out[i] {
-                        if same_kind(acc, &update) {
-                            if let (Some(acc_text), Some(text)) = (chunk_text_mut(acc), chunk_text(&update)) {
-                                acc_text.push_str(text);
-                                continue;
-                            }
-                        }
-                    }
-                }
-                open_text.insert(stream, out.len());
-                out.push(Event::Update { stream, update });
-            }
-            other => {
-                open_text.remove(&stream);
-                out.push(other);
+                _ => Err(Event::Update { stream, update }),
             }
         }
+        (_, event) => Err(event),
     }
-    out
 }
 
 /// The text of an agent message or thought chunk.
@@ -292,11 +274,35 @@ fn is_text(event: &Event) -> bool {
     }
 }
 
+/// True for the running figures of an answer still streaming (a
+/// `usage_update` with `_meta.mia.live`, `session::updates::live_usage`):
+/// each one replaces the last, whatever text came between.
+pub fn is_live_usage(event: &Event) -> bool {
+    match event {
+        Event::Update { update, .. } => match update.as_ref() {
+            acp::SessionUpdate::UsageUpdate(u) => u
+                .meta
+                .as_ref()
+                .and_then(|m| m.get("mia"))
+                .and_then(|m| m.get("live"))
+                .is_some_and(|live| live == true),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Multi-producer queue with one consumer (the main thread).
+///
+/// Streamed text is merged as it is queued: a piece joins the text before
+/// it when that is the last event of its stream, so a frame's drain takes
+/// one text event per stream and only swaps the list out (most frames of a
+/// stream: one event). Order within a stream is kept, but for live figures
+/// (text may join text queued before them); other streams' events in
+/// between do not matter, any other event of the same stream does.
 #[derive(Debug)]
 pub struct EventQueue {
-    tx: Sender<Event>,
-    rx: Mutex<Receiver<Event>>,
+    pending: Mutex<Vec<Event>>,
     /// When the last drain that took streamed text ran (main thread only).
     last_text: Mutex<Option<Instant>>,
     /// True from the wake signal until the consumer starts a drain.
@@ -309,10 +315,8 @@ pub struct EventQueue {
 
 impl EventQueue {
     pub fn new() -> io::Result<Self> {
-        let (tx, rx) = channel();
         Ok(EventQueue {
-            tx,
-            rx: Mutex::new(rx),
+            pending: Mutex::new(Vec::new()),
             last_text: Mutex::new(None),
             wake_pending: AtomicBool::new(false),
             urgent: AtomicBool::new(false),
@@ -342,8 +346,24 @@ impl EventQueue {
         if urgent {
             self.urgent.store(true, Ordering::SeqCst);
         }
-        if self.tx.send(event).is_err() {
-            return; // the receiver lives as long as the queue: cannot happen
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let stream = event.stream();
+            let start = pending.len().saturating_sub(MERGE_WINDOW);
+            let text = is_text(&event);
+            // Text looks past the stream's live figures: they are redrawn
+            // whole each time, so the text before them may take this piece.
+            let last = pending[start..]
+                .iter_mut()
+                .rev()
+                .find(|e| e.stream() == stream && !(text && is_live_usage(e)));
+            let event = match last {
+                Some(last) if text => merge_text(last, event),
+                _ => Err(event),
+            };
+            if let Err(event) = event {
+                pending.push(event);
+            }
         }
         if !self.wake_pending.swap(true, Ordering::SeqCst) || urgent {
             self.wake.signal();
@@ -358,16 +378,15 @@ impl EventQueue {
         self.urgent.swap(false, Ordering::SeqCst)
     }
 
-    /// Takes every pending event, coalesced. Re-arms the wake before taking,
-    /// so an event pushed during the drain either is taken now or wakes again.
+    /// Takes every pending event (text already merged by `push`). Re-arms
+    /// the wake before taking, so an event pushed during the drain either is
+    /// taken now or wakes again.
     pub fn drain(&self) -> Vec<Event> {
         self.wake_pending.store(false, Ordering::SeqCst);
-        let rx = self.rx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let raw: Vec<Event> = rx.try_iter().collect();
-        coalesce(raw)
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
-    /// Takes every pending event, coalesced, and paces the frames: when
+    /// Takes every pending event (text merged) and paces the frames: when
     /// streamed text was taken less than [`FRAME`] ago (now included), the
     /// wake stays off and the answer is how long until the next frame's
     /// drain, which the caller must then run (a timer). Until it does, only
@@ -398,6 +417,8 @@ impl EventQueue {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     fn text(stream: StreamId, t: &str) -> Event {
@@ -428,16 +449,132 @@ mod tests {
 
     #[test]
     fn text_of_one_stream_is_merged_in_order_across_other_streams() {
+        let q = EventQueue::new().unwrap();
         let usage = usage(1);
-        let out = coalesce(vec![
+        for e in [
             text(1, "a"),
             text(2, "x"),
             text(1, "b"),
             usage.clone(),
             text(1, "c"),
             text(2, "y"),
-        ]);
-        assert_eq!(out, vec![text(1, "ab"), text(2, "xy"), usage, text(1, "c")]);
+        ] {
+            q.push(e);
+        }
+        assert_eq!(q.drain(), vec![text(1, "ab"), text(2, "xy"), usage, text(1, "c")]);
+        q.push(text(1, "d"));
+        assert_eq!(q.drain(), vec![text(1, "d")], "a drain ends the merging");
+    }
+
+    fn chunk(stream: StreamId, kind: &str, t: &str) -> Event {
+        let c = acp::ContentChunk::new(acp::ContentBlock::from(t.to_string()));
+        let update = match kind {
+            "message" => acp::SessionUpdate::AgentMessageChunk(c),
+            "thought" => acp::SessionUpdate::AgentThoughtChunk(c),
+            _ => acp::SessionUpdate::UserMessageChunk(c),
+        };
+        Event::Update {
+            stream,
+            update: Box::new(update),
+        }
+    }
+
+    #[test]
+    fn answer_chunks_merge_only_with_plain_chunks_of_their_kind() {
+        let q = EventQueue::new().unwrap();
+        let mut with_meta = chunk(1, "message", "m");
+        if let Event::Update { update, .. } = &mut with_meta {
+            if let acp::SessionUpdate::AgentMessageChunk(c) = update.as_mut() {
+                c.meta = Some(serde_json::Map::new());
+            }
+        }
+        for e in [
+            chunk(1, "message", "a"),
+            chunk(2, "message", "x"),
+            chunk(1, "message", "b"),
+            chunk(1, "thought", "t"),
+            chunk(1, "thought", "u"),
+            chunk(1, "message", "c"),
+            with_meta.clone(),
+            chunk(1, "message", "d"),
+            chunk(1, "user", "p"),
+            chunk(1, "user", "q"),
+            text(1, "e"),
+        ] {
+            q.push(e);
+        }
+        assert_eq!(
+            q.drain(),
+            vec![
+                chunk(1, "message", "ab"),
+                chunk(2, "message", "x"),
+                chunk(1, "thought", "tu"),
+                chunk(1, "message", "c"),
+                with_meta,
+                chunk(1, "message", "d"),
+                chunk(1, "user", "p"),
+                chunk(1, "user", "q"),
+                text(1, "e"),
+            ]
+        );
+    }
+
+    fn live(stream: StreamId, live: bool) -> Event {
+        let u = crate::session::updates::live_usage(&Default::default(), &Default::default(), 1, 2, 0.5);
+        let u = if live {
+            u
+        } else {
+            crate::session::updates::usage(&Default::default(), &Default::default(), 2, 0.5, None)
+        };
+        Event::Update {
+            stream,
+            update: Box::new(u),
+        }
+    }
+
+    #[test]
+    fn text_joins_the_text_queued_before_live_figures_only() {
+        let q = EventQueue::new().unwrap();
+        assert!(is_live_usage(&live(1, true)) && !is_live_usage(&live(1, false)));
+        for e in [
+            chunk(1, "message", "a"),
+            live(1, true),
+            chunk(2, "message", "x"),
+            chunk(1, "message", "b"),
+            live(1, false),
+            chunk(1, "message", "c"),
+        ] {
+            q.push(e);
+        }
+        assert_eq!(
+            q.drain(),
+            vec![
+                chunk(1, "message", "ab"),
+                live(1, true),
+                chunk(2, "message", "x"),
+                live(1, false),
+                chunk(1, "message", "c"),
+            ],
+            "the final figures keep their place"
+        );
+        q.push(live(1, true));
+        q.push(chunk(1, "message", "d"));
+        q.push(chunk(1, "message", "e"));
+        assert_eq!(q.drain(), vec![live(1, true), chunk(1, "message", "de")]);
+    }
+
+    #[test]
+    fn text_far_behind_other_streams_events_is_queued_on_its_own() {
+        let q = EventQueue::new().unwrap();
+        q.push(text(1, "a"));
+        for i in 0..MERGE_WINDOW as u64 {
+            q.push(text(100 + i, "x"));
+        }
+        q.push(text(1, "b"));
+        let events = q.drain();
+        assert_eq!(events.len(), MERGE_WINDOW + 2, "no merge past the window");
+        assert_eq!(events[0], text(1, "a"));
+        assert_eq!(events[MERGE_WINDOW + 1], text(1, "b"), "order kept");
     }
 
     #[test]

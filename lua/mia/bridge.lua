@@ -16,6 +16,9 @@ local uv = vim.uv or vim.loop
 --- @field on_done? fun(done: table)
 --- @field on_error? fun(err: table)
 --- @field on_update? fun(update: table) a chat session's ACP `session/update`
+--- @field on_text? fun(text: string) a plain piece of the answer (an
+--- `agent_message_chunk` of text with nothing else in it), in place of
+--- `on_update` with that chunk's table
 --- @field on_mia? fun(event: table) mia's own events (retry, warning)
 --- @field on_end? fun(turn_end: table) the end of a chat session's turn
 
@@ -29,6 +32,9 @@ local scheduled = false
 local failed = 0
 --- when a failed drain is tried again: one frame (the core's FRAME)
 local RETRY_MS = 33
+
+--- JSON null as nil (in objects and arrays), as the core's own lists decode.
+local JSON_NIL = { luanil = { object = true, array = true } }
 
 local function report(what, err)
   local msg = string.format("mia: %s failed: %s", what, tostring(err))
@@ -109,7 +115,7 @@ end
 
 drain = function()
   scheduled = false
-  local ok, events, next_ms, text_stream = pcall(core.drain)
+  local ok, events, next_ms, text_stream, figures = pcall(core.drain)
   if not ok then
     report("drain", events)
     -- The core may be holding its wake back for this frame: try once more
@@ -130,16 +136,35 @@ drain = function()
     scheduled = true
   end
   if text_stream then
-    -- One plain piece of the answer, handed over as its text (most frames).
-    events = {
-      { stream = text_stream, kind = "update", data = { sessionUpdate = "agent_message_chunk", content = { type = "text", text = events } } },
-    }
+    -- One plain piece of the answer (most frames), as its text; with the
+    -- stream's live figures five times a second (JSON: a one-event list).
+    local cb = callbacks[text_stream]
+    local list = nil
+    if cb and cb.on_text then
+      call(cb.on_text, "on_text", events)
+    else
+      list = {
+        { stream = text_stream, kind = "update", data = { sessionUpdate = "agent_message_chunk", content = { type = "text", text = events } } },
+      }
+    end
+    if figures then
+      local decoded, more = pcall(vim.json.decode, figures, JSON_NIL)
+      if decoded then
+        list = list or {}
+        list[#list + 1] = more[1]
+      else
+        report("reading the live figures", more)
+      end
+    end
+    events = list
   end
-  -- Each callback runs in isolation already; this keeps the next frame's
-  -- timer (below) whatever else goes wrong.
-  local dispatched, derr = pcall(dispatch, events)
-  if not dispatched then
-    report("dispatching events", derr)
+  if events then
+    -- Each callback runs in isolation already; this keeps the next frame's
+    -- timer (below) whatever else goes wrong.
+    local dispatched, derr = pcall(dispatch, events)
+    if not dispatched then
+      report("dispatching events", derr)
+    end
   end
   local flushed, err = pcall(require("mia.writer").flush)
   if not flushed then

@@ -386,6 +386,13 @@ function M.prompt(text, opts)
         on_update(u)
       end
     end,
+    -- Most frames: a plain piece of the answer, drawn as on_update would.
+    on_text = function(piece)
+      if current == entry then
+        status.clear()
+        render.text(M.buffer(), piece)
+      end
+    end,
     on_mia = function(ev)
       if current == entry then
         on_mia(ev)

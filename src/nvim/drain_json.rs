@@ -11,7 +11,7 @@ use std::io::Write;
 use mlua::prelude::*;
 use serde::Serialize;
 
-use crate::events::Event;
+use crate::events::{is_live_usage, Event};
 use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 
 /// `vim.json.decode` bound to the options that give the tables mlua would
@@ -87,8 +87,27 @@ pub(super) fn plain_answer_text(event: &Event) -> Option<&str> {
     }
 }
 
+/// A plain piece of the answer and its stream's live figures, when they are
+/// all the frame took (either order: the chat draws the text, then the
+/// figures, which are redrawn whole each time). Five frames a second of a
+/// streaming answer; `drain` hands the text over as a string and only the
+/// figures as JSON.
+pub(super) fn text_with_live_figures(events: &[Event]) -> Option<(&str, &Event)> {
+    let [a, b] = events else {
+        return None;
+    };
+    if a.stream() != b.stream() {
+        return None;
+    }
+    match (plain_answer_text(a), plain_answer_text(b)) {
+        (Some(text), None) if is_live_usage(b) => Some((text, b)),
+        (None, Some(text)) if is_live_usage(a) => Some((text, a)),
+        _ => None,
+    }
+}
+
 /// `[{ "stream": .., "kind": .., "data": .. }, ..]`, the shape of `drain`'s list.
-fn to_json(events: &[Event]) -> Option<Vec<u8>> {
+pub(super) fn to_json(events: &[Event]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(128 * events.len() + 2);
     out.push(b'[');
     for (i, event) in events.iter().enumerate() {
@@ -128,7 +147,47 @@ fn kind_data<T: Serialize + ?Sized>(out: &mut Vec<u8>, kind: &str, data: &T) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::updates;
     use agent_client_protocol_schema::v1 as acp;
+
+    #[test]
+    fn a_piece_with_its_streams_live_figures_is_handed_over_as_text_and_figures() {
+        let piece = |stream| Event::Update {
+            stream,
+            update: Box::new(acp::SessionUpdate::AgentMessageChunk(text_chunk("w00001 "))),
+        };
+        let figures = |stream, live| Event::Update {
+            stream,
+            update: Box::new(if live {
+                updates::live_usage(&Default::default(), &Default::default(), 1, 2, 0.5)
+            } else {
+                updates::usage(&Default::default(), &Default::default(), 2, 0.5, None)
+            }),
+        };
+        let thought = Event::Update {
+            stream: 7,
+            update: Box::new(acp::SessionUpdate::AgentThoughtChunk(text_chunk("t"))),
+        };
+        for (events, want) in [
+            (vec![piece(7), figures(7, true)], true),
+            (vec![figures(7, true), piece(7)], true),
+            (vec![piece(7), figures(8, true)], false),
+            (vec![piece(7), figures(7, false)], false),
+            (vec![thought, figures(7, true)], false),
+            (vec![piece(7), figures(7, true), piece(7)], false),
+            (vec![figures(7, true)], false),
+            (vec![piece(7), piece(7)], false),
+        ] {
+            match text_with_live_figures(&events) {
+                Some((text, figures)) => {
+                    assert!(want, "{events:?}");
+                    assert_eq!(text, "w00001 ");
+                    assert!(is_live_usage(figures));
+                }
+                None => assert!(!want, "{events:?}"),
+            }
+        }
+    }
 
     fn update(update: acp::SessionUpdate) -> Event {
         Event::Update {

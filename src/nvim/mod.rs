@@ -642,6 +642,15 @@ fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
     guarded("ack", || Ok(runtime::queue().map(|q| q.ack()).unwrap_or(false)))
 }
 
+/// What `drain` returns: the events (or one piece's text), the next
+/// frame's wait, the piece's stream, the live figures beside it.
+type Drained = (
+    LuaValue,
+    Option<u64>,
+    Option<crate::events::StreamId>,
+    Option<LuaString>,
+);
+
 /// `drain()` -> list of `{ stream, kind = "delta"|"done"|"error", data }`,
 /// and the milliseconds until the next frame's drain when streamed text
 /// was just taken (nil otherwise): the caller must drain again then, as
@@ -651,14 +660,26 @@ fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
 /// `agent_message_chunk` (see `drain_json::plain_answer_text`). That is
 /// most frames of a stream, and it halves the drain's time on the main
 /// thread (no JSON written and decoded; 50 Hz bench: median 90-99 µs a
-/// drain before, 47-50 after).
-fn drain(lua: &Lua, (): ()) -> LuaResult<(LuaValue, Option<u64>, Option<crate::events::StreamId>)> {
+/// drain before, 47-50 after). When that piece comes with the stream's
+/// live figures (five times a second), a fourth value holds them as the
+/// JSON of a one-event list for the caller to decode.
+fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
     guarded("drain", || {
         let queue = runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
         let (events, next) = queue.drain_paced(std::time::Instant::now());
         let next_ms = next.map(|d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
         if events.is_empty() {
-            return Ok((LuaValue::Table(lua.create_table()?), next_ms, None));
+            return Ok((LuaValue::Table(lua.create_table()?), next_ms, None, None));
+        }
+        if let Some((text, figures)) = drain_json::text_with_live_figures(&events) {
+            if let Some(json) = drain_json::to_json(std::slice::from_ref(figures)) {
+                return Ok((
+                    LuaValue::String(lua.create_string(text)?),
+                    next_ms,
+                    Some(figures.stream()),
+                    Some(lua.create_string(json)?),
+                ));
+            }
         }
         if let [event] = events.as_slice() {
             if let Some(text) = drain_json::plain_answer_text(event) {
@@ -666,11 +687,12 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<(LuaValue, Option<u64>, Option<crate::e
                     LuaValue::String(lua.create_string(text)?),
                     next_ms,
                     Some(event.stream()),
+                    None,
                 ));
             }
         }
         if let Some(out) = drain_json::events_table(lua, &events)? {
-            return Ok((LuaValue::Table(out), next_ms, None));
+            return Ok((LuaValue::Table(out), next_ms, None, None));
         }
         let out = lua.create_table_with_capacity(events.len(), 0)?;
         for (i, event) in events.into_iter().enumerate() {
@@ -733,7 +755,7 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<(LuaValue, Option<u64>, Option<crate::e
             }
             out.raw_set(i + 1, t)?;
         }
-        Ok((LuaValue::Table(out), next_ms, None))
+        Ok((LuaValue::Table(out), next_ms, None, None))
     })
 }
 

@@ -153,6 +153,42 @@ def test_a_fast_stream_is_written_in_frames_and_all_of_it_arrives(editor):
     assert 3 <= changes <= 50, changes
 
 
+def test_the_live_figures_climb_beside_the_text_and_all_of_it_arrives_in_order(editor):
+    """Five times a second a frame carries the answer's live figures beside
+    its text (the core hands them over together, text that came after the
+    figures joined to the text before them): the figures under the answer
+    climb, and the text arrives whole and in order."""
+    editor.nvim.command("Mia prompt echo warm")
+    editor.wait("require('mia.chat').state() == 'done'")
+    editor.lua("""
+      local core = require('mia.core').get()
+      local drain, writer = core.drain, require('mia.writer')
+      local flush = writer.flush
+      local with_figures = false
+      _G.seen = {}
+      core.drain = function(...)  -- watches, passes everything on
+        local events, next_ms, stream, figures = drain(...)
+        with_figures = figures ~= nil
+        return events, next_ms, stream, figures
+      end
+      writer.flush = function(...)
+        if with_figures then
+          seen[#seen + 1] = require('mia.chat').live_text() or ''
+        end
+        with_figures = false
+        return flush(...)
+      end
+    """)
+    editor.nvim.command("Mia prompt slow 60 20")  # 3 s
+    editor.wait("require('mia.chat').state() == 'done'")
+    assert editor.chat_text().endswith("\n\n" + tokens(60))
+    seen = editor.lua("return seen")
+    assert len(seen) >= 3, seen  # ~15 in 3 s
+    outs = [int(re.search(r"~([\d,]+) out", t)[1].replace(",", "")) for t in seen]
+    assert outs == sorted(outs) and outs[-1] > outs[0], seen
+    assert editor.lua("return require('mia.chat').live_text()") is None
+
+
 def test_frames_of_a_long_line_come_further_apart_and_all_of_it_arrives(editor):
     """Each frame redraws the line it grows, and Neovim measures a wrapped
     line whole every time: past 64 KiB, the next frame of a line waits in

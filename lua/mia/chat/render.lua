@@ -91,6 +91,18 @@ local function tool_event(s, u)
   }
 end
 
+--- Draws a piece of the answer's text in `buf` (an `agent_message_chunk`'s).
+--- @param buf integer
+--- @param text string
+function M.text(buf, text)
+  local s = st(buf)
+  if s.last ~= "text" then
+    writer.append(buf, gap(s))
+  end
+  writer.append(buf, text)
+  s.last = "text"
+end
+
 --- Draws one `session/update` in `buf`.
 --- @param buf integer
 --- @param u table the update (`u.sessionUpdate` names its kind)
@@ -119,11 +131,7 @@ function M.update(buf, u)
     writer.append(buf, (s.last == nil and is_empty(buf)) and header or ("\n\n" .. header))
     s.last = "header"
   elseif kind == "agent_message_chunk" then
-    if s.last ~= "text" then
-      writer.append(buf, gap(s))
-    end
-    writer.append(buf, text_of(u.content))
-    s.last = "text"
+    M.text(buf, text_of(u.content))
   elseif kind == "agent_thought_chunk" then
     if s.last ~= "thought" then
       writer.append(buf, gap(s))
