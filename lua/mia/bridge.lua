@@ -137,7 +137,7 @@ drain = function()
   end
   if text_stream then
     -- One plain piece of the answer (most frames), as its text; with the
-    -- stream's live figures five times a second (JSON: a one-event list).
+    -- stream's live figures three times a second (JSON: a one-event list).
     local cb = callbacks[text_stream]
     local list = nil
     if cb and cb.on_text then

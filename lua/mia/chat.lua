@@ -216,7 +216,7 @@ local function on_update(u)
   if u.sessionUpdate == "usage_update" then
     local meta = type(u._meta) == "table" and u._meta.mia or {}
     if meta.live then
-      -- At most one every ~200 ms (the core throttles): one extmark move.
+      -- At most one every ~333 ms (the core throttles): one extmark move.
       session.live = { usage = meta.usage, cost = meta.cost, used = u.used, size = u.size }
       session.live_cost_usd = meta.session_cost_usd
       status.live(buf, M.live_line(current and current.model, meta.usage, meta.cost))

@@ -17,13 +17,15 @@ use crate::llm::message::ChatRequest;
 use crate::llm::providers::Providers;
 use crate::session::updates;
 
-/// Shortest time between two live updates: five a second. Each one costs
-/// the editor's main thread a frame about three times a plain text
-/// frame's work (the update's tables, the live line, its extmark). At ten
-/// a second, mia's own share of a 4 s, 50 Hz answer was 17-20 ms over
-/// Neovim drawing the same text; at five, 9-15 ms (stream_bench.py,
-/// issue 16's closing notes).
-pub const EVERY: Duration = Duration::from_millis(200);
+/// Shortest time between two live updates: three a second. Each one costs
+/// the editor's main thread a frame several times a plain text frame's
+/// work (the figures' JSON and its decoding, the live line, its extmark:
+/// 150-250 µs against 40-55, cold caches every time). At ten a second,
+/// mia's own share of a 4 s, 50 Hz answer was 17-20 ms over Neovim
+/// drawing the same text; at five, 9-15 ms; going from five to three took
+/// mia's own frame work over that answer from 13.4-21.0 ms to 11.0-17.4
+/// (stream_bench.py, issue 16's closing notes).
+pub const EVERY: Duration = Duration::from_millis(333);
 
 /// The running figures of one request of a turn.
 pub struct LiveMeter {

@@ -89,7 +89,7 @@ pub(super) fn plain_answer_text(event: &Event) -> Option<&str> {
 
 /// A plain piece of the answer and its stream's live figures, when they are
 /// all the frame took (either order: the chat draws the text, then the
-/// figures, which are redrawn whole each time). Five frames a second of a
+/// figures, which are redrawn whole each time). Three frames a second of a
 /// streaming answer; `drain` hands the text over as a string and only the
 /// figures as JSON.
 pub(super) fn text_with_live_figures(events: &[Event]) -> Option<(&str, &Event)> {

@@ -661,7 +661,7 @@ type Drained = (
 /// most frames of a stream, and it halves the drain's time on the main
 /// thread (no JSON written and decoded; 50 Hz bench: median 90-99 µs a
 /// drain before, 47-50 after). When that piece comes with the stream's
-/// live figures (five times a second), a fourth value holds them as the
+/// live figures (three times a second), a fourth value holds them as the
 /// JSON of a one-event list for the caller to decode.
 fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
     guarded("drain", || {

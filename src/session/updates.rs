@@ -238,7 +238,7 @@ pub fn usage(
 /// The figures of an answer still streaming (`_meta.mia.live`): the
 /// turn's usage and cost so far, this answer's output estimated from its
 /// text where the provider has not reported it yet (`usage.estimated`).
-/// Sent at most every ~200 ms; the next plain [`usage`] replaces them.
+/// Sent at most every ~333 ms; the next plain [`usage`] replaces them.
 pub fn live_usage(
     usage: &Usage,
     cost: &Cost,

@@ -216,7 +216,7 @@ def test_the_drawn_statusline_follows_the_live_figures_while_the_answer_streams(
     answer(ed, "slow 60 20")
     drawn = ed.lua("return drawn")
     live = [s for s in drawn if "~$" in s]
-    assert len(live) >= 3, drawn  # ~3 s at ~5 figures a second, each drawn
+    assert len(live) >= 3, drawn  # ~3 s at ~3 figures a second, each drawn
     costs = [float(re.search(r"~\$([\d.]+)", s)[1]) for s in live]
     assert costs == sorted(costs) and costs[0] < costs[-1], live
     # and once the answer has ended, the exact figures without the "…"
@@ -238,13 +238,13 @@ def test_live_figures_redraw_no_statusline_until_one_shows_mia(make):
     ed.lua("draws, with_mia = 0, true; vim.cmd.redrawstatus({ bang = true })")
     answer(ed, "slow 60 20")
     shown = ed.lua("return draws")
-    # ~3 s at ~5 live figures a second: each redraws the statuslines once
+    # ~3 s at ~3 live figures a second: each redraws the statuslines once
     # mia's is shown; a plain statusline is drawn only by ordinary redraws.
-    assert shown >= plain + 10, (plain, shown)
+    assert shown >= plain + 6, (plain, shown)
 
 
 def test_a_live_figure_does_not_draw_the_chat_window_a_second_time(make):
-    """The live figures (about five a second) ride on the text's redraw: the
+    """The live figures (about three a second) ride on the text's redraw: the
     chat window is drawn about once per change of its buffer, not once more
     for each figure (`:redrawstatus!` ran a whole screen update before the
     text of the same frame was written)."""
