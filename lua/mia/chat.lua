@@ -210,28 +210,52 @@ local function on_mia(ev)
   end
 end
 
+--- A finite number from an update's figures, else nil.
+local function number(v)
+  return type(v) == "number" and v == v and v ~= math.huge and v ~= -math.huge and v or nil
+end
+
+--- The figures of a usage update's `_meta.mia`, numbers only: an external
+--- agent's update can carry anything there, mia's own name included.
+local function figures_of(meta)
+  local u = type(meta.usage) == "table" and meta.usage or {}
+  local c = type(meta.cost) == "table" and meta.cost or nil
+  return {
+    input_tokens = number(u.input_tokens),
+    output_tokens = number(u.output_tokens),
+    cache_read_tokens = number(u.cache_read_tokens),
+    cache_write_tokens = number(u.cache_write_tokens),
+    estimated = u.estimated == true,
+  },
+    c and {
+      known = c.known == true,
+      total_usd = number(c.total_usd),
+      source = type(c.source) == "string" and c.source or nil,
+    }
+end
+
 --- Draws one update of the chat's session and keeps the statusline's figures.
 local function on_update(u)
   local buf = M.buffer()
   if u.sessionUpdate == "usage_update" then
-    local meta = type(u._meta) == "table" and u._meta.mia or {}
+    local meta = type(u._meta) == "table" and type(u._meta.mia) == "table" and u._meta.mia or {}
+    local usage, cost = figures_of(meta)
     if meta.live then
       -- At most one every ~333 ms (the core throttles): one extmark move.
-      session.live = { usage = meta.usage, cost = meta.cost, used = u.used, size = u.size }
-      session.live_cost_usd = meta.session_cost_usd
-      status.live(buf, M.live_line(current and current.model, meta.usage, meta.cost))
+      session.live = { usage = usage, cost = cost, used = u.used, size = u.size }
+      session.live_cost_usd = number(meta.session_cost_usd)
+      status.live(buf, M.live_line(current and current.model, usage, cost))
       status.redraw_statuslines()
       return
     end
     session.live = nil
-    local usage = type(meta.usage) == "table" and meta.usage or {}
     session.tokens = (session.tokens or 0)
       + (usage.input_tokens or 0)
       + (usage.output_tokens or 0)
       + (usage.cache_read_tokens or 0)
       + (usage.cache_write_tokens or 0)
     session.used, session.size = u.used, u.size
-    session.cost_usd = meta.session_cost_usd or session.cost_usd
+    session.cost_usd = number(meta.session_cost_usd) or session.cost_usd
     if type(meta.cost) == "table" and meta.cost.known == false then
       session.unknown_cost = true
     end

@@ -500,6 +500,17 @@ def test_lines_that_break_the_protocol_do_not_end_the_turn(editor_factory, tmp_p
     assert "survived" in text, text
 
 
+def test_an_agent_posing_as_mias_live_figures_cannot_break_or_reorder_the_answer(editor_factory, tmp_path):
+    """A usage_update with `_meta.mia.live` takes the path of mia's own
+    live figures (text after it joins the text before it): nonsense,
+    deeply nested figures neither reorder nor lose the text, and raise no
+    error."""
+    ed, text = hostile_turn(editor_factory, tmp_path, "livefake")
+    assert "alpha beta gamma" in text, text[-2000:]
+    assert ed.state() == "done", text[-2000:]
+    assert "failed" not in ed.messages(), ed.messages()
+
+
 def test_an_agents_negative_cost_is_not_recorded_and_cannot_reopen_a_reached_limit(editor_factory, server, tmp_path):
     ed = agent_editor(editor_factory, {"bad": {"command": [NODE, str(HOSTILE_AGENT)], "cwd": str(tmp_path)}},
                       providers={"scn": {"kind": "openai_compatible", "base_url": server.base_url}},
