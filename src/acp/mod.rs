@@ -5,6 +5,7 @@
 pub mod client;
 mod client_requests;
 pub mod client_sessions;
+pub mod guarded_lines;
 pub mod line_cap;
 pub mod mcp_servers;
 mod permission_diff;

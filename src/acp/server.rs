@@ -10,6 +10,7 @@
 
 pub mod config;
 mod forward;
+mod memory;
 mod switch_mode;
 
 use std::collections::HashMap;
@@ -20,9 +21,9 @@ use agent_client_protocol::v1::schema as acp;
 use agent_client_protocol::{Agent, Client};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
-use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 use tokio_util::sync::CancellationToken;
 
+use super::guarded_lines::{GuardedLines, Line};
 use crate::agent::{AgentDeps, Prompt};
 use crate::events::{Event, EventQueue, StreamId};
 use crate::session::{updates, Session, SessionInfo, Sessions, Stop, TurnEnd};
@@ -45,6 +46,8 @@ const COMMANDS: [(&str, &str, Option<&str>); 4] = [
 struct Pending {
     session_id: String,
     responder: Responder<acp::PromptResponse>,
+    /// The turn's share of the memory bound, given back when it ends.
+    _charge: Option<memory::Charge>,
 }
 
 /// The agent's state, shared by the protocol handlers and the event pump.
@@ -62,6 +65,8 @@ pub struct Server {
     client_fs: Mutex<(bool, bool)>,
     /// The MCP servers the client sent for a session, by session id.
     session_mcp: Mutex<HashMap<String, SessionMcp>>,
+    /// `acp.max_memory_mb` and the turns charged against it.
+    bound: Arc<memory::MemoryBound>,
 }
 
 /// A session's own MCP servers (`mcpServers` of `session/new` or
@@ -85,6 +90,38 @@ fn tool_registry(sessions: &Arc<Sessions>) -> Arc<Registry> {
         ToolSource::Plugin,
     );
     registry
+}
+
+/// A message of the core, as an ACP client's user reads it: mia-acp's name,
+/// and the protocol's way instead of Neovim's where the core names one.
+pub(crate) fn for_client(message: &str) -> String {
+    let mut text = message.replacen("mia:", "mia-acp:", 1);
+    for (neovim, acp) in [
+        (
+            "Stop it with :Mia stop (or <C-c> in the chat) first.",
+            "Cancel it first (session/cancel).",
+        ),
+        ("stop it with :Mia stop", "cancel it (session/cancel)"),
+        ("(see :checkhealth mia)", "(see mia-acp's log file)"),
+        ("the log file from :checkhealth mia", "mia-acp's log file"),
+        (" (:Mia model)", ""),
+    ] {
+        text = text.replace(neovim, acp);
+    }
+    // `setup({ limits = { max_event_bytes = N } })` in mia-acp's JSON.
+    const LUA: &str = "setup({ limits = { max_event_bytes = ";
+    if let Some(at) = text.find(LUA) {
+        let rest = &text[at + LUA.len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if rest[digits..].starts_with(" } })") {
+            let json = format!(
+                "\"limits\": {{ \"max_event_bytes\": {} }} in mia-acp's --config file",
+                &rest[..digits]
+            );
+            text = format!("{}{json}{}", &text[..at], &rest[digits + " } })".len()..]);
+        }
+    }
+    text
 }
 
 fn rpc_error(code: i32, message: impl Into<String>) -> RpcError {
@@ -113,14 +150,15 @@ fn iso(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// The text of a prompt's content blocks (resources by their text or link).
-fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
+/// The text of a prompt's content blocks (resources by their text or link),
+/// taken by value: a large prompt is not copied once more.
+fn prompt_text(blocks: Vec<acp::ContentBlock>) -> String {
     let mut parts = Vec::new();
     for b in blocks {
         match b {
-            acp::ContentBlock::Text(t) => parts.push(t.text.clone()),
+            acp::ContentBlock::Text(t) => parts.push(t.text),
             acp::ContentBlock::ResourceLink(l) => parts.push(format!("@{}", l.uri)),
-            acp::ContentBlock::Resource(r) => match &r.resource {
+            acp::ContentBlock::Resource(r) => match r.resource {
                 acp::EmbeddedResourceResource::TextResourceContents(t) => {
                     parts.push(format!("<file uri=\"{}\">\n{}\n</file>", t.uri, t.text));
                 }
@@ -129,6 +167,9 @@ fn prompt_text(blocks: &[acp::ContentBlock]) -> String {
             },
             _ => {}
         }
+    }
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default();
     }
     parts.join("\n\n")
 }
@@ -147,7 +188,15 @@ impl Server {
             settings: config.agent.clone(),
             hooks: crate::hooks::switch(),
         };
+        let bound = memory::MemoryBound::new(config.max_memory_mb);
+        tracing::info!(
+            "mia-acp: memory bound {} MB (acp.max_memory_mb): messages up to {} MB, a turn's text up to {} MB",
+            bound.limit_mb(),
+            bound.message_cap() / (1024 * 1024),
+            bound.turn_cap() / (1024 * 1024)
+        );
         Arc::new(Server {
+            bound,
             config,
             deps,
             rt,
@@ -316,7 +365,7 @@ impl Server {
                 })?;
                 let s = Session::load(store, &id)
                     .await
-                    .map_err(|e| invalid_params(e.to_string().replacen("mia:", "mia-acp:", 1)))?;
+                    .map_err(|e| invalid_params(for_client(&e.to_string())))?;
                 self.sessions.insert(s.clone());
                 s
             }
@@ -396,23 +445,41 @@ impl Server {
         &self,
         session: &Arc<Session>,
         responder: Responder<acp::PromptResponse>,
+        prompt_bytes: usize,
     ) -> Option<(CancellationToken, crate::session::Turn, StreamId)> {
+        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let id = session.id();
+        // Idle sessions' conversations count once; this one's goes with its turn.
+        let idle: usize = self
+            .sessions
+            .all()
+            .iter()
+            .filter(|s| s.id() != id && !s.is_running())
+            .map(|s| s.text_bytes())
+            .sum();
+        let charge = match self.bound.admit(stream, session.text_bytes() + prompt_bytes, idle) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("{e}");
+                let _ = responder.respond_with_error(rpc_error(-32000, e));
+                return None;
+            }
+        };
         let cancel = CancellationToken::new();
         let turn = match session.begin(cancel.clone()) {
             Ok(t) => t,
             Err(e) => {
-                let _ = responder.respond_with_error(invalid_params(e.to_string().replacen("mia:", "mia-acp:", 1)));
+                let _ = responder.respond_with_error(invalid_params(for_client(&e.to_string())));
                 return None;
             }
         };
-        let id = session.id();
-        let stream = self.next_stream.fetch_add(1, Ordering::Relaxed);
         lock(&self.streams).insert(stream, id.clone());
         lock(&self.pending).insert(
             stream,
             Pending {
                 session_id: id,
                 responder,
+                _charge: Some(charge),
             },
         );
         Some((cancel, turn, stream))
@@ -439,7 +506,10 @@ impl Server {
                 return;
             }
         };
-        let text = prompt_text(&req.prompt);
+        let text = prompt_text(req.prompt);
+        if text.len() >= memory::LARGE_MESSAGE {
+            self.bound.prompt_taken();
+        }
         if let Some(rest) = text.trim_start().strip_prefix('/') {
             let (name, input) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
             if COMMANDS.iter().any(|(n, _, _)| *n == name) {
@@ -450,7 +520,7 @@ impl Server {
             let _ = responder.respond_with_error(invalid_params("mia-acp: the prompt is empty"));
             return;
         }
-        let Some((cancel, turn, stream)) = self.begin_turn(&session, responder) else {
+        let Some((cancel, turn, stream)) = self.begin_turn(&session, responder, text.len()) else {
             return;
         };
         let title = session.info().title.is_none().then(|| {
@@ -530,7 +600,7 @@ impl Server {
                     say("Nothing to compact: the session is empty.".into());
                     return Self::end_turn(responder, "end_turn");
                 }
-                let Some((cancel, turn, stream)) = self.begin_turn(session, responder) else {
+                let Some((cancel, turn, stream)) = self.begin_turn(session, responder, 0) else {
                     return;
                 };
                 let deps = self.deps_for(&id);
@@ -567,11 +637,7 @@ pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), 
     let server = Server::new(config, queue.clone(), rt);
     let (tx, mut rx) = mpsc::unbounded_channel();
     forward::pump(queue, tx);
-    let transport = agent_client_protocol::ByteStreams::new(
-        tokio::io::stdout().compat_write(),
-        // A client that never ends a line is cut off rather than buffered without end.
-        super::line_cap::LineCap::new(tokio::io::stdin(), super::line_cap::MAX_MESSAGE_BYTES, None).compat(),
-    );
+    let (transport, writer) = stdio_lines(server.bound.clone());
     let s1 = server.clone();
     let s2 = server.clone();
     let s3 = server.clone();
@@ -580,7 +646,7 @@ pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), 
     let s6 = server.clone();
     let s7 = server.clone();
     let s8 = server.clone();
-    Agent
+    let served = Agent
         .v1()
         .name("mia-acp")
         .on_receive_request(
@@ -686,5 +752,97 @@ pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), 
             }
             Ok(())
         })
-        .await
+        .await;
+    // What is still queued for the client goes out before mia-acp ends.
+    let _ = tokio::time::timeout(std::time::Duration::from_millis(500), writer).await;
+    served
+}
+
+/// mia-acp's stdio as the SDK's line transport: lines from stdin checked
+/// by [`GuardedLines`] (a refused request is answered here), and one writer
+/// task that owns stdout, so that those answers and the SDK's messages never
+/// interleave. The writer ends once both have let go of it.
+fn stdio_lines(
+    bound: Arc<memory::MemoryBound>,
+) -> (
+    agent_client_protocol::Lines<
+        impl futures_util::Sink<String, Error = std::io::Error> + Send + 'static,
+        impl futures_util::Stream<Item = std::io::Result<String>> + Send + 'static,
+    >,
+    tokio::task::JoinHandle<()>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<String>();
+    let writer = tokio::spawn(async move {
+        let mut stdout = tokio::io::stdout();
+        while let Some(mut line) = out_rx.recv().await {
+            line.push('\n');
+            if stdout.write_all(line.as_bytes()).await.is_err() || stdout.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+    let replies = out_tx.clone();
+    let max_message = bound.message_cap();
+    // The large prompt passed last: the next line waits until it is handled.
+    let reader = (
+        GuardedLines::new(
+            tokio::io::BufReader::with_capacity(1 << 16, tokio::io::stdin()),
+            max_message,
+        ),
+        false,
+    );
+    let incoming = futures_util::stream::unfold(reader, move |(mut lines, mut large)| {
+        let replies = replies.clone();
+        let bound = bound.clone();
+        async move {
+            if large {
+                bound.wait_taken().await;
+            }
+            loop {
+                match lines.next().await {
+                    Ok(Some(Line::Pass(text))) => {
+                        large = text.len() >= memory::LARGE_MESSAGE && GuardedLines::<()>::is_prompt(&text);
+                        return Some((Ok(text), (lines, large)));
+                    }
+                    Ok(Some(Line::Reply(text))) => {
+                        let _ = replies.send(text);
+                    }
+                    Ok(Some(Line::Skip)) => {}
+                    Ok(None) => return None,
+                    Err(e) => return Some((Err(e), (lines, false))),
+                }
+            }
+        }
+    });
+    let outgoing = futures_util::sink::unfold(out_tx, |tx, line: String| async move {
+        tx.send(line)
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "mia-acp: stdout is closed"))?;
+        Ok::<_, std::io::Error>(tx)
+    });
+    (
+        agent_client_protocol::Lines::new(Box::pin(outgoing), Box::pin(incoming)),
+        writer,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_client;
+    use crate::session::SessionError;
+
+    #[test]
+    fn core_errors_reach_acp_clients_without_neovims_commands() {
+        let busy = for_client(&SessionError::Busy.to_string());
+        assert!(busy.starts_with("mia-acp:"), "{busy}");
+        assert!(!busy.contains(":Mia") && !busy.contains("<C-c>"), "{busy}");
+        assert!(busy.contains("session/cancel"), "{busy}");
+        let store = for_client(&SessionError::NoStore.to_string());
+        assert!(!store.contains(":checkhealth"), "{store}");
+        let big = for_client("scn: too big; raise the limit, e.g. setup({ limits = { max_event_bytes = 33554432 } }).");
+        assert_eq!(
+            big,
+            "scn: too big; raise the limit, e.g. \"limits\": { \"max_event_bytes\": 33554432 } in mia-acp's --config file."
+        );
+    }
 }

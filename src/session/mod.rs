@@ -429,6 +429,20 @@ impl Session {
         (crate::agent::mentions::seen_in(&rows, turn), turn)
     }
 
+    /// The text the log holds in memory, in bytes (the strings of its
+    /// messages' parts): what mia-acp's memory bound charges a session.
+    pub fn text_bytes(&self) -> usize {
+        fn strings(v: &serde_json::Value) -> usize {
+            match v {
+                serde_json::Value::String(s) => s.len(),
+                serde_json::Value::Array(a) => a.iter().map(strings).sum(),
+                serde_json::Value::Object(m) => m.iter().map(|(k, v)| k.len() + strings(v)).sum(),
+                _ => 8,
+            }
+        }
+        self.lock().log.iter().map(|r| strings(&r.parts)).sum()
+    }
+
     /// How many rows the log holds (for tests and `:checkhealth`).
     pub fn len(&self) -> usize {
         self.lock().log.len()
@@ -491,6 +505,11 @@ impl Sessions {
 
     pub fn insert(&self, session: Arc<Session>) {
         self.lock().insert(session.id(), session);
+    }
+
+    /// Every open session.
+    pub fn all(&self) -> Vec<Arc<Session>> {
+        self.lock().values().cloned().collect()
     }
 
     /// Forgets `id` (after `:Mia clear`); a turn in flight is cancelled.

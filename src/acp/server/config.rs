@@ -69,6 +69,8 @@ pub struct AcpConfig {
     pub log_level: String,
     /// Sessions per `session/list` page.
     pub page_size: usize,
+    /// `acp.max_memory_mb`: see [`super::memory`].
+    pub max_memory_mb: u64,
 }
 
 /// A configuration that cannot be used: the message names the option.
@@ -271,16 +273,21 @@ impl AcpConfig {
         let system = string_opt(&opts, "system", "system")?.unwrap_or_else(|| DEFAULT_SYSTEM.to_string());
         let acp = object(&opts, "acp")?.cloned().unwrap_or_default();
         let mut page_size = DEFAULT_PAGE;
+        let mut max_memory_mb = super::memory::DEFAULT_MB;
         for (key, v) in &acp {
             match (key.as_str(), v.as_u64()) {
                 ("list_page_size", Some(n)) if (1..=1000).contains(&n) => page_size = n as usize,
                 ("list_page_size", _) => {
                     return Err(fail("acp.list_page_size", "must be a whole number from 1 to 1000", v))
                 }
+                ("max_memory_mb", Some(n)) if (128..=65_536).contains(&n) => max_memory_mb = n,
+                ("max_memory_mb", _) => {
+                    return Err(fail("acp.max_memory_mb", "must be a whole number from 128 to 65536", v))
+                }
                 _ => {
                     return Err(fail(
                         &format!("acp.{key}"),
-                        "is not an mia-acp option (list_page_size)",
+                        "is not an mia-acp option (list_page_size, max_memory_mb)",
                         v,
                     ))
                 }
@@ -330,6 +337,7 @@ impl AcpConfig {
             log_file,
             log_level,
             page_size,
+            max_memory_mb,
         })
     }
 }
@@ -517,6 +525,7 @@ mod tests {
         assert_eq!(ids, vec!["ask", "architect", "code"]);
         assert_eq!(c.mode, "ask");
         assert_eq!(c.page_size, DEFAULT_PAGE);
+        assert_eq!(c.max_memory_mb, super::super::memory::DEFAULT_MB);
     }
 
     #[test]
@@ -531,6 +540,9 @@ mod tests {
         assert!(err(json!({ "costs": { "daily_limit_usd": -1 } })).contains("`costs.daily_limit_usd`"));
         assert!(err(json!({ "mode": "yolo" })).contains("`mode` must be one of ask, architect, code"));
         assert!(err(json!({ "acp": { "list_page_size": 0 } })).contains("`acp.list_page_size`"));
+        assert!(err(json!({ "acp": { "max_memory_mb": 64 } })).contains("`acp.max_memory_mb` must be a whole number"));
+        let c = AcpConfig::from_value(json!({ "acp": { "max_memory_mb": 2048 } })).unwrap();
+        assert_eq!(c.max_memory_mb, 2048);
     }
 
     #[test]

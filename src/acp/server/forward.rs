@@ -12,6 +12,9 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::{from_json, lock, rpc_error, Cx, Responder, Server};
+
+/// How long mia-acp waits for the client to write a file.
+const CLIENT_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 use crate::events::{Event, EventQueue, MiaEvent, StreamId};
 use crate::session::{updates, Stop, TurnEnd};
 
@@ -54,6 +57,7 @@ impl Server {
                 event: MiaEvent::Warning { text },
             } => {
                 if let Some(id) = lock(&self.streams).get(&stream).cloned() {
+                    let text = super::for_client(&text);
                     Self::notify(cx, &id, updates::agent_text(&format!("\n\n> ⚠ {text}\n\n")));
                 }
             }
@@ -78,7 +82,7 @@ impl Server {
                     .as_ref()
                     .map(|e| (e.class.clone(), e.message.clone()))
                     .unwrap_or_else(|| ("internal".into(), "the turn failed".into()));
-                let error = rpc_error(-32603, message).data(json!({ "mia": { "class": class } }));
+                let error = rpc_error(-32603, super::for_client(&message)).data(json!({ "mia": { "class": class } }));
                 let _ = responder.respond_with_error(error);
                 return;
             }
@@ -153,9 +157,19 @@ impl Server {
                     let content = payload.get("content").and_then(Value::as_str).unwrap_or_default();
                     let req =
                         acp::WriteTextFileRequest::new(session_id.clone(), PathBuf::from(path), content.to_string());
-                    match cx2.send_request(req).block_task().await {
-                        Ok(_) => Ok(json!({ "written": true })),
-                        Err(e) => Err(format!("the client could not write the file: {e}")),
+                    // A client that never answers must not hold the turn: the
+                    // core's own wait is long, for Neovim's review.
+                    match tokio::time::timeout(CLIENT_WRITE_WAIT, cx2.send_request(req).block_task()).await {
+                        Ok(Ok(_)) => Ok(json!({ "written": true })),
+                        Ok(Err(e)) => Err(format!("the client could not write the file: {e}")),
+                        Err(_) => {
+                            tracing::warn!("mia-acp: the client did not answer fs/write_text_file for {path} in time");
+                            Err(format!(
+                                "the client did not answer fs/write_text_file within {} s; the file may not have \
+                                 been written: read it before trying again",
+                                CLIENT_WRITE_WAIT.as_secs()
+                            ))
+                        }
                     }
                 }
                 // Without the client's fs: the core reads and writes the disk itself (confined to cwd).

@@ -91,6 +91,21 @@ pub(super) async fn read_buffer(ctx: &ToolContext, path: &Path, loaded_too: bool
             }
             _ => None,
         },
+        // No answer in time: the disk is read, and the user is told why.
+        Err(crate::calls::CallError::TimedOut(ms)) => {
+            let text = format!(
+                "the editor did not answer fs/read_text_file for {} within {} s; read from disk instead \
+                 (unsaved changes in the editor, if any, were not seen)",
+                path.display(),
+                ms / 1000
+            );
+            tracing::warn!("{text}");
+            ctx.lua.queue.push(crate::events::Event::Mia {
+                stream: ctx.stream,
+                event: crate::events::MiaEvent::Warning { text },
+            });
+            None
+        }
         _ => None,
     }
 }
