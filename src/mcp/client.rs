@@ -15,7 +15,6 @@ use rmcp::model::{
     ClientRequest, ProgressNotificationParam, ProgressToken, RequestId, ServerResult,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ServiceExt};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -32,6 +31,9 @@ const STDERR_LINE_BYTES: usize = 500;
 const MAX_TOOL_PAGES: usize = 20;
 /// Most tools taken from one server.
 const MAX_TOOLS: usize = 1000;
+/// Longest message mia reads from a stdio MCP server: a tool result past
+/// it could never reach a model whole (tool output is cut far shorter).
+const MAX_MESSAGE_BYTES: usize = 32 * 1024 * 1024;
 
 /// Longest progress message passed on (bytes).
 const PROGRESS_MESSAGE_BYTES: usize = 200;
@@ -239,7 +241,10 @@ pub struct McpClient {
     timeout: Duration,
     progress: Arc<Mutex<Progresses>>,
     tools_changed: Arc<Notify>,
-    /// A stdio server's process group, ended with the client.
+    /// Why mia cut the connection (a message past [`MAX_MESSAGE_BYTES`]).
+    fault: Arc<Mutex<Option<String>>>,
+    /// A stdio server's process (killed when dropped) and its group, ended with the client.
+    _child: Option<tokio::process::Child>,
     _group: crate::reaper::GroupGuard,
 }
 
@@ -257,6 +262,8 @@ impl McpClient {
             tools_changed: tools_changed.clone(),
         };
         let mut group = crate::reaper::GroupGuard(None);
+        let mut child: Option<tokio::process::Child> = None;
+        let fault: Arc<Mutex<Option<String>>> = Arc::default();
         let service = if let Some(url) = &spec.url {
             let _ = rustls::crypto::ring::default_provider().install_default();
             let mut config =
@@ -290,11 +297,21 @@ impl McpClient {
                 cmd.current_dir(cwd);
             }
             let watched = crate::reaper::watch_group(&mut cmd);
-            let (transport, err) = TokioChildProcess::builder(cmd)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|e| format!("cannot start `{program}`: {e}"))?;
-            group = crate::reaper::GroupGuard(crate::reaper::track_group(transport.id(), watched));
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            let mut spawned = cmd.spawn().map_err(|e| format!("cannot start `{program}`: {e}"))?;
+            group = crate::reaper::GroupGuard(crate::reaper::track_group(spawned.id(), watched));
+            let (Some(stdin), Some(stdout)) = (spawned.stdin.take(), spawned.stdout.take()) else {
+                return Err(format!("cannot start `{program}`: its stdin or stdout is missing"));
+            };
+            let err = spawned.stderr.take();
+            child = Some(spawned);
+            // A message past the bound ends the connection at once, and says why,
+            // instead of being buffered and parsed whole (the call then waited
+            // its whole timeout for an answer that never came).
+            let transport = (
+                crate::acp::line_cap::LineCap::new(stdout, MAX_MESSAGE_BYTES, Some(fault.clone())),
+                stdin,
+            );
             if let Some(err) = err {
                 let keep = stderr.clone();
                 let done = stderr_done.clone();
@@ -327,6 +344,8 @@ impl McpClient {
             timeout,
             progress,
             tools_changed,
+            fault,
+            _child: child,
             _group: group,
         })
     }
@@ -459,6 +478,15 @@ impl McpClient {
         // A server that is going may not be marked closed yet: a short wait then.
         let wait = if self.is_closed() { 2000 } else { 300 };
         let _ = tokio::time::timeout(Duration::from_millis(wait), self.stderr_done.cancelled()).await;
+        let fault = self.fault.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(fault) = fault {
+            let text = format!(
+                "MCP server `{}`: {what} failed: the server was {fault}; it is started again on its next use",
+                self.name
+            );
+            tracing::warn!("{text}");
+            return text;
+        }
         format!(
             "MCP server `{}`: {what} failed: {e}{}",
             self.name,

@@ -156,8 +156,25 @@ def test_a_server_that_pages_its_tools_without_end_is_cut_at_twenty_pages(agent,
     prompt(ed, "tool fragile__pid {}")
     assert tool_results(server)[-1][-1]["content"].startswith("pid ")
     fragile = [t for t in offered_tools(server) if t.startswith("fragile__")]
-    # The four tools of the first page and one per page, for 20 pages; the endless cursor is not followed further.
-    assert len(fragile) == 24 and "fragile__page19" in fragile and "fragile__page20" not in fragile, fragile
+    # The five tools of the first page and one per page, for 20 pages; the endless cursor is not followed further.
+    assert len(fragile) == 25 and "fragile__page19" in fragile and "fragile__page20" not in fragile, fragile
+
+
+def test_a_result_larger_than_mia_reads_is_refused_at_once_and_logged(agent, server, tmp_path):
+    import sys
+    script = str(ROOT / "tests" / "mcp" / "crashing_server.py")
+    log_file = tmp_path / "mia.log"
+    ed = agent({"fragile": {"command": [sys.executable, script], "timeout_ms": 120000}},
+               permissions={"rules": [{"tool": "fragile__*", "action": "allow"}]}, log_file=str(log_file))
+    prompt(ed, "tool fragile__huge {}")
+    result = tool_results(server)[-1][-1]["content"]
+    assert "MCP server `fragile`" in result and "more than mia reads" in result, result[:500]
+    assert "no answer within" not in result, result[:500]
+    log = log_file.read_text()
+    assert "more than mia reads" in log, log[-2000:]
+    # The server is started again for the next call.
+    prompt(ed, "tool fragile__pid {}")
+    assert tool_results(server)[-1][-1]["content"].startswith("pid ")
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ server answers another). With FRAGILE_ENDLESS_PAGES set, `tools/list`
 never ends: every page adds a tool `pageN` and a next cursor.
 
 `grow` adds a tool `grown` and says so with
-`notifications/tools/list_changed` before it answers. `hang` reports
+`notifications/tools/list_changed` before it answers. `huge` answers
+with a text of FRAGILE_HUGE_MB MB (default 200). `hang` reports
 progress twice (when the call carries a progress token) and never
 answers. Every notification the client sends is appended as a JSON line
 to the file FRAGILE_LOG names, when set. `bad name!` is a tool whose name
@@ -25,6 +26,7 @@ if os.environ.get("FRAGILE_BAD_NAME"):
     TOOLS.append({"name": "bad name!", "inputSchema": {"type": "object"}})
 TOOLS.append({"name": "grow", "inputSchema": {"type": "object"}})
 TOOLS.append({"name": "hang", "inputSchema": {"type": "object"}})
+TOOLS.append({"name": "huge", "inputSchema": {"type": "object"}})
 
 
 def log(msg):
@@ -71,6 +73,17 @@ for line in sys.stdin:
             # A token nobody handed out is ignored.
             send({"jsonrpc": "2.0", "method": "notifications/progress",
                   "params": {"progressToken": "not-mine", "progress": 99}})
+    elif method == "tools/call" and req["params"]["name"] == "huge":
+        # A result of FRAGILE_HUGE_MB MB (default 200) in one line, then still alive.
+        mb = int(os.environ.get("FRAGILE_HUGE_MB", "200"))
+        head = json.dumps({"jsonrpc": "2.0", "id": rid, "result": {"content": [{"type": "text", "text": ""}]}})
+        cut = head.index('"text": ""') + len('"text": "')
+        sys.stdout.write(head[:cut])
+        chunk = "h" * (1 << 20)
+        for _ in range(mb):
+            sys.stdout.write(chunk)
+        sys.stdout.write(head[cut:] + "\n")
+        sys.stdout.flush()
     elif method == "tools/call" and req["params"]["name"] == "crash":
         sys.stderr.write("fragile: dying now\n")
         sys.stderr.flush()
