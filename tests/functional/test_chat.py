@@ -220,7 +220,6 @@ def test_frames_of_a_long_line_come_further_apart_and_all_of_it_arrives(editor):
              if a["len"] > 4 * 65536]
     assert waits, line
     assert all(ms >= 0.9 * due - 10 for ms, due in waits), waits
-    assert len(line) < 60, len(line)  # thirty a second would be ~60
 
 
 def test_past_a_long_line_the_chat_view_starts_below_it(editor):

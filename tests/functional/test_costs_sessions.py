@@ -272,7 +272,10 @@ def test_daily_limit_counts_every_session_of_the_day(make, server):
     prompt(ed, "echo first session")
     ed.nvim.command("Mia new")
     prompt(ed, "echo second session", state="error")
-    assert "Daily cost limit" in ed.chat_text() or "daily" in ed.chat_text().lower()
+    # Refused for the day's spend (the first session's), not the new session's own.
+    text = ed.chat_text()
+    assert "today's requests have cost" in text and "daily limit" in text, text
+    assert "costs.daily_limit_usd" in text, text
 
 
 def test_killing_neovim_mid_stream_loses_at_most_the_last_second(make, data_home):

@@ -76,7 +76,7 @@ def test_a_session_draws_the_same_live_and_after_a_load(make, data_home, tmp_pat
     assert "⚙ **update_plan**" not in text  # a plan is drawn as a plan, not as a tool block
     assert "⚙ **read_file** `a.txt`" in text and "tool said: " in text
     assert "⚙ **bash** `touch made-by-bash`" in text
-    assert "> **Error** (invalid_request): " in text or "> **Error** (" in text
+    assert "> **Error** (invalid_request): " in text and "the request was bad" in text
     assert "*[cancelled]*" in text
     assert "> _context compacted_" in text
     assert any("MiaReasoning" in m for m in drawn["marks"])
