@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from issue12_mia_acp import BIN, INIT, SERVER, Agent  # noqa: E402
+from mia_acp_startup import BIN, INIT, SERVER, Agent  # noqa: E402
 
 
 def peak_kb(pid):

@@ -1,6 +1,6 @@
 // The MCP SDK's own client (@modelcontextprotocol/sdk, as pinned through
 // tests/mcp) calling one tool of a stdio server many times, for
-// benches/issue13_mcp.py. Prints one JSON line:
+// benches/mcp_roundtrip.py. Prints one JSON line:
 //   { "connect_ms": …, "per_call_us": …, "calls": N }
 // Usage: node benches/mcp_sdk_client.cjs TOOL ARGS_JSON N -- COMMAND [ARGS…]
 const path = require("path");

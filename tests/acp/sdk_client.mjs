@@ -3,7 +3,7 @@
 // spawns an agent, runs initialize -> session/new -> session/prompt (one or
 // more turns), answers permission requests and fs/* requests, and prints one
 // JSON object per line on stdout. Used by tests/functional/test_acp_counterparts.py
-// and benches/issue12_sdk_baseline.py as the reference client ("the SDK's own
+// and benches/acp_sdk_baseline.py as the reference client ("the SDK's own
 // client") that mia's client is compared with.
 //
 //   node tests/acp/sdk_client.mjs '<options JSON>'

@@ -2,7 +2,7 @@
 how to run them offline: the SDK's example agent and claude-agent-acp against
 the scenario server, driven by tests/acp/sdk_client.mjs (the SDK's own
 client).  Shared by tests/functional/test_acp_counterparts.py and
-benches/issue12_sdk_baseline.py; mia's chat tests can take the commands and
+benches/acp_sdk_baseline.py; mia's chat tests can take the commands and
 the environment from here too."""
 
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 11's review UI, measured side by side with what a user would do in
+"""The review UI, measured side by side with what a user would do in
 plain Neovim, in ONE Neovim TUI (tmux) driven over its --listen socket.
 
 The project file is 10,000 lines of 40 characters. The scenario server
@@ -18,7 +18,7 @@ makes it call NAME, and mia (mode "ask") asks with a review.
          that autocommand), i.e. main-thread time building the float;
        - then a `:redraw` (in that scheduled callback).
      The event is seen by wrapping `drain` of the native module table as the
-     library is opened (package.loadlib), the way benches/issue10_numbers.py
+     library is opened (package.loadlib), the way benches/resume_and_burst_vs_baseline.py
      counts events; nothing under lua/ is changed or wrapped. The float is
      checked (its `@@` headers are the expected hunks), accepted with `a`, and
      the file on disk must then be the proposal.
@@ -38,7 +38,7 @@ Each run does every case once (mia first in even runs, Vim first in odd
 ones); the table shows medians over the runs (per-hunk numbers: median and
 max over every accept of every run).
 
-    .venv/bin/python benches/issue11_numbers.py [--runs 5] [--json out.json]
+    .venv/bin/python benches/review_ui.py [--runs 5] [--json out.json]
 
 Needs tmux (apt-get install tmux) and `cargo build --release` done (the
 library is loaded from target/release). Asserts nothing about time.
@@ -588,7 +588,7 @@ def report(runs, per):
         return (fmt(median(accepts), "{:.3f}"), fmt(max(accepts), "{:.3f}"),
                 fmt(median([max(r[case]["accept_ms"]) for r in per]), "{:.3f}"), fmt(median(redraws), "{:.3f}"))
 
-    print(f"## Issue 11: review UI vs plain Neovim (one Neovim TUI in tmux, 160x45; medians of {runs} runs)\n")
+    print(f"## Review UI vs plain Neovim (one Neovim TUI in tmux, 160x45; medians of {runs} runs)\n")
     print(f"File: {LINES:,} lines of 40 characters.\n")
     print("### 1. Showing the diff (ms)\n")
     print("| | edit_file, 1 line changed | write_file, every 10th line (1,000 hunks) |")

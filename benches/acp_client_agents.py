@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12's numbers for external ACP agents in mia's chat (mia as client).
+"""External ACP agents in mia's chat (mia as client).
 
 In a real headless Neovim (pynvim, like the functional tests):
   1. agent start to first token: the agent's process is stopped, then a
@@ -16,7 +16,7 @@ In a real headless Neovim (pynvim, like the functional tests):
      Neovim's main thread from /proc/<pid>/task/<pid>/schedstat, from the
      prompt to the end of the turn. Median of --runs runs each.
 
-    .venv/bin/python benches/issue12_client.py [--runs 5] [--tokens 2000] [--rate 200]
+    .venv/bin/python benches/acp_client_agents.py [--runs 5] [--tokens 2000] [--rate 200]
 """
 
 import argparse

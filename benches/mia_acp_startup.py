@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12, part B: what mia-acp costs to start and to keep.
+"""What mia-acp costs to start and to keep.
 
 Spawns target/release/mia-acp (built with `cargo build --release`) as an ACP
 client would, speaking newline-delimited JSON-RPC on its stdin/stdout, with
@@ -12,7 +12,7 @@ the scenario server (scripts/scenario_server.py) as its model provider:
      then after a streamed answer (`long 5000`: 5,000 tokens, each an
      `agent_message_chunk` notification the client reads).
 
-    python3 benches/issue12_mia_acp.py [--runs 10] [--tokens 5000] [--json out.json]
+    python3 benches/mia_acp_startup.py [--runs 10] [--tokens 5000] [--json out.json]
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""Issue 14's numbers for @-mentions, in a real headless Neovim with mia:
+"""@-mentions, in a real headless Neovim with mia:
 
 1. `@path` completion in a 100,000-file git repository (generated under
    /tmp, reused when it exists): the time from typing `@` to the menu
@@ -15,7 +15,7 @@
    history), as sent (with diffs), and with every mention's block replaced
    by the whole file it stood for (without diffs), from the same run.
 
-Run: .venv/bin/python benches/issue14_mentions.py   (needs target/release/libmia_core.so)
+Run: .venv/bin/python benches/mentions.py   (needs target/release/libmia_core.so)
 """
 
 import json

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12's baseline: agent start to first token with the SDK's own client.
+"""The baseline for ACP agents: agent start to first token with the SDK's own client.
 
 For each agent (the SDK 0.17.1 example agent, and claude-agent-acp 0.23.1
 against scripts/scenario_server.py), a driver spawns the agent, runs
@@ -16,7 +16,7 @@ a function (agent, prompt, workdir) -> {"initialize": ms, "session_new": ms,
 "first_chunk": ms, "prompt_done": ms} measured from the agent's spawn, and
 register it in DRIVERS; agents come from AGENTS (command + env per run).
 
-    .venv/bin/python benches/issue12_sdk_baseline.py [--runs 5] [--drivers sdk]
+    .venv/bin/python benches/acp_sdk_baseline.py [--runs 5] [--drivers sdk]
         [--agents example,claude] [--json out.json]   (--drivers sdk,mia is the default)
 
 The example agent's first chunk is sent at once; its prompt takes ~5 s of

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13's numbers, side by side in one run (asserts nothing about time).
+"""MCP tool calls and server starts, side by side in one run (asserts nothing about time).
 
 1. Tool round trip: `echo` of @modelcontextprotocol/server-everything over
    stdio, called
@@ -18,7 +18,7 @@
    after a turn that connected three servers (each one server-everything
    over stdio); the difference per server, and the servers' own RSS.
 
-    .venv/bin/python benches/issue13_mcp.py [--calls 2000] [--turns 15] [--starts 15] [--json out.json]
+    .venv/bin/python benches/mcp_roundtrip.py [--calls 2000] [--turns 15] [--starts 15] [--json out.json]
 
 Needs node and scripts/bootstrap's tests/mcp.
 """

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Issue 15: TCP connections opened for 100 sequential requests (want 1),
+"""TCP connections opened for 100 sequential requests (want 1),
 counted at the scenario server, with the default pool and with the pool off
 (`http = { pool_max_idle_per_host = 0 }`), side by side in one run.
 
-    .venv/bin/python benches/issue15_connections.py
+    .venv/bin/python benches/http_connections.py
 """
 
 import sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 10's numbers, old vs new side by side in one run.
+"""Resuming a long session and the 5,000-token burst, a baseline revision vs this tree side by side in one run.
 
 Builds a baseline revision (default 0d6288a) in a temporary git worktree and
 this tree, then measures both, interleaved (baseline then current, then
@@ -27,7 +27,7 @@ no file under lua/ is changed. Everything is driven through user-facing
 commands: `:Mia new`, `:Mia prompt ...`, the `mia://chat` buffer, the `User
 MiaAnswerEnd` autocommand, `mia.sessions.load`.
 
-    .venv/bin/python benches/issue10_numbers.py [--baseline REV] [--runs 5] [--json out.json]
+    .venv/bin/python benches/resume_and_burst_vs_baseline.py [--baseline REV] [--runs 5] [--json out.json]
 
 Prints medians; asserts nothing about time. Needs tmux (apt-get install tmux).
 """
@@ -577,7 +577,7 @@ ROWS = [
 
 def report(builds, med, runs, store):
     b, c = builds
-    print(f"## Issue 10: baseline {b.rev} vs current {c.rev} (medians of {runs} interleaved runs)\n")
+    print(f"## Resume and burst: baseline {b.rev} vs current {c.rev} (medians of {runs} interleaved runs)\n")
     print(f"Store: 10,000 sessions; the resumed one has 2,000 messages"
           f"{' + a compaction of all but the last 100' if store['compaction'] else ''}"
           f" (created at schema {store['schema']} by the baseline; each build uses its own copy).\n")

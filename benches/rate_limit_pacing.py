@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Issue 15: requests that got a 429 in a 50-request burst against a
+"""Requests that got a 429 in a 50-request burst against a
 scenario-server window of 20 requests per 10 s, with pacing on and off, in
 one run. Seven workers in one headless Neovim send 50 requests through
 mia.stream, each taking the next when its answer is in; every answer takes 300 ms (the scenario's
 network delay), so the client learns about the window late, as over a real
 network. 429s = requests the server saw - the 50 that were answered.
 
-    .venv/bin/python benches/issue15_pacing.py [--format openai|anthropic|gemini]
+    .venv/bin/python benches/rate_limit_pacing.py [--format openai|anthropic|gemini]
 """
 
 import argparse
