@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cost        → (nothing: token counts, prices, dollars, calendar days)
+//! git         → (nothing: the one way mia runs git)
 //! llm         → cost
 //! store       → cost, llm
 //! events      → llm
@@ -31,6 +32,7 @@ pub mod calls;
 pub mod checkpoint;
 pub mod cost;
 pub mod events;
+pub mod git;
 pub mod hooks;
 pub mod llm;
 pub mod logging;
