@@ -83,6 +83,53 @@ def last_result(server):
     return tool_results(server)[-1][-1]["content"]
 
 
+def test_in_code_mode_every_spelling_of_a_write_to_git_config_is_reviewed_and_a_rejection_leaves_it(
+        agent, server, project):
+    os.symlink(".git", project / "innocent")
+    before = (project / ".git" / "config").read_bytes()
+    ed = agent(mode="code")
+    for spelling in [".git/config", "./.git/config", "src/../.git/config", ".git//config",
+                     str(project / ".git" / "config"), "innocent/config"]:
+        call(ed, "write_file", {"path": spelling, "content": PLANTED})
+        lines = review_lines(ed)
+        assert lines[0] == ".git/config", (spelling, lines)
+        ed.nvim.input("r")
+        ed.nvim.input("no<CR>")
+        done(ed)
+        assert (project / ".git" / "config").read_bytes() == before, spelling
+        assert "rejected" in last_result(server), spelling
+    # An ordinary file still lands without a question in code mode.
+    call(ed, "write_file", {"path": "b.txt", "content": "ok\n"})
+    done(ed)
+    assert (project / "b.txt").read_text() == "ok\n"
+
+
+def test_a_control_file_accepted_for_the_session_is_still_reviewed_each_time(agent, server, project):
+    ed = agent(mode="code")
+    for n in (1, 2):
+        call(ed, "write_file", {"path": ".mia/tools/t.lua", "content": f"return {{}} -- {n}\n"})
+        assert review_lines(ed)[0].startswith(".mia/tools/t.lua"), n
+        ed.nvim.input("f")  # accept, and edits to this file for the session
+        done(ed)
+        assert (project / ".mia" / "tools" / "t.lua").read_text() == f"return {{}} -- {n}\n"
+
+
+def test_a_bash_command_writing_git_config_asks_even_when_bash_is_allowed(agent, server, project):
+    before = (project / ".git" / "config").read_bytes()
+    ed = agent(mode="code", permissions={"rules": [{"tool": "bash", "action": "allow"}]})
+    call(ed, "bash", {"command": "echo '[core] fsmonitor = x' >> .git/config"})
+    done(ed)
+    assert ed.lua("return #asked") == 1
+    assert (project / ".git" / "config").read_bytes() == before
+    call(ed, "bash", {"command": "git config core.fsmonitor 'touch PWNED'"})
+    done(ed)
+    assert ed.lua("return #asked") == 2
+    assert (project / ".git" / "config").read_bytes() == before
+    call(ed, "bash", {"command": "echo fine"})
+    done(ed)
+    assert ed.lua("return #asked") == 2 and "fine" in last_result(server)
+
+
 def test_typing_at_completes_files_without_running_the_repositorys_fsmonitor(editor_factory, server, project,
                                                                           tmp_path):
     plant(project, tmp_path)
