@@ -151,3 +151,59 @@ def test_a_bash_calls_checkpoint_scan_runs_no_program_the_repository_names(agent
     done(ed)
     assert (project / "b.txt").read_text() == "hi\n"
     assert pwned(tmp_path) == []
+
+
+def test_a_bash_command_cannot_read_a_provider_key_from_its_environment(agent, server, project):
+    key, openai = "scn-secret-key-0123456789", "sk-openai-secret-9876543210"
+    ed = agent(mode="code", env={"MIA_TEST_SCN_KEY": key, "OPENAI_API_KEY": openai},
+               providers={"scn": {"kind": "openai_compatible", "base_url": server.base_url,
+                                  "api_key_env": "MIA_TEST_SCN_KEY"}},
+               permissions={"rules": [{"tool": "bash", "action": "allow"}]})
+    call(ed, "bash", {"command": "printenv MIA_TEST_SCN_KEY | rev; printenv OPENAI_API_KEY | base64; echo ran"})
+    done(ed)
+    result = last_result(server)
+    assert "ran" in result, result
+    sent = json.dumps([r["body"] for r in server.requests()])
+    for leak in (key, key[::-1], openai, base64.b64encode(openai.encode()).decode()[:20]):
+        assert leak not in sent, leak
+
+
+def test_mia_acp_asks_before_git_config_and_hides_its_key_variables_from_commands(tmp_path, server, project):
+    from test_mia_acp import BIN, ROOT, SDKS, acp_config, need_binary
+    import shutil
+    node = shutil.which("node")
+    if node is None or not (SDKS["2"] / "package.json").exists():
+        pytest.skip("node or the pinned ACP SDK 2 is missing: run scripts/bootstrap")
+    need_binary()
+    key, openai = "acp-secret-key-0123456789", "sk-openai-secret-9876543210"
+    config = acp_config(tmp_path, server, providers={
+        "scn": {"kind": "openai_compatible", "base_url": server.base_url, "api_key_env": "MIA_TEST_ACP_KEY"}})
+    before = (project / ".git" / "config").read_bytes()
+    env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"),
+               MIA_TEST_ACP_KEY=key, OPENAI_API_KEY=openai)
+    r = subprocess.run([node, str(ROOT / "tests" / "acp" / "mia_acp_hostile.mjs"), str(SDKS["2"]), str(BIN),
+                        str(config), str(project)], capture_output=True, text=True, timeout=180, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("ALL OK"), out
+    result = last_result(server)
+    assert "ran" in result and "HOME=" in result, result
+    sent = json.dumps([r["body"] for r in server.requests()])
+    for leak in ("MIA_TEST_ACP_KEY", "OPENAI_API_KEY", key, openai):
+        assert leak not in sent, leak
+    assert (project / ".git" / "config").read_bytes() == before
+
+
+def test_an_external_agents_terminal_does_not_inherit_the_provider_key_variables(editor_factory, tmp_path):
+    from test_acp_client import EXAMPLE, NODE, agent_editor, tool_agent, type_prompt
+    if NODE is None or not EXAMPLE.exists():
+        pytest.skip("node or tests/acp/node_modules is missing: run scripts/bootstrap")
+    openai = "sk-openai-secret-9876543210"
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    # The variable is in Neovim's environment, as when it is started with the key exported.
+    ed.lua("vim.env.OPENAI_API_KEY = ...", openai)
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, "terminal printenv OPENAI_API_KEY | rev; echo ran$((1+1))")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    answer = ed.chat_text().split("## tools", 1)[1]
+    assert "ran2" in answer, answer
+    assert openai[::-1] not in answer
