@@ -207,3 +207,31 @@ def test_an_external_agents_terminal_does_not_inherit_the_provider_key_variables
     answer = ed.chat_text().split("## tools", 1)[1]
     assert "ran2" in answer, answer
     assert openai[::-1] not in answer
+
+
+def test_mcp_servers_and_agents_get_a_key_variable_only_when_their_config_passes_it(editor_factory, server, tmp_path):
+    import time
+    from test_acp_client import EXAMPLE, NODE, TOOL_AGENT
+    from test_mcp import EVERYTHING
+    if NODE is None or not EXAMPLE.exists() or not EVERYTHING.exists():
+        pytest.skip("node or the pinned ACP/MCP test packages are missing: run scripts/bootstrap")
+    spy = lambda name, then: ["/bin/sh", "-c", f"env > '{tmp_path}/{name}.env'; exec \"$@\"", "sh", *then]  # noqa: E731
+    ed = editor_factory(
+        env={"OPENAI_API_KEY": "sk-inherited-openai-0123", "GEMINI_API_KEY": "inherited-gemini-0123"},
+        setup=scenario_setup(
+            server,
+            mcp={"servers": {"spy": {"command": spy("mcp", [str(EVERYTHING), "stdio"]),
+                                     "env": {"GEMINI_API_KEY": "given-gemini"}, "timeout_ms": 20000}}},
+            agents={"spy": {"command": spy("agent", [NODE, str(TOOL_AGENT)]), "cwd": str(tmp_path),
+                            "env": {"GEMINI_API_KEY": "given-gemini"}}},
+        ))
+    ed.nvim.command("Mia prompt echo hi")
+    done(ed)
+    ed.nvim.command("Mia agent spy")
+    deadline = time.monotonic() + 30  # a guard against hanging, not a timing assertion
+    while not all((tmp_path / f"{n}.env").exists() for n in ("mcp", "agent")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for name in ("mcp", "agent"):
+        env = (tmp_path / f"{name}.env").read_text()
+        assert "OPENAI_API_KEY=" not in env, name
+        assert "GEMINI_API_KEY=given-gemini\n" in env, name
