@@ -5,13 +5,15 @@
 //!
 //! ```text
 //! cost        → (nothing: token counts, prices, dollars, calendar days)
-//! llm         → cost
+//! git         → (nothing: the one way mia runs git)
+//! secret_env  → (nothing: the variables mia reads keys from)
+//! llm         → cost, secret_env
 //! store       → cost, llm
 //! events      → llm
 //! calls       → events
-//! tools       → calls, llm
+//! tools       → calls, llm, secret_env
 //! hooks       → calls, events, llm
-//! acp         → agent, calls, cost, events, session, store, tools (external ACP agents)
+//! acp         → agent, calls, cost, events, secret_env, session, store, tools (external ACP agents)
 //! agent       → calls, cost, events, hooks, llm, runtime, store, tools
 //! stream_task → agent, calls, cost, events, hooks, llm, store
 //! runtime     → agent, events, llm, store, tools
@@ -31,12 +33,14 @@ pub mod calls;
 pub mod checkpoint;
 pub mod cost;
 pub mod events;
+pub mod git;
 pub mod hooks;
 pub mod llm;
 pub mod logging;
 pub mod mcp;
 pub mod reaper;
 pub mod runtime;
+pub mod secret_env;
 pub mod session;
 pub mod shared;
 pub mod store;

@@ -25,6 +25,49 @@ local function entry(cwd)
   return l
 end
 
+--- The repository's config is hostile input (a model or a clone may have
+--- written it): every key through which git runs a program is overridden
+--- at command scope, as for every git mia runs (`src/git.rs`, whose `FIXED`
+--- and `ENV` lists these must match; a Rust test checks). `ls-files`
+--- applies no filter driver, so those need not be emptied here.
+local GIT_CONFIG = {
+  "core.fsmonitor=false",
+  "core.untrackedCache=false",
+  "core.hooksPath=/dev/null",
+  "core.pager=cat",
+  "core.editor=false",
+  "sequence.editor=false",
+  "core.askPass=",
+  "credential.helper=",
+  "core.sshCommand=false",
+  "core.gitProxy=",
+  "core.alternateRefsCommand=",
+  "diff.external=",
+  "gpg.program=false",
+  "gpg.ssh.program=false",
+  "gpg.x509.program=false",
+  "protocol.allow=never",
+  "gc.auto=0",
+  "maintenance.auto=false",
+}
+
+--- Set in git's environment (`vim.system` merges it into Neovim's).
+local GIT_ENV = {
+  GIT_TERMINAL_PROMPT = "0",
+  GIT_OPTIONAL_LOCKS = "0",
+  GIT_NO_LAZY_FETCH = "1",
+  GIT_PAGER = "cat",
+  GIT_ASKPASS = "",
+  SSH_ASKPASS = "",
+}
+
+local git_ls_files = { "git", "--no-pager" }
+for _, kv in ipairs(GIT_CONFIG) do
+  git_ls_files[#git_ls_files + 1] = "-c"
+  git_ls_files[#git_ls_files + 1] = kv
+end
+vim.list_extend(git_ls_files, { "ls-files", "--cached", "--others", "--exclude-standard" })
+
 --- Not a git repository: a bounded walk of the directory instead (depth 6,
 --- 20,000 files), so mentions complete in any project.
 local function walk(cwd)
@@ -55,7 +98,7 @@ function M.refresh(cwd, on_done)
     return
   end
   l.running = true
-  local ok = pcall(vim.system, { "git", "ls-files", "--cached", "--others", "--exclude-standard" }, { cwd = cwd, text = true }, function(r)
+  local ok = pcall(vim.system, git_ls_files, { cwd = cwd, text = true, env = GIT_ENV }, function(r)
     vim.schedule(function()
       if r.code == 0 then
         l.files = vim.split(r.stdout or "", "\n", { trimempty = true })

@@ -86,6 +86,20 @@ local function create(call, data)
       env[e.name] = tostring(e.value or "")
     end
   end
+  -- Variables mia reads provider keys from are not inherited (`_meta.mia.hide_env`):
+  -- the environment is given whole, without them, unless the request sets one.
+  local meta = type(data._meta) == "table" and type(data._meta.mia) == "table" and data._meta.mia or {}
+  local clear_env = false
+  if type(meta.hide_env) == "table" and #meta.hide_env > 0 then
+    local whole = vim.fn.environ()
+    for _, name in ipairs(meta.hide_env) do
+      if type(name) == "string" then
+        whole[name] = nil
+      end
+    end
+    env = vim.tbl_extend("force", whole, env)
+    clear_env = true
+  end
   next_id = next_id + 1
   local id = "term-" .. next_id
   local buf = api.nvim_create_buf(true, false)
@@ -105,6 +119,7 @@ local function create(call, data)
       term = true,
       cwd = type(data.cwd) == "string" and data.cwd or nil,
       env = next(env) and env or nil,
+      clear_env = clear_env,
       on_stdout = function(_, lines)
         append(t, lines)
       end,

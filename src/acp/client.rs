@@ -389,6 +389,10 @@ impl AgentProc {
         self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clear();
         *self.exit.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let mut cmd = tokio::process::Command::new(program);
+        // Provider keys only when the agent's config passes them (crate::secret_env).
+        for name in crate::secret_env::hidden_from(|n| self.spec.env.contains_key(n)) {
+            cmd.env_remove(name);
+        }
         cmd.args(args)
             .envs(&self.spec.env)
             .current_dir(&cwd)
@@ -1020,6 +1024,9 @@ pub async fn probe(spec: AgentSpec, timeout: Duration) -> Result<Value, AcpClien
         return Err(AcpClientError::NoCommand { name });
     };
     let mut cmd = tokio::process::Command::new(program);
+    for name in crate::secret_env::hidden_from(|n| spec.env.contains_key(n)) {
+        cmd.env_remove(name);
+    }
     cmd.args(args)
         .envs(&spec.env)
         .stdin(std::process::Stdio::piped())

@@ -226,7 +226,9 @@ impl AgentProc {
             None => self.root(),
         };
         payload["cwd"] = json!(cwd.display().to_string());
-        payload["_meta"] = json!({ "mia": { "agent": self.spec.name } });
+        // The terminal's command must not inherit provider keys (crate::secret_env);
+        // a variable the agent passes in the request's own `env` is its choice.
+        payload["_meta"] = json!({ "mia": { "agent": self.spec.name, "hide_env": crate::secret_env::names() } });
         self.lua_typed("terminal/create", payload, EDITOR_WAIT).await
     }
 

@@ -159,9 +159,10 @@ pub async fn run(
             // An edit the rules would ask about is shown as a diff when it is
             // proposed (landing), unless the user accepted the file for the session.
             Action::Ask if scope.is_some() && tool.reviews_edits() && checked.path().is_some() => {
-                let accepted_file = scope
-                    .zip(checked.path())
-                    .is_some_and(|(s, p)| s.ledger.allowed(&p.physical));
+                // A control file is reviewed every time (see tools::control_files).
+                let accepted_file = scope.zip(checked.path()).is_some_and(|(s, p)| {
+                    s.ledger.allowed(&p.physical) && crate::tools::control_files::control_path(p).is_none()
+                });
                 approved.push((call, tool, checked, !accepted_file));
             }
             Action::Deny => {

@@ -16,11 +16,9 @@ fn git_blob(blob: &str, path: &std::path::Path) -> io::Result<Vec<u8>> {
     let dir = path.parent().unwrap_or(path);
     // The file's directory may be gone (the command removed it): the nearest existing one.
     let dir = dir.ancestors().find(|d| d.is_dir()).unwrap_or(dir);
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let out = crate::git::command(dir)
+        .map_err(io::Error::other)?
         .args(["cat-file", "blob", blob])
-        .stdin(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .output()?;
     if !out.status.success() {

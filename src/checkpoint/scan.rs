@@ -82,13 +82,10 @@ fn walk(root: &Path, store: &Checkpoints) -> (Vec<(PathBuf, Stamp)>, bool) {
 /// `.gitattributes`), where only a copy is faithful.
 fn git_blobs(root: &Path) -> HashMap<PathBuf, String> {
     let git = |args: &[&str]| -> Option<Vec<u8>> {
-        // A project's own git config must not run anything (core.fsmonitor names a command).
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(root)
-            .args(["-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false"])
+        // A project's own git config must not run anything (core.fsmonitor, filters, …).
+        let out = crate::git::command(root)
+            .ok()?
             .args(args)
-            .stdin(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .output()
             .ok()?;

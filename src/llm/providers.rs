@@ -428,6 +428,8 @@ impl Providers {
     /// an unused provider costs nothing.
     pub fn new(mut config: CoreConfig) -> Self {
         config.providers = merged_with_builtins(std::mem::take(&mut config.providers));
+        // Programs mia starts must not inherit these (see crate::secret_env).
+        crate::secret_env::register(config.providers.values().filter_map(|p| p.api_key_env.clone()));
         Providers {
             config,
             pricing: std::sync::OnceLock::new(),

@@ -293,6 +293,10 @@ impl McpClient {
             // their child, and the whole group ends with the client, or with
             // Neovim however it ends.
             cmd.args(args).envs(&spec.env).kill_on_drop(true).process_group(0);
+            // Provider keys only when the server's config passes them (crate::secret_env).
+            for name in crate::secret_env::hidden_from(|n| spec.env.contains_key(n)) {
+                cmd.env_remove(name);
+            }
             if let Some(cwd) = &spec.cwd {
                 cmd.current_dir(cwd);
             }

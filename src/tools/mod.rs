@@ -12,6 +12,7 @@
 //! `From`.
 
 pub mod builtin;
+pub mod control_files;
 pub mod direct;
 pub mod landing;
 pub mod lua_tool;

@@ -17,6 +17,12 @@
 //!   redirects output to no file, and the parser understood all of it.
 //!   "Allow always" remembers the exact command and matches it literally.
 //!
+//! - a write to a repository control file (under any `.git` or `.mia`
+//!   directory, or a `.git` file; [`crate::tools::control_files`]), and a
+//!   command that writes or names one, is asked where it would be allowed,
+//!   whatever rule or "allow always" allows it; a deny (by a rule or the
+//!   mode) stays a deny.
+//!
 //! Rules are compiled once, when the configuration arrives; an invalid glob
 //! or action is an error that names the rule.
 
@@ -27,6 +33,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::control_files::{command_touches_control_file, control_path};
 use super::paths::{canonicalize, read_regular, CanonicalPath, PathError};
 use super::shell::{analyze, CommandLine};
 use super::{OutsidePolicy, ToolEffect, ToolSubject};
@@ -369,11 +376,29 @@ impl PermissionConfig {
         remembered: &[Rule],
         outside: OutsidePolicy,
     ) -> Decision {
-        match subject {
+        let decision = match subject {
             Checked::None => self.decide_plain(mode, tool, effect, &[], remembered),
             Checked::Text(t) => self.decide_plain(mode, tool, effect, &[t.as_str()], remembered),
             Checked::Path(p) => self.decide_path(mode, tool, effect, p, remembered, outside),
             Checked::Command { raw, line } => self.decide_command(mode, tool, effect, raw, line, remembered),
+        };
+        if decision.action != Action::Allow {
+            return decision;
+        }
+        // What would be allowed is still asked when it plants a control file.
+        let control = match subject {
+            Checked::Path(p) if effect == ToolEffect::Write => {
+                control_path(p).map(|c| format!("writing `{c}`, a repository control file"))
+            }
+            Checked::Command { line, .. } => command_touches_control_file(line),
+            _ => None,
+        };
+        match control {
+            Some(what) => Decision::new(
+                Action::Ask,
+                format!("{what}: git or mia may run what it says, so this always asks"),
+            ),
+            None => decision,
         }
     }
 
@@ -946,6 +971,62 @@ mod tests {
                 OutsidePolicy::Refuse
             )
             .action,
+            Action::Deny
+        );
+    }
+
+    #[test]
+    fn writing_a_control_file_asks_in_every_mode_whatever_allows_it_but_a_deny_still_denies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        let path = |s: &str| Checked::new(&root, Some(&ToolSubject::Path(s.into()))).unwrap();
+        let allowing = config(json!([
+            { "tool": "write_file", "pattern": ".git/**", "action": "allow" },
+            { "tool": "bash", "action": "allow" },
+        ]));
+        let remembered = vec![remembered_rule("write_file", &Checked::None)];
+        for c in [PermissionConfig::default(), allowing] {
+            for mode in ["code", "ask"] {
+                let d = c.decide(
+                    mode,
+                    "write_file",
+                    ToolEffect::Write,
+                    &path("./.git/config"),
+                    &remembered,
+                    OutsidePolicy::Refuse,
+                );
+                assert_eq!(d.action, Action::Ask, "{mode}: {d:?}");
+                assert!(d.because.contains("`.git/config`, a repository control file"), "{d:?}");
+            }
+            assert_eq!(
+                decide(&c, "code", "write_file", ToolEffect::Write, &path("src/a.rs")),
+                Action::Allow
+            );
+            assert_eq!(
+                decide(&c, "code", "read_file", ToolEffect::Read, &path(".git/config")),
+                Action::Allow
+            );
+        }
+        // A mode that denies writing still denies (it is never softened to a question).
+        assert_eq!(
+            decide(
+                &PermissionConfig::default(),
+                "architect",
+                "write_file",
+                ToolEffect::Write,
+                &path(".git/config")
+            ),
+            Action::Deny
+        );
+        let bash = config(json!([{ "tool": "bash", "action": "allow" }]));
+        let run = |cmd: &str| decide(&bash, "code", "bash", ToolEffect::Execute, &command(cmd));
+        assert_eq!(run("ls"), Action::Allow);
+        assert_eq!(run("echo '[core] fsmonitor = x' >> .git/config"), Action::Ask);
+        assert_eq!(run("git config core.fsmonitor 'touch x'"), Action::Ask);
+        let denying = config(json!([{ "tool": "write_file", "pattern": ".git/**", "action": "deny" }]));
+        assert_eq!(
+            decide(&denying, "code", "write_file", ToolEffect::Write, &path(".git/config")),
             Action::Deny
         );
     }

@@ -201,6 +201,10 @@ fn spawn(command: &str, ctx: &ToolContext) -> io::Result<(Child, pipe::Receiver)
         .stdout(write_end.try_clone()?)
         .stderr(write_end)
         .process_group(0);
+    // The model must not read a provider key from the environment (crate::secret_env).
+    for name in crate::secret_env::names() {
+        cmd.env_remove(name);
+    }
     let child = cmd.spawn()?;
     // The command holds our copies of the write end; without dropping it the
     // pipe would never report end of file.
