@@ -168,6 +168,12 @@ pub fn store_error() -> Option<String> {
     STORE_ERROR.get().cloned()
 }
 
+/// Where the store's saving stands when it is not all saved (writes fail
+/// and wait in memory, or some were lost), for `:checkhealth`.
+pub fn store_unsaved() -> Option<String> {
+    STORE.get().cloned().flatten()?.unsaved().describe()
+}
+
 /// Moves the store's write-ahead log into the main file and empties it,
 /// if this process opened the store, waiting at most `wait` (SQLite leaves
 /// the file consistent if the process ends before it is done). For leaving:
