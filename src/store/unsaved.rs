@@ -2,8 +2,10 @@
 //!
 //! When a whole batch fails (a full disk, a read-only file, a lock held past
 //! every retry), its writes are not dropped: the writer thread keeps them, in
-//! order, in a bounded queue ([`Held`]) and tries them again before the next
-//! write and every [`RETRY_EVERY`] until they commit. Past the bound, what
+//! order, in a bounded queue ([`Held`]) and tries them again, with what was
+//! written meanwhile behind them, [`RETRY_EVERY`] after a failure, then less
+//! often (up to [`MAX_RETRY_PAUSE`]: each try is a transaction over all of
+//! them) until they commit. Past the bound, what
 //! fails is lost and counted. Money spent on calls whose usage rows are held
 //! or lost still counts toward the budgets ([`Shared::unwritten_spend`]).
 //!
@@ -25,8 +27,11 @@ pub(crate) const MAX_HELD_JOBS: usize = 10_000;
 /// Most bytes of rows kept while the store cannot be written: a long
 /// session's messages, with room to spare, in little memory.
 pub(crate) const MAX_HELD_BYTES: usize = 64 * 1024 * 1024;
-/// How often kept writes are tried again while nothing else is written.
+/// How long after a failure kept writes are first tried again; each
+/// failed try doubles it, up to [`MAX_RETRY_PAUSE`].
 pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(2);
+/// Longest wait between two tries: how long saving may lag after space returns.
+pub(crate) const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
 /// Most lost priced calls whose cost the budgets keep counting.
 const MAX_LOST_CALLS: usize = 100_000;
 /// Most pieces of news waiting to be told.
@@ -114,6 +119,10 @@ impl SavingNews {
                  writes, {}): what cannot be written from now on is lost (this chat still shows it, and budgets \
                  still count its cost).",
                 human_bytes(*kept_bytes as u64)
+            ),
+            SavingNews::Resumed { written: 0, lost } => format!(
+                "mia: saving works again; {} could not be kept and are lost.",
+                lost.describe()
             ),
             SavingNews::Resumed { written, lost } if lost.is_empty() => {
                 format!("mia: saving works again: the {written} writes kept meanwhile are in the store now.")
@@ -275,6 +284,8 @@ pub(crate) struct Held {
     bytes: usize,
     /// When the kept writes last failed, and why.
     failed: Option<(Instant, StoreError)>,
+    /// How long after `failed` they are tried again.
+    pause: Duration,
     shared: std::sync::Arc<Shared>,
 }
 
@@ -284,6 +295,7 @@ impl Held {
             jobs: Vec::new(),
             bytes: 0,
             failed: None,
+            pause: RETRY_EVERY,
             shared,
         }
     }
@@ -292,13 +304,22 @@ impl Held {
         self.jobs.is_empty()
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// The kept writes, oldest first: tried again before anything newer.
+    pub(crate) fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.iter().map(|(job, _)| job)
+    }
+
     /// How long until the kept writes are tried again; `None` when none are kept.
     pub(crate) fn next_try(&self) -> Option<Duration> {
         if self.jobs.is_empty() {
             return None;
         }
-        let since = self.failed.as_ref().map_or(RETRY_EVERY, |(at, _)| at.elapsed());
-        Some(RETRY_EVERY.saturating_sub(since))
+        let since = self.failed.as_ref().map_or(self.pause, |(at, _)| at.elapsed());
+        Some(self.pause.saturating_sub(since))
     }
 
     /// Why the kept writes failed, while it is too soon to try them again:
@@ -318,20 +339,19 @@ impl Held {
 
     /// The batch with the kept writes failed with `err` (its writes are kept by [`Held::hold`]).
     pub(crate) fn failed(&mut self, err: &StoreError) {
+        if self.failed.is_some() {
+            self.pause = (self.pause * 2).min(MAX_RETRY_PAUSE);
+        }
         self.failed = Some((Instant::now(), err.clone()));
     }
 
-    /// The kept writes, to be tried again first. What [`Shared`] says is
-    /// left as it is until [`Held::written`] or [`Held::hold`] says how it went.
-    pub(crate) fn take(&mut self) -> Vec<Job> {
-        self.bytes = 0;
-        self.jobs.drain(..).map(|(job, _)| job).collect()
-    }
-
-    /// `written` kept writes committed (and nothing is held any more):
-    /// saving works again.
+    /// The kept writes ([`Held::jobs`]), `written` of them, committed with
+    /// whatever came after them: saving works again.
     pub(crate) fn written(&mut self, written: usize) {
+        self.jobs.clear();
+        self.bytes = 0;
         self.failed = None;
+        self.pause = RETRY_EVERY;
         let mut s = self.shared.lock();
         if self.jobs.is_empty() && s.why.is_some() {
             s.why = None;
@@ -477,18 +497,18 @@ mod tests {
         );
         assert_eq!(shared.unwritten_spend("s", 0, 2_000), (0.5, 0.5));
         assert_eq!(shared.unsaved().held, 2);
-        // Tried again and failed: kept again, nothing new to tell.
-        for job in held.take() {
-            held.hold(job, &full());
-        }
+        // A later write fails too: kept behind them, nothing new to tell.
+        held.failed(&full());
+        assert!(held.failing().is_some(), "too soon to try again");
+        held.hold(message("b", MessageState::Complete, "later"), &full());
         assert!(shared.take_news().is_empty());
-        assert_eq!(held.take().len(), 2);
-        held.written(2);
+        assert_eq!(held.len(), 3);
+        held.written(3);
         let news = shared.take_news();
         assert_eq!(
             news,
             vec![SavingNews::Resumed {
-                written: 2,
+                written: 3,
                 lost: Lost::default()
             }]
         );
@@ -505,9 +525,9 @@ mod tests {
         }
         held.hold(message("a", MessageState::Complete, "done"), &full());
         held.hold(message("a", MessageState::Streaming, "late"), &full());
-        let jobs = held.take();
+        let jobs: Vec<&Job> = held.jobs().collect();
         assert_eq!(jobs.len(), 1);
-        assert!(matches!(&jobs[0], Job::AppendMessage(r) if r.state == MessageState::Complete));
+        assert!(matches!(jobs[0], Job::AppendMessage(r) if r.state == MessageState::Complete));
     }
 
     #[test]
@@ -532,7 +552,6 @@ mod tests {
         assert_eq!(lost.usd, 1.0);
         // Held and lost calls both count toward the budgets.
         assert_eq!(shared.unwritten_spend("s", 0, 2_000), (1.25, 1.25));
-        held.take();
         held.written(MAX_HELD_JOBS);
         let news = shared.take_news();
         let text = news[0].message();

@@ -69,8 +69,7 @@ pub(crate) enum Job {
 
 struct Request {
     job: Job,
-    /// `None` for a kept write tried again: its caller had its answer.
-    reply: Option<oneshot::Sender<Outcome>>,
+    reply: oneshot::Sender<Outcome>,
 }
 
 /// The handle to the writer thread. Dropping it lets the thread finish every
@@ -108,11 +107,7 @@ impl Writer {
         };
         let (reply, answer) = oneshot::channel();
         let tx = self.tx.as_ref().ok_or_else(stopped)?;
-        tx.send(Request {
-            job,
-            reply: Some(reply),
-        })
-        .map_err(|_| stopped())?;
+        tx.send(Request { job, reply }).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -225,9 +220,7 @@ fn run(conn: Connection, path: &Path, rx: mpsc::Receiver<Request>, mut held: Hel
             if matches!(request.job, Job::Checkpoint) {
                 commit_and_reply(&conn, path, std::mem::take(&mut pending), &mut held);
                 let outcome = checkpoint(&conn, path);
-                if let Some(reply) = request.reply {
-                    let _ = reply.send(outcome);
-                }
+                let _ = request.reply.send(outcome);
             } else {
                 pending.push(request);
             }
@@ -245,7 +238,7 @@ fn leave(conn: &Connection, path: &Path, held: &mut Held) {
     held.try_now();
     commit_and_reply(conn, path, Vec::new(), held);
     if !held.is_empty() {
-        let lost = held.take().len();
+        let lost = held.len();
         tracing::error!(path = %path.display(), lost, "store: writes kept in memory are lost as the store closes");
     }
 }
@@ -258,34 +251,26 @@ fn leave(conn: &Connection, path: &Path, held: &mut Held) {
 fn commit_and_reply(conn: &Connection, path: &Path, requests: Vec<Request>, held: &mut Held) {
     if let Some(err) = held.failing() {
         for request in requests {
-            if let Some(reply) = request.reply {
-                let _ = reply.send(Err(err.clone()));
-            }
+            let _ = request.reply.send(Err(err.clone()));
             held.hold(request.job, &err);
         }
         return;
     }
-    let kept: Vec<Request> = held
-        .take()
-        .into_iter()
-        .map(|job| Request { job, reply: None })
-        .collect();
-    let retried = kept.len();
-    let requests: Vec<Request> = kept.into_iter().chain(requests).collect();
-    if requests.is_empty() {
+    let retried = held.len();
+    if requests.is_empty() && retried == 0 {
         return;
     }
-    let jobs: Vec<&Job> = requests.iter().map(|r| &r.job).collect();
+    let jobs: Vec<&Job> = held.jobs().chain(requests.iter().map(|r| &r.job)).collect();
     match commit_with_retry(conn, path, &jobs) {
         Ok(outcomes) => {
-            for (request, outcome) in requests.into_iter().zip(outcomes) {
-                match (request.reply, outcome) {
-                    (Some(reply), outcome) => {
-                        let _ = reply.send(outcome);
-                    }
-                    (None, Err(e)) => tracing::warn!(path = %path.display(), error = %e, "store: a kept write failed"),
-                    (None, Ok(_)) => {}
+            let mut outcomes = outcomes.into_iter();
+            for outcome in outcomes.by_ref().take(retried) {
+                if let Err(e) = outcome {
+                    tracing::warn!(path = %path.display(), error = %e, "store: a kept write failed");
                 }
+            }
+            for (request, outcome) in requests.into_iter().zip(outcomes) {
+                let _ = request.reply.send(outcome);
             }
             if retried > 0 {
                 tracing::info!(path = %path.display(), written = retried, "store: writes kept in memory are written");
@@ -298,9 +283,7 @@ fn commit_and_reply(conn: &Connection, path: &Path, requests: Vec<Request>, held
             }
             held.failed(&err);
             for request in requests {
-                if let Some(reply) = request.reply {
-                    let _ = reply.send(Err(err.clone()));
-                }
+                let _ = request.reply.send(Err(err.clone()));
                 held.hold(request.job, &err);
             }
         }
