@@ -190,6 +190,10 @@ pub fn checkpoint_store(wait: Duration) {
     if let Ok(Err(e)) = rt.block_on(async { tokio::time::timeout(wait, store.checkpoint()).await }) {
         tracing::warn!("store: checkpoint at exit failed: {e}");
     }
+    // Writes still kept in memory end with this process (the checkpoint tried them once more).
+    if let Some(text) = store.unsaved().describe() {
+        tracing::error!("store: leaving with writes that could not be saved: {text}");
+    }
 }
 
 /// The store in `data_dir/mia.sqlite3`, opened on first use (on the
