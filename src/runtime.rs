@@ -168,6 +168,12 @@ pub fn store_error() -> Option<String> {
     STORE_ERROR.get().cloned()
 }
 
+/// Where the store's saving stands when it is not all saved (writes fail
+/// and wait in memory, or some were lost), for `:checkhealth`.
+pub fn store_unsaved() -> Option<String> {
+    STORE.get().cloned().flatten()?.unsaved().describe()
+}
+
 /// Moves the store's write-ahead log into the main file and empties it,
 /// if this process opened the store, waiting at most `wait` (SQLite leaves
 /// the file consistent if the process ends before it is done). For leaving:
@@ -183,6 +189,10 @@ pub fn checkpoint_store(wait: Duration) {
     let Ok(rt) = handle() else { return };
     if let Ok(Err(e)) = rt.block_on(async { tokio::time::timeout(wait, store.checkpoint()).await }) {
         tracing::warn!("store: checkpoint at exit failed: {e}");
+    }
+    // Writes still kept in memory end with this process (the checkpoint tried them once more).
+    if let Some(text) = store.unsaved().describe() {
+        tracing::error!("store: leaving with writes that could not be saved: {text}");
     }
 }
 

@@ -115,6 +115,7 @@ async fn api_call(
     };
     let row = record::usage_row(api.session_id.as_deref(), None, &api.agent, &done, started_ms);
     record::record_usage(store, row).await;
+    record::tell_saving(store, &caller.queue, stream);
     if let Some(b) = before {
         let (after, _) = record::spend_now(store, session, day_start, day_end).await;
         for w in crate::cost::budget::crossed_warnings(&api.budgets, b, after) {
@@ -161,6 +162,7 @@ pub fn spawn_turn(
             session.attach_store(crate::runtime::store().await);
         }
         crate::agent::record_end(&session, &end).await;
+        crate::agent::record::tell_saving(session.store().as_deref(), &queue, stream);
         drop(turn);
         queue.push(Event::Update {
             stream,

@@ -935,3 +935,112 @@ async fn gateway_costs_are_stored_with_their_source_and_exported() {
     assert_eq!(v[0]["cost_source"], "local");
     assert_eq!(v[0]["project"], "/proj,a");
 }
+
+// ---- a full disk ----
+
+/// A small tmpfs mounted for one test (root only), unmounted on drop.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount() -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+
+    /// Fills it to its last byte with one file.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.dir.path().join("filler")).unwrap();
+        let mut size = 1 << 20;
+        while size >= 1 {
+            if f.write_all(&vec![0u8; size]).is_err() {
+                size /= 2;
+            }
+        }
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.dir.path().join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_a_full_disk_refuses_are_kept_counted_in_spend_and_written_when_space_returns() {
+    let Some(disk) = SmallDisk::mount() else {
+        eprintln!("skipped: cannot mount a tmpfs here (the test needs root)");
+        return;
+    };
+    let path = disk.dir.path().join("mia.sqlite3");
+    let store = Store::open(&path).unwrap();
+    store.upsert_session(session("s", "/p", T0)).await.unwrap();
+    disk.fill();
+    let big = "x".repeat(64 * 1024);
+    for i in 0..5 {
+        let err = store
+            .append_message(message(&format!("m{i}"), "s", 0, MessageState::Complete, &big, T0 + i))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::DiskFull { .. }), "{err:?}");
+        store
+            .record_usage(usage("s", &format!("m{i}"), "chat", "p", "m", Some(0.5), T0 + i))
+            .await
+            .unwrap_err();
+    }
+    // A streaming answer's checkpoints are kept as one write.
+    for n in 1..50 {
+        let _ = store
+            .append_message(message("a", "s", 0, MessageState::Streaming, &"y".repeat(n), T0 + 10))
+            .await;
+    }
+    let unsaved = store.unsaved();
+    assert_eq!(unsaved.held, 11, "{unsaved:?}");
+    assert!(
+        unsaved.describe().unwrap().starts_with("not saving: the disk holding"),
+        "{unsaved:?}"
+    );
+    let news = store.take_saving_news();
+    assert_eq!(news.len(), 1, "{news:?}");
+    assert!(news[0].message().contains("is full"), "{news:?}");
+    // The budgets count what the file could not take.
+    let spend = store.spend("s", T0, T0 + DAY_MS).await.unwrap();
+    assert_close(spend.session_usd, 2.5);
+    assert_close(spend.day_usd, 2.5);
+    assert!(store.messages("s").await.unwrap().is_empty());
+
+    disk.free();
+    // Kept writes are tried again on their own (a guard, not a timing).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.unsaved().held > 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", store.unsaved());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let ids: Vec<String> = store.messages("s").await.unwrap().into_iter().map(|m| m.id).collect();
+    assert_eq!(ids, ["m0", "m1", "m2", "m3", "m4", "a"]);
+    let stored: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM usage", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 5);
+    // Counted once, now from the file.
+    assert_close(store.spend("s", T0, T0 + DAY_MS).await.unwrap().session_usd, 2.5);
+    let news = store.take_saving_news();
+    assert_eq!(news.len(), 1, "{news:?}");
+    assert!(
+        news[0].message().contains("saving works again: the 11 writes"),
+        "{news:?}"
+    );
+    assert_eq!(store.unsaved().describe(), None);
+}

@@ -115,6 +115,15 @@ function M.check()
       { status.store_error, "This Neovim keeps going without it: restart Neovim once the file is fixed." }
     )
   end
+  if type(status) == "table" and type(status.store_unsaved) == "string" then
+    if status.store_unsaved:find("^not saving") then
+      health.error("the store cannot be written: " .. status.store_unsaved, {
+        "mia writes what waits once the store can be written again (free some space, fix the permissions)",
+      })
+    else
+      health.warn("some of this Neovim's chats and costs were not saved: " .. status.store_unsaved)
+    end
+  end
   health.info("log file: " .. cfg.log_file)
   local clip = require("mia.paste").tool()
   if clip then

@@ -186,7 +186,7 @@ impl AgentProc {
         let path = self.allowed(&r.path, "write_file")?;
         let root = self.root();
         let p = path.clone();
-        let before = tokio::task::spawn_blocking(move || std::fs::read(&p).ok())
+        let before = tokio::task::spawn_blocking(move || paths::read_regular(&p, MAX_READ_BYTES).ok())
             .await
             .map_err(|e| error(e.to_string()))?;
         let name = paths::display_relative(&root, &path);
@@ -266,15 +266,20 @@ impl AgentProc {
 }
 
 fn read_disk(path: &Path) -> Result<String, sdk::Error> {
-    let meta = std::fs::metadata(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
-    if meta.len() > MAX_READ_BYTES {
+    // Only a regular file, opened without blocking: a pipe would hold the agent's request forever.
+    let (file, len) = paths::open_regular(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    if len > MAX_READ_BYTES {
         return Err(error(format!(
             "{} is larger than {} MB; read it with line and limit",
             path.display(),
             MAX_READ_BYTES / (1024 * 1024)
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    let mut bytes = Vec::new();
+    use std::io::Read;
+    file.take(MAX_READ_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 

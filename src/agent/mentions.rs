@@ -233,11 +233,21 @@ fn file(path: &str, cx: &Context) -> Result<(Part, Value), MentionError> {
     if meta.is_dir() {
         return folder(path, cx);
     }
-    let size = meta.len() as usize;
-    let mut f = std::fs::File::open(&physical).map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err(not_a_file(path));
+    }
+    // Opened without blocking and checked again on the open file: a FIFO
+    // put here after the check above would otherwise wait for a writer.
+    let (f, size) = crate::tools::paths::open_regular(&physical).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::Other {
+            not_a_file(path)
+        } else {
+            unreadable(e)
+        }
+    })?;
+    let size = size as usize;
     let mut bytes = Vec::new();
-    f.by_ref()
-        .take((MAX_IMAGE_BYTES.max(MAX_TEXT_BYTES) + 1) as u64)
+    f.take((MAX_IMAGE_BYTES.max(MAX_TEXT_BYTES) + 1) as u64)
         .read_to_end(&mut bytes)
         .map_err(unreadable)?;
     let uri = format!("file://{}", physical.display());
@@ -301,6 +311,15 @@ fn file(path: &str, cx: &Context) -> Result<(Part, Value), MentionError> {
     let record = json!({ "kind": "file", "label": rel, "path": rel, "uri": uri, "summary": how,
         "lines": lines, "seen": text, "turn": shown_at });
     Ok((Part::Text { text: body }, record))
+}
+
+/// A mention of something that is not a file or a folder (a pipe, a device,
+/// a socket): reading it could wait forever or never end.
+fn not_a_file(path: &str) -> MentionError {
+    MentionError::Unreadable(
+        path.to_string(),
+        "it is not a regular file (a pipe, device or socket); only files and folders can be mentioned".to_string(),
+    )
 }
 
 fn whole(rel: &str, lines: usize, text: &str, note: &str) -> String {
@@ -578,6 +597,33 @@ mod tests {
         assert!(matches!(resolve(&[image], &c), Err(MentionError::Unreadable(..))));
         let many = vec![Attachment::Folder { path: ".".into() }; MAX_ATTACHMENTS + 1];
         assert!(matches!(resolve(&many, &c), Err(MentionError::TooMany(_))));
+    }
+
+    #[test]
+    fn a_pipe_or_a_socket_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let _socket = std::os::unix::net::UnixListener::bind(dir.path().join("sock")).unwrap();
+        let perms = PermissionConfig::default();
+        let none = HashMap::new();
+        // No writer ever opens the FIFO: a blocking open would hang here.
+        for name in ["fifo", "sock"] {
+            let err = resolve(
+                &[Attachment::File { path: name.into() }],
+                &cx(dir.path(), &perms, &none),
+            )
+            .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "mia: @{name} cannot be attached: it is not a regular file (a pipe, device or socket); only \
+                     files and folders can be mentioned. Nothing was sent."
+                )
+            );
+        }
     }
 
     #[test]

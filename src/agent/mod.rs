@@ -357,6 +357,21 @@ async fn turn_mentions(
     Ok(resolved)
 }
 
+/// `work`'s result, or `cancelled` as soon as `cancel` fires, whatever
+/// `work` waits on. For the steps of a turn that hold nothing to store or
+/// undo when dropped: a read on the blocking pool that is dropped leaves
+/// its thread to finish alone, and the turn ends at once.
+async fn unless_cancelled<T>(
+    cancel: &CancellationToken,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, LlmError> {
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(LlmError::cancelled()),
+        r = work => Ok(r),
+    }
+}
+
 /// Prunes old checkpoints once per process, in the background.
 fn prune_once(store: &crate::checkpoint::Checkpoints) {
     static PRUNED: std::sync::Once = std::sync::Once::new();
@@ -394,7 +409,13 @@ pub async fn run(
 ) -> Result<TurnEnd, LlmError> {
     let info = session.info();
     crate::telemetry::user_prompt(Some(&info.id), &prompt.content);
-    let files = turn_files(&deps, &info.cwd, &info.mode, prompt.focus.as_deref(), true).await;
+    // Until the prompt is recorded, a step may wait on the project's files
+    // (another process can hold a read up): `:Mia stop` ends the turn all the same.
+    let files = unless_cancelled(
+        &cancel,
+        turn_files(&deps, &info.cwd, &info.mode, prompt.focus.as_deref(), true),
+    )
+    .await?;
     let root = files.root;
     let mut remembered = match files.remembered {
         Some((rules, warning)) => {
@@ -415,7 +436,7 @@ pub async fn run(
         known: true,
         ..Default::default()
     };
-    let attached = turn_mentions(&deps, &session, &root, &agent, &prompt).await?;
+    let attached = unless_cancelled(&cancel, turn_mentions(&deps, &session, &root, &agent, &prompt)).await??;
     let rules = files.rules;
     let mut recorder = record::Recorder::start(&deps, stream, session.clone(), &prompt, &rules.files, attached).await;
     // Whatever ends the run, the prompt is stored before the turn's end is
@@ -732,4 +753,35 @@ pub async fn compact_session(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cancelled_step_ends_at_once_though_its_read_still_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let path = fifo.clone();
+        // A read that waits for a writer, as a plain open of a FIFO does.
+        let read = rt.spawn_blocking(move || std::fs::read(path).map(|b| b.len()));
+        let step = rt.spawn({
+            let cancel = cancel.clone();
+            async move { unless_cancelled(&cancel, read).await }
+        });
+        cancel.cancel();
+        let ended = rt.block_on(step).unwrap().unwrap_err();
+        assert_eq!(ended.class, ErrorClass::Cancelled);
+        // The blocked thread is let go so the runtime can shut down.
+        drop(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap());
+    }
 }

@@ -228,6 +228,17 @@ fn warn_unsaved(queue: &crate::events::EventQueue, stream: StreamId) {
     }
 }
 
+/// Tells the user, on `stream`, each change in the store's saving not told
+/// yet (saving stopped and why, writes being lost, saving works again; see
+/// [`crate::store::SavingNews`]). Each is told once, on whichever stream
+/// comes first after it.
+pub fn tell_saving(store: Option<&crate::store::Store>, queue: &crate::events::EventQueue, stream: StreamId) {
+    let Some(store) = store else { return };
+    for news in store.take_saving_news() {
+        mia_event(queue, stream, MiaEvent::Warning { text: news.message() });
+    }
+}
+
 /// The store side of one run: everything goes through the session, which
 /// keeps its log in memory and in the store.
 ///
@@ -318,6 +329,7 @@ impl Recorder {
             // writer takes them in this order, usually in one transaction.
             tokio::join!(stored.persist(), stored.store_row(row));
             recorded.store(true, Ordering::Release);
+            tell_saving(stored.store().as_deref(), &queue, stream);
             // A session that was never stored has spent nothing yet: no need to ask the store.
             if new {
                 0.0
@@ -401,6 +413,11 @@ impl Recorder {
         id
     }
 
+    /// Tells the user what changed in the store's saving ([`tell_saving`]).
+    pub fn tell_saving(&self, deps: &AgentDeps, stream: StreamId) {
+        tell_saving(self.session.store().as_deref(), &deps.queue, stream);
+    }
+
     /// Stores the summary of an automatic compaction that kept the latest
     /// `keep_last` messages verbatim.
     pub async fn compaction(&mut self, summary: &Message, keep_last: usize) -> MessageRow {
@@ -468,6 +485,7 @@ impl Recorder {
             started_ms,
         );
         record_usage(self.session.store().as_deref(), row).await;
+        self.tell_saving(deps, stream);
         let (after, stored) = self.spend().await;
         if stored {
             self.session_cost_usd = after.session_usd;

@@ -836,6 +836,7 @@ fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
         t.set("clients", providers.clients_built())?;
         t.set("providers", providers.names())?;
         t.set("store_error", runtime::store_error())?;
+        t.set("store_unsaved", runtime::store_unsaved())?;
         Ok(t)
     })
 }

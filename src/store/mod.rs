@@ -33,6 +33,7 @@ mod rows;
 mod schema;
 mod sessions;
 mod spend;
+mod unsaved;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -45,6 +46,7 @@ pub use rows::{MessageKind, MessageRow, MessageState, SessionPage, SessionRow, S
 pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION};
 pub use sessions::{request_positions, request_rows, MAX_PAGE};
 pub use spend::{DayCost, Spend, MAX_DAYS};
+pub use unsaved::{Lost, SavingNews, Unsaved};
 
 use reader::ReadPool;
 use rusqlite::Connection;
@@ -65,6 +67,8 @@ struct Inner {
     path: PathBuf,
     writer: Writer,
     readers: ReadPool,
+    /// What the writer could not write yet, and what to tell the user.
+    unsaved: Arc<unsaved::Shared>,
 }
 
 impl std::fmt::Debug for Store {
@@ -91,14 +95,29 @@ impl Store {
         }
         let conn = schema::open_writer(path)?;
         let readers = ReadPool::new(path)?;
-        let writer = Writer::spawn(conn, path)?;
+        let unsaved = Arc::new(unsaved::Shared::default());
+        let writer = Writer::spawn(conn, path, unsaved.clone())?;
         Ok(Store {
             inner: Arc::new(Inner {
                 path: path.to_path_buf(),
                 writer,
                 readers,
+                unsaved,
             }),
         })
+    }
+
+    /// Where saving stands: why writes fail (if they do), what waits in
+    /// memory to be written, what was lost.
+    pub fn unsaved(&self) -> Unsaved {
+        self.inner.unsaved.unsaved()
+    }
+
+    /// What changed in the store's saving since the last call (saving
+    /// stopped, writes are being lost, saving works again): each piece is
+    /// given once, for the user to be told.
+    pub fn take_saving_news(&self) -> Vec<SavingNews> {
+        self.inner.unsaved.take_news()
     }
 
     /// The file this store reads and writes.
@@ -281,10 +300,20 @@ impl Store {
     /// What the session has cost so far, and what every session (in every
     /// process sharing the file) has cost in `[day_start_ms, day_end_ms)`.
     /// Answered from covering indexes; cheap enough to call before each request.
+    /// Calls whose usage rows this store could not write yet (or lost) count
+    /// too: a full disk never lets a budget be passed.
     pub async fn spend(&self, session_id: &str, day_start_ms: i64, day_end_ms: i64) -> Result<Spend, StoreError> {
+        // Read first: a kept row written meanwhile is counted twice, never missed.
+        let (session_unwritten, day_unwritten) =
+            self.inner.unsaved.unwritten_spend(session_id, day_start_ms, day_end_ms);
         let id = session_id.to_string();
-        self.read(move |c, p| spend::spend(c, p, &id, day_start_ms, day_end_ms))
-            .await
+        let stored = self
+            .read(move |c, p| spend::spend(c, p, &id, day_start_ms, day_end_ms))
+            .await?;
+        Ok(Spend {
+            session_usd: stored.session_usd + session_unwritten,
+            day_usd: stored.day_usd + day_unwritten,
+        })
     }
 
     /// Every usage row of `query`'s range as CSV or JSON text, in chunks of

@@ -9,7 +9,8 @@
 //! A job that fails on its own (unknown session, taken seq) gets its error
 //! while the rest of its batch commits: a failed statement does not end a
 //! SQLite transaction. A failure that does end it (lock timeout, full disk,
-//! I/O) fails or retries the whole batch.
+//! I/O) fails or retries the whole batch; a batch that fails as a whole
+//! is kept and written later ([`super::unsaved`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -22,6 +23,7 @@ use tokio::sync::oneshot;
 
 use super::error::{extended_code, from_sqlite, is_busy, StoreError, CONSTRAINT_FOREIGNKEY, CONSTRAINT_UNIQUE};
 use super::rows::{MessageRow, SessionRow, UsageRow};
+use super::unsaved::{Held, Shared};
 
 /// Most jobs committed in one transaction; bounds how long the write lock is
 /// held (other Neovims wait on it) and how much one failure can take down.
@@ -79,13 +81,14 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread that owns `conn` (already configured and migrated).
-    pub(crate) fn spawn(conn: Connection, path: &Path) -> Result<Writer, StoreError> {
+    /// Starts the thread that owns `conn` (already configured and migrated);
+    /// what it cannot write yet, it keeps and says in `shared`.
+    pub(crate) fn spawn(conn: Connection, path: &Path, shared: std::sync::Arc<Shared>) -> Result<Writer, StoreError> {
         let (tx, rx) = mpsc::channel::<Request>();
         let thread_path = path.to_path_buf();
         let thread = std::thread::Builder::new()
             .name("mia-store-writer".into())
-            .spawn(move || run(conn, &thread_path, rx))
+            .spawn(move || run(conn, &thread_path, rx, Held::new(shared)))
             .map_err(|e| StoreError::Open {
                 path: path.to_path_buf(),
                 detail: format!("cannot start the writer thread: {e}"),
@@ -176,20 +179,32 @@ fn warm_up(conn: &Connection, warmed: &mut usize) -> bool {
 
 /// The thread body: block for one request, drain what else is queued, write.
 /// While nothing is queued, the statements every turn needs are prepared
-/// first, so that a new Neovim's first turn does not wait for them.
-fn run(conn: Connection, path: &Path, rx: mpsc::Receiver<Request>) {
+/// first, so that a new Neovim's first turn does not wait for them. While
+/// writes are kept ([`Held`]), they are tried again every [`super::unsaved::RETRY_EVERY`],
+/// with whatever was written meanwhile kept behind them.
+fn run(conn: Connection, path: &Path, rx: mpsc::Receiver<Request>, mut held: Held) {
     let mut warmed = 0;
     loop {
         let first = match rx.try_recv() {
             Ok(request) => request,
-            Err(mpsc::TryRecvError::Disconnected) => return,
+            Err(mpsc::TryRecvError::Disconnected) => return leave(&conn, path, &mut held),
             Err(mpsc::TryRecvError::Empty) => {
                 if warm_up(&conn, &mut warmed) {
                     continue;
                 }
-                match rx.recv() {
-                    Ok(request) => request,
-                    Err(_) => return,
+                match held.next_try() {
+                    None => match rx.recv() {
+                        Ok(request) => request,
+                        Err(_) => return,
+                    },
+                    Some(wait) => match rx.recv_timeout(wait) {
+                        Ok(request) => request,
+                        Err(mpsc::RecvTimeoutError::Timeout) => {
+                            commit_and_reply(&conn, path, Vec::new(), &mut held);
+                            continue;
+                        }
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return leave(&conn, path, &mut held),
+                    },
                 }
             }
         };
@@ -203,35 +218,73 @@ fn run(conn: Connection, path: &Path, rx: mpsc::Receiver<Request>) {
         let mut pending: Vec<Request> = Vec::with_capacity(batch.len());
         for request in batch {
             if matches!(request.job, Job::Checkpoint) {
-                commit_and_reply(&conn, path, std::mem::take(&mut pending));
+                commit_and_reply(&conn, path, std::mem::take(&mut pending), &mut held);
                 let outcome = checkpoint(&conn, path);
                 let _ = request.reply.send(outcome);
             } else {
                 pending.push(request);
             }
         }
-        commit_and_reply(&conn, path, pending);
+        commit_and_reply(&conn, path, pending, &mut held);
     }
 }
 
-/// Commits `requests` as one transaction and answers each caller. A caller
-/// that stopped waiting (its future was dropped) is simply not answered; its
-/// write still happened.
-fn commit_and_reply(conn: &Connection, path: &Path, requests: Vec<Request>) {
-    if requests.is_empty() {
+/// The store is being closed: the kept writes get a last try, and what
+/// still fails is logged as lost.
+fn leave(conn: &Connection, path: &Path, held: &mut Held) {
+    if held.is_empty() {
         return;
     }
-    let jobs: Vec<&Job> = requests.iter().map(|r| &r.job).collect();
+    held.try_now();
+    commit_and_reply(conn, path, Vec::new(), held);
+    if !held.is_empty() {
+        let lost = held.len();
+        tracing::error!(path = %path.display(), lost, "store: writes kept in memory are lost as the store closes");
+    }
+}
+
+/// Commits the kept writes, then `requests`, as one transaction (so the
+/// store numbers them in the order they were made) and answers each
+/// caller. A caller that stopped waiting (its future was dropped) is
+/// simply not answered; its write still happened. When the whole
+/// transaction fails, every write in it is kept to be tried again.
+fn commit_and_reply(conn: &Connection, path: &Path, requests: Vec<Request>, held: &mut Held) {
+    if let Some(err) = held.failing() {
+        for request in requests {
+            let _ = request.reply.send(Err(err.clone()));
+            held.hold(request.job, &err);
+        }
+        return;
+    }
+    let retried = held.len();
+    if requests.is_empty() && retried == 0 {
+        return;
+    }
+    let jobs: Vec<&Job> = held.jobs().chain(requests.iter().map(|r| &r.job)).collect();
     match commit_with_retry(conn, path, &jobs) {
         Ok(outcomes) => {
+            let mut outcomes = outcomes.into_iter();
+            for outcome in outcomes.by_ref().take(retried) {
+                if let Err(e) = outcome {
+                    tracing::warn!(path = %path.display(), error = %e, "store: a kept write failed");
+                }
+            }
             for (request, outcome) in requests.into_iter().zip(outcomes) {
                 let _ = request.reply.send(outcome);
             }
+            if retried > 0 {
+                tracing::info!(path = %path.display(), written = retried, "store: writes kept in memory are written");
+            }
+            held.written(retried);
         }
         Err(err) => {
-            tracing::warn!(path = %path.display(), jobs = requests.len(), error = %err, "store: write batch failed");
+            if retried == 0 {
+                tracing::warn!(path = %path.display(), jobs = requests.len(), error = %err, "store: write batch failed");
+            }
+            held.failed(&err);
             for request in requests {
                 let _ = request.reply.send(Err(err.clone()));
+                held.hold(request.job, &err);
             }
         }
     }
@@ -291,6 +344,11 @@ fn try_commit(conn: &Connection, path: &Path, jobs: &[&Job]) -> Result<Vec<Outco
                     // SQLite rolled the whole transaction back (I/O, full disk...).
                     return Err(fail(op, &e));
                 }
+                if lasting(&e) {
+                    // Not this job's own fault: the batch is kept and tried again whole.
+                    let _ = conn.execute_batch("ROLLBACK");
+                    return Err(fail(op, &e));
+                }
                 outcomes.push(Err(from_sqlite(path, op, &e)));
             }
         }
@@ -302,6 +360,16 @@ fn try_commit(conn: &Connection, path: &Path, jobs: &[&Job]) -> Result<Vec<Outco
         return Err(fail("committing", &e));
     }
     Ok(outcomes)
+}
+
+/// True for a failure of the file rather than of one write (a full disk, an
+/// I/O error, a file made read-only): every write would meet it.
+fn lasting(e: &rusqlite::Error) -> bool {
+    use rusqlite::ffi::ErrorCode;
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure | ErrorCode::ReadOnly | ErrorCode::CannotOpen)
+    )
 }
 
 /// A job's own failure, or a SQLite error to classify in the batch context.

@@ -277,7 +277,8 @@ fn random_id() -> String {
 /// Random, so it says nothing about the user or the machine.
 fn install_id(dir: &Path) -> String {
     let path = dir.join("telemetry-id");
-    if let Ok(s) = std::fs::read_to_string(&path) {
+    if let Ok(bytes) = crate::tools::paths::read_regular(&path, 64) {
+        let s = String::from_utf8_lossy(&bytes);
         let s = s.trim();
         if s.len() == 32 && s.bytes().all(|c| c.is_ascii_hexdigit()) {
             return s.to_string();

@@ -315,6 +315,20 @@ def test_fs_read_gives_the_unsaved_buffer_and_write_goes_through_review(editor_f
     assert "write failed:" in after and "not now" in after, after
 
 
+def test_an_agent_reading_a_pipe_in_the_project_gets_an_error_at_once(editor_factory, tmp_path):
+    """A FIFO in the project: opening it to read would wait for a writer
+    that never comes, and the agent's turn with it. The agent is told the
+    read failed, and the chat goes on."""
+    os.mkfifo(tmp_path / "pipe")
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, "read pipe")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    after = ed.chat_text().rsplit("read pipe", 1)[1]
+    assert "read failed:" in after and "not a regular file" in after, after
+    assert ed.state() == "done"
+
+
 def test_the_users_deny_rules_hold_for_an_agents_file_reads_and_writes_in_every_spelling(editor_factory, tmp_path):
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "key.txt").write_text("a\nTOP-SECRET\n")

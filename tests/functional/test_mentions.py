@@ -148,6 +148,27 @@ def completion_words(ed):
     return ed.lua("return vim.tbl_map(function(i) return i.word end, vim.fn.complete_info({ 'items' }).items)")
 
 
+def test_a_pipe_mentioned_from_the_prompt_is_refused_at_once_and_the_chat_goes_on(editor_factory, server, project):
+    """Another process puts a FIFO in the project: opening it to read would
+    wait for a writer that never comes. Mentioned from the prompt buffer, it
+    is refused at once, naming the cause, and nothing is sent; :Mia stop
+    finds no turn held, and the next prompt is answered."""
+    os.mkfifo(project / "fifo")
+    ed = start(editor_factory, server, project)
+    send_from_prompt(ed, "read @fifo please")
+    ed.wait("require('mia.chat').state() == 'error'")
+    shown = ed.chat_text() + ed.messages()
+    assert "@fifo cannot be attached: it is not a regular file (a pipe, device or socket)" in shown, shown
+    assert ed.lua("return require('mia.prompt').text()") == "read @fifo please"
+    assert posts(server) == []
+    ed.nvim.input(":Mia stop<CR>")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('no answer is streaming') ~= nil")
+    ed.nvim.command("Mia prompt after the pipe")
+    done(ed)
+    assert last_user_text(server).startswith("after the pipe")
+    assert len(posts(server)) == 1
+
+
 def test_typing_a_path_completes_the_git_visible_files_fuzzily(editor_factory, server, project):
     (project / ".gitignore").write_text("ignored.rs\n")
     (project / "ignored.rs").write_text("x\n")

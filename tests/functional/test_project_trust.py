@@ -5,6 +5,8 @@ real Neovim (restarted on the same home) against the scenario server."""
 
 import json
 import os
+import signal
+import threading
 
 import pytest
 
@@ -91,6 +93,28 @@ def test_trusted_tool_file_loads_in_the_next_neovim_without_asking(start, server
     prompt(ed, "tool hello {}")
     assert asked(ed) == []
     assert last_tool_result(server) == "hello v1"
+
+
+def test_a_pipe_in_place_of_the_trust_file_does_not_hold_the_editor(start, server, tools_dir):
+    """Another process puts a FIFO where trusted.json goes: reading it on
+    Neovim's main thread would wait for a writer that never comes. The
+    prompt is answered, the tool is asked about as a new one, and the
+    answer is remembered in a file of its own."""
+    (tools_dir / "hello.lua").write_text(HELLO % "hello v1")
+    ed = start(answer=1)
+    trust_file(ed).parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(trust_file(ed))
+    # A guard, not a timing: a Neovim stuck on the pipe is killed so the test fails instead of hanging.
+    watchdog = threading.Timer(30, os.kill, (ed.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        ed.nvim.input(":Mia prompt echo first<CR>")
+        ed.wait("require('mia.chat').state() == 'done'")
+    finally:
+        watchdog.cancel()
+    assert len(asked(ed)) == 1 and "hello.lua (new)" in asked(ed)[0]
+    stored = json.loads(trust_file(ed).read_text())
+    assert stored["files"][real(tools_dir / "hello.lua")]["answer"] == "trust"
 
 
 def test_edited_tool_file_asks_again_and_stays_unloaded_until_yes(start, server, tools_dir):

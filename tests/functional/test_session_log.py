@@ -5,7 +5,9 @@ of what it covers — in real Neovims, against the scenario server, with the
 real SQLite file."""
 
 import json
+import os
 import sqlite3
+import subprocess
 import time
 
 import pytest
@@ -239,3 +241,110 @@ def test_a_store_that_cannot_be_opened_is_said_once_and_the_chat_goes_on(make, s
     files = "\n".join(ed.nvim.current.buffer[:]).split("mia: files", 1)[1]
     assert "ERROR the store could not be opened: chats and costs are not being saved" in files, files
     assert "not a usable mia database" in files and "restart Neovim once the file is fixed" in files, files
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs of its own (the suite runs as root), unmounted after the test."""
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs for the full-disk test ({r.stderr.strip() or r.returncode})")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(directory):
+    """Fills the filesystem holding `directory` to its last byte with one file."""
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        size = 1 << 20
+        while size >= 1:
+            try:
+                os.write(fd, b"\0" * size)
+            except OSError:
+                size //= 2
+    finally:
+        os.close(fd)
+
+
+def stored(db):
+    """The stored prompts' texts, how many turn ends and how many usage rows the file holds."""
+    with sqlite3.connect(db) as c:
+        prompts = [
+            text_of(p) for (p,) in c.execute("select parts from messages where role = 'user' order by seq")
+        ]
+        ends = c.execute("select count(*) from messages where parts = '[]'").fetchone()[0]
+        usage = c.execute("select count(*) from usage").fetchone()[0]
+    return prompts, ends, usage
+
+
+def health(ed):
+    """What :checkhealth mia shows (its tab is closed again)."""
+    ed.nvim.command("checkhealth mia")
+    text = "\n".join(ed.nvim.current.buffer[:])
+    ed.nvim.command("tabclose")
+    return text
+
+
+def test_a_full_disk_is_said_once_and_what_it_kept_out_is_written_when_space_returns(editor_factory, server, small_disk):
+    data = small_disk / "mia"
+    ed = editor_factory(setup=scenario_setup(server, data_dir=str(data)))
+    ed.lua("""
+      _G.warnings = {}
+      local notify = vim.notify
+      vim.notify = function(msg, level, o)
+        if level == vim.log.levels.WARN then table.insert(warnings, msg) end
+        return notify(msg, level, o)
+      end
+    """)
+    prompt(ed, "before the disk fills")
+    db = data / "mia.sqlite3"
+    assert stored(db) == (["before the disk fills"], 1, 1)
+    fill(small_disk)
+    for i in range(1, 6):
+        prompt(ed, f"while full {i}")
+        assert f"while full {i}" in ed.chat_text()
+    warnings = ed.lua("return warnings")
+    assert len(warnings) == 1, warnings
+    assert "not being saved: the disk holding " + str(db) + " is full" in warnings[0], warnings
+    assert "writes it once it can" in warnings[0]
+    # Nothing of it reached the file (the disk really was full).
+    assert stored(db)[0] == ["before the disk fills"]
+    assert "the store cannot be written: not saving: the disk holding" in health(ed)
+    (small_disk / "filler").unlink()
+    # The kept writes go in on their own, without another prompt (a guard, not a timing).
+    deadline = time.monotonic() + 30
+    while stored(db)[0] != ["before the disk fills"] + [f"while full {i}" for i in range(1, 6)]:
+        assert time.monotonic() < deadline, stored(db)
+        time.sleep(0.1)
+    assert stored(db) == (["before the disk fills"] + [f"while full {i}" for i in range(1, 6)], 6, 6)
+    # The next turn says so, once.
+    prompt(ed, "after")
+    warnings = ed.lua("return warnings")
+    assert len(warnings) == 2 and "saving works again" in warnings[1], warnings
+    assert stored(db)[1:] == (7, 7)
+    text = health(ed)
+    assert "cannot be written" not in text and "were not saved" not in text, text
+
+
+def test_a_hard_limit_holds_while_the_disk_is_full(editor_factory, server, small_disk):
+    """The usage rows a full disk keeps out of the file still count: the
+    session limit refuses the next request and nothing is sent."""
+    data = small_disk / "mia"
+    opts = scenario_setup(server, data_dir=str(data), pricing={"scn/echo": {"input": 3.0, "output": 15.0}},
+                          costs={"session_limit_usd": 0.000001, "hard_limit": True})
+    ed = editor_factory(setup=opts)
+    # The store opens (listing sessions reads it) before the disk fills.
+    ed.lua("require('mia').sessions.list({})")
+    assert (data / "mia.sqlite3").exists()
+    fill(small_disk)
+    prompt(ed, "echo costs money")
+    assert stored(data / "mia.sqlite3")[2] == 0, "the usage row stayed out of the file"
+    before = len(posts(server))
+    prompt(ed, "echo again", state="error")
+    assert len(posts(server)) == before
+    assert "costs.session_limit_usd" in ed.chat_text()

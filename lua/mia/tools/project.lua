@@ -47,6 +47,30 @@ local skipped = {}
 --- written until it reads cleanly again
 local broken = nil
 
+--- At most `max` + 1 bytes of `path` when it is a regular file; nil and why
+--- when it is not, or cannot be read. Opened without blocking and checked on
+--- the open file: a FIFO in its place would otherwise hold Neovim's main
+--- thread until a writer came, which may be never.
+local function read_regular(path, max)
+  local c = uv.constants or {}
+  local flags = c.O_NONBLOCK and bit.bor(c.O_RDONLY or 0, c.O_NONBLOCK) or "r"
+  local fd, err = uv.fs_open(path, flags, 0)
+  if not fd then
+    return nil, err
+  end
+  local st = uv.fs_fstat(fd)
+  if not st or st.type ~= "file" then
+    uv.fs_close(fd)
+    return nil, "not a regular file"
+  end
+  local data, read_err = uv.fs_read(fd, max + 1, 0)
+  uv.fs_close(fd)
+  if not data then
+    return nil, read_err
+  end
+  return data
+end
+
 local function trust_file()
   return require("mia.config").get().data_dir .. "/trusted.json"
 end
@@ -137,13 +161,11 @@ end
 --- as empty, so every project tool is asked about again.
 local function read_store()
   local path = trust_file()
-  local f = io.open(path, "rb")
-  if not f then
+  local text = read_regular(path, MAX_TRUST_BYTES)
+  if not text then
     broken = nil
     return empty_store()
   end
-  local text = f:read(MAX_TRUST_BYTES + 1) or ""
-  f:close()
   local store, why
   if #text > MAX_TRUST_BYTES then
     why = string.format("it is larger than %d MiB", MAX_TRUST_BYTES / 1024 / 1024)
@@ -276,10 +298,8 @@ local function scan(dir)
   local files = {}
   for _, name in ipairs(names) do
     local path = dir .. "/" .. name
-    local f = io.open(path, "rb")
-    if f then
-      local content = f:read(MAX_TOOL_BYTES + 1) or ""
-      f:close()
+    local content = read_regular(path, MAX_TOOL_BYTES)
+    if content then
       local why
       if #content > MAX_TOOL_BYTES then
         why = string.format("is larger than %d KiB", MAX_TOOL_BYTES / 1024)

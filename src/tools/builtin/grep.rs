@@ -279,8 +279,12 @@ impl Search {
                     }
                 }
                 let mut sink = Collect::new(&self.abort, Some(&self.keep_budget), usize::MAX);
-                // Unreadable files are skipped, as ripgrep does after a warning.
-                if searcher.search_path(&self.matcher, entry.path(), &mut sink).is_ok() && sink.count > 0 {
+                // Unreadable files are skipped, as ripgrep does after a warning; so is a pipe
+                // put in a file's place since the walk saw it (opening it would wait for a writer).
+                let Ok((file, _)) = crate::tools::paths::open_regular(entry.path()) else {
+                    return WalkState::Continue;
+                };
+                if searcher.search_file(&self.matcher, &file, &mut sink).is_ok() && sink.count > 0 {
                     let hits = FileHits {
                         path: entry.into_path(),
                         count: sink.count,
@@ -297,8 +301,10 @@ impl Search {
     /// The first `limit` matching lines of `path`, searched again.
     fn lines_of(&self, path: &Path, limit: usize) -> Vec<(u64, String)> {
         let mut sink = Collect::new(&self.abort, None, limit);
-        // A file that vanished since the first pass simply shows nothing.
-        let _ = Self::searcher().search_path(&self.matcher, path, &mut sink);
+        // A file that vanished since the first pass (or is no longer a regular file) shows nothing.
+        if let Ok((file, _)) = crate::tools::paths::open_regular(path) {
+            let _ = Self::searcher().search_file(&self.matcher, &file, &mut sink);
+        }
         sink.lines
     }
 }

@@ -141,7 +141,8 @@ pub(crate) async fn current_content(
         // Saving the buffer would undo a change made on disk behind it.
         let (disk_path, b) = (path.to_path_buf(), buffer);
         let (buffer, behind) = tokio::task::spawn_blocking(move || {
-            let behind = std::fs::read(&disk_path).is_ok_and(|disk| b.disk_changed_behind(&disk));
+            let behind = crate::tools::paths::read_regular(&disk_path, MAX_EDITED_BYTES)
+                .is_ok_and(|disk| b.disk_changed_behind(&disk));
             (b, behind)
         })
         .await
@@ -181,7 +182,7 @@ pub(crate) async fn current_content(
                 human_bytes(MAX_EDITED_BYTES)
             )));
         }
-        std::fs::read(&path)
+        crate::tools::paths::read_regular(&path, MAX_EDITED_BYTES)
             .map(Some)
             .map_err(|e| ToolOutput::error(format!("`{name}` cannot be read ({e})")))
     })

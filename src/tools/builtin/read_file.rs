@@ -1,6 +1,5 @@
 //! `read_file`: a text file with line numbers, whole or a range of lines.
 
-use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 
 use futures_util::future::BoxFuture;
@@ -137,7 +136,8 @@ fn read(args: &Value, ctx: &ToolContext) -> Outcome {
         )));
     }
 
-    let mut file = File::open(&path).map_err(|e| open_error(&name, &e))?;
+    // Checked again on the open file: a pipe swapped in since would block.
+    let (mut file, _) = crate::tools::paths::open_regular(&path).map_err(|e| open_error(&name, &e))?;
     let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
     (&mut file)
         .take(BINARY_SNIFF_BYTES as u64)
