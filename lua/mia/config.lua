@@ -210,6 +210,46 @@ function M._names()
   }
 end
 
+--- Every top-level option of setup(): the fields of `mia.Config` above and
+--- the options |mia-config| documents (tests/lua/config_spec.lua keeps the
+--- three equal).
+M.options = {
+  "model", "providers", "agents", "timeouts", "retry", "http", "limits", "permissions", "tools", "costs",
+  "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
+  "checkpoints", "mcp", "rules", "telemetry", "modes",
+}
+
+--- Edit distance of two short strings (for "did you mean").
+local function distance(a, b)
+  local prev = {}
+  for j = 0, #b do
+    prev[j] = j
+  end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a:sub(i, i) == b:sub(j, j) and 0 or 1))
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+--- The known names closest to `name` (at most two edits away), for an error's "did you mean".
+--- @param name string
+--- @param known string[]
+--- @return string[]
+function M._close(name, known)
+  local out = {}
+  for _, k in ipairs(known) do
+    if distance(name:lower(), k) <= 2 then
+      out[#out + 1] = k
+    end
+  end
+  table.sort(out)
+  return out
+end
+
 local function set_of(list)
   local set = {}
   for _, v in ipairs(list) do
@@ -240,6 +280,15 @@ end
 --- @param opts table
 local function validate(opts)
   check_type("opts", opts, "table")
+  local options = set_of(M.options)
+  for key in pairs(opts) do
+    if not options[key] then
+      local close = type(key) == "string" and M._close(key, M.options) or {}
+      local hint = #close > 0 and ("; did you mean `" .. table.concat(close, "`, `") .. "`?")
+        or "; see :h mia-config for the options"
+      fail(tostring(key), "is not a mia option" .. hint, opts[key])
+    end
+  end
   check_type("model", opts.model, "string", true)
   if opts.model and not opts.model:match("^[^/]+/.+") then
     fail("model", 'must be "provider/model", e.g. "openai/gpt-4.1"', opts.model)
