@@ -9,6 +9,9 @@
 //! every mode and whatever rule or "allow always" would allow it; only a
 //! deny rule is stronger.
 //!
+//! A repository under another name (a bare `x.git`, a `--separate-git-dir`
+//! target) is recognised as git does, by its `HEAD`, `objects/` and `refs/`.
+//!
 //! The test is on path components, ASCII case ignored (`.GIT` is `.git` on
 //! a case-insensitive file system), and is applied to every form of the
 //! path the permission check has ([`CanonicalPath`]): the physical one
@@ -36,7 +39,28 @@ pub fn control_path(path: &CanonicalPath) -> Option<&str> {
     [path.subject.as_str(), path.lexical.as_str()]
         .into_iter()
         .find(|form| names_control_file(form))
+        .or_else(|| in_git_dir(path).then_some(path.subject.as_str()))
 }
+
+/// True when a directory holding `path` (up to the project root, or up to
+/// [`MAX_ANCESTORS`] outside it) is a repository under another name: a
+/// bare `x.git`, or the directory `--separate-git-dir` names. Git's own
+/// test: a `HEAD` file beside `objects/` and `refs/`.
+fn in_git_dir(path: &CanonicalPath) -> bool {
+    let depth = if path.inside {
+        std::path::Path::new(&path.subject).components().count()
+    } else {
+        MAX_ANCESTORS
+    };
+    path.physical
+        .ancestors()
+        .skip(1)
+        .take(depth.min(MAX_ANCESTORS))
+        .any(|d| d.join("HEAD").is_file() && d.join("objects").is_dir() && d.join("refs").is_dir())
+}
+
+/// Most directories [`in_git_dir`] looks at.
+const MAX_ANCESTORS: usize = 64;
 
 /// Why a shell command line touches a control file, or `None`: a
 /// redirection into one, a word naming one (`tee .git/config`, `cp x
@@ -121,6 +145,15 @@ mod tests {
         for dir in [".git/hooks", ".git/info", "sub/.git", ".mia/tools", "src", "elsewhere"] {
             std::fs::create_dir_all(root.join(dir)).unwrap();
         }
+        // A repository under another name (`git init --separate-git-dir=vendor/gitstuff`).
+        for dir in [
+            "vendor/gitstuff/objects",
+            "vendor/gitstuff/refs",
+            "vendor/gitstuff/hooks",
+        ] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        std::fs::write(root.join("vendor/gitstuff/HEAD"), "ref: refs/heads/main\n").unwrap();
         std::os::unix::fs::symlink(".git", root.join("innocent")).unwrap();
         std::os::unix::fs::symlink("../.git/hooks", root.join("src/hooks")).unwrap();
         std::os::unix::fs::symlink("elsewhere", root.join("sub2")).unwrap();
@@ -140,6 +173,8 @@ mod tests {
         "src/hooks/post-checkout",
         "nested/.git/config",
         ".GIT/config",
+        "vendor/gitstuff/config",
+        "vendor/gitstuff/hooks/pre-commit",
     ];
 
     fn spelling() -> impl Strategy<Value = (usize, String, String, bool, bool)> {
@@ -156,6 +191,8 @@ mod tests {
     }
 
     proptest! {
+        // Each case builds a project on disk: fewer cases, still every target and form.
+        #![proptest_config(ProptestConfig::with_cases(96))]
         #[test]
         fn every_spelling_of_a_control_file_is_one((i, prefix, sep, absolute, trailing) in spelling()) {
             let (_d, root) = project();
@@ -174,7 +211,15 @@ mod tests {
     #[test]
     fn ordinary_files_even_through_links_are_not_control_files() {
         let (_d, root) = project();
-        for s in ["src/a.rs", "./src//a.rs", "sub2/x", ".gitignore", ".github/ci.yml"] {
+        for s in [
+            "src/a.rs",
+            "./src//a.rs",
+            "sub2/x",
+            ".gitignore",
+            ".github/ci.yml",
+            "vendor/HEAD",
+            "vendor/x",
+        ] {
             let path = canonicalize(&root, s).unwrap();
             assert!(control_path(&path).is_none(), "{s}");
         }
