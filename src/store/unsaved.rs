@@ -31,7 +31,7 @@ pub(crate) const MAX_HELD_BYTES: usize = 64 * 1024 * 1024;
 /// failed try doubles it, up to [`MAX_RETRY_PAUSE`].
 pub(crate) const RETRY_EVERY: Duration = Duration::from_secs(2);
 /// Longest wait between two tries: how long saving may lag after space returns.
-pub(crate) const MAX_RETRY_PAUSE: Duration = Duration::from_secs(30);
+pub(crate) const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
 /// Most lost priced calls whose cost the budgets keep counting.
 const MAX_LOST_CALLS: usize = 100_000;
 /// Most pieces of news waiting to be told.

@@ -291,6 +291,10 @@ def health(ed):
 
 
 def test_a_full_disk_is_said_once_and_what_it_kept_out_is_written_when_space_returns(editor_factory, server, small_disk):
+    """The data directory's disk fills between two prompts: the chat goes on,
+    the user is told once why it is not being saved, and once space returns
+    every prompt, answer (a long streamed one included), turn end and usage
+    row reaches the SQLite file, and the next turn says saving works again."""
     data = small_disk / "mia"
     ed = editor_factory(setup=scenario_setup(server, data_dir=str(data)))
     ed.lua("""
@@ -305,9 +309,12 @@ def test_a_full_disk_is_said_once_and_what_it_kept_out_is_written_when_space_ret
     db = data / "mia.sqlite3"
     assert stored(db) == (["before the disk fills"], 1, 1)
     fill(small_disk)
-    for i in range(1, 6):
-        prompt(ed, f"while full {i}")
-        assert f"while full {i}" in ed.chat_text()
+    # Five prompts, then an answer streamed over about two seconds (saved as it streams).
+    sent = [f"while full {i}" for i in range(1, 6)] + ["slow 60 30"]
+    for text in sent:
+        prompt(ed, text)
+        assert text in ed.chat_text()
+    assert "w00059" in ed.chat_text()
     warnings = ed.lua("return warnings")
     assert len(warnings) == 1, warnings
     assert "not being saved: the disk holding " + str(db) + " is full" in warnings[0], warnings
@@ -317,16 +324,21 @@ def test_a_full_disk_is_said_once_and_what_it_kept_out_is_written_when_space_ret
     assert "the store cannot be written: not saving: the disk holding" in health(ed)
     (small_disk / "filler").unlink()
     # The kept writes go in on their own, without another prompt (a guard, not a timing).
-    deadline = time.monotonic() + 30
-    while stored(db)[0] != ["before the disk fills"] + [f"while full {i}" for i in range(1, 6)]:
+    deadline = time.monotonic() + 60
+    while stored(db)[0] != ["before the disk fills"] + sent:
         assert time.monotonic() < deadline, stored(db)
         time.sleep(0.1)
-    assert stored(db) == (["before the disk fills"] + [f"while full {i}" for i in range(1, 6)], 6, 6)
+    assert stored(db) == (["before the disk fills"] + sent, 7, 7)
+    with sqlite3.connect(db) as c:
+        (answer, state), = c.execute(
+            "select parts, state from messages where role = 'assistant' and parts like '%w00000%'"
+        ).fetchall()
+    assert state == "complete" and text_of(answer).split() == [f"w{i:05d}" for i in range(60)], (state, answer)
     # The next turn says so, once.
     prompt(ed, "after")
     warnings = ed.lua("return warnings")
     assert len(warnings) == 2 and "saving works again" in warnings[1], warnings
-    assert stored(db)[1:] == (7, 7)
+    assert stored(db)[1:] == (8, 8)
     text = health(ed)
     assert "cannot be written" not in text and "were not saved" not in text, text
 
