@@ -389,6 +389,60 @@ mod tests {
         assert!(r["error"]["message"].as_str().unwrap().contains("UTF-8"));
     }
 
+    fn run_lines(input: &[u8], max: usize) -> Vec<Line> {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(lines(input, max))
+    }
+
+    proptest::proptest! {
+        /// Whatever a client writes: one answer per line, in order, nothing
+        /// passed on that is longer than the bound or that serde_json
+        /// cannot take for its depth, and every refused request answered
+        /// under its own id.
+        #[test]
+        fn every_line_gets_one_safe_outcome(
+            msgs in proptest::collection::vec(
+                (0u32..1_000_000, 0usize..300, 0usize..3000, proptest::bool::ANY),
+                1..8,
+            ),
+        ) {
+            let max = 1024;
+            let mut input = Vec::new();
+            for (id, depth, pad, string_id) in &msgs {
+                let id = if *string_id { format!("\"r-{id}\"") } else { id.to_string() };
+                input.extend_from_slice(
+                    format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"session/prompt\",\"params\":{{\"p\":\"{}\",\"x\":{}{}}}}}\n",
+                        "p".repeat(*pad),
+                        "[".repeat(*depth),
+                        if *depth == 0 { "0".to_string() } else { "]".repeat(*depth) }
+                    )
+                    .as_bytes(),
+                );
+            }
+            let got = run_lines(&input, max);
+            proptest::prop_assert_eq!(got.len(), msgs.len());
+            for (line, (id, depth, _, string_id)) in got.iter().zip(&msgs) {
+                match line {
+                    Line::Pass(text) => {
+                        proptest::prop_assert!(text.len() <= max);
+                        proptest::prop_assert!(*depth <= MAX_DEPTH);
+                        proptest::prop_assert!(serde_json::from_str::<Value>(text).is_ok());
+                    }
+                    Line::Reply(text) => {
+                        let v: Value = serde_json::from_str(text).expect("an answer is JSON");
+                        let want = if *string_id { json!(format!("r-{id}")) } else { json!(id) };
+                        proptest::prop_assert_eq!(&v["id"], &want);
+                        proptest::prop_assert!(v["error"]["message"].as_str().is_some());
+                    }
+                    Line::Skip => proptest::prop_assert!(false, "a request is never dropped"),
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_head_scan_takes_only_the_top_level_id() {
         let h = Head::scan(br#"{"params":{"id":9,"method":"no"},"id":4,"method":"m"}"#);
