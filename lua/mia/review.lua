@@ -1304,6 +1304,16 @@ function M.undo()
     for _, s in ipairs(skipped) do
       lines[#lines + 1] = string.format("  not restored: %s (%s)", vim.fn.fnamemodify(tostring(s.path), ":."), tostring(s.reason))
     end
+    local since = type(result) == "table" and result.changed_since or {}
+    if #since > 0 then
+      local shown = {}
+      for _, p in ipairs(since) do
+        shown[#shown + 1] = vim.fn.fnamemodify(tostring(p), ":.")
+      end
+      lines[#lines + 1] = "  changed after the turn (saved since), so undo replaced those changes too (:Mia undo again "
+        .. "brings them back): "
+        .. table.concat(shown, ", ")
+    end
     for _, what in ipairs(uncovered) do
       lines[#lines + 1] = "  not covered by the checkpoint, so not restored: " .. tostring(what)
     end
@@ -1311,7 +1321,7 @@ function M.undo()
       lines[#lines + 1] = "  these buffers have unsaved changes and still show them (:edit! to load the restored file): "
         .. table.concat(kept, ", ")
     end
-    local warn = #skipped > 0 or #kept > 0 or #uncovered > 0
+    local warn = #skipped > 0 or #kept > 0 or #uncovered > 0 or #since > 0
     vim.notify(table.concat(lines, "\n"), warn and vim.log.levels.WARN or vim.log.levels.INFO)
   end, id)
 end

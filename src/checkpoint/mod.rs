@@ -107,6 +107,40 @@ pub struct Entry {
     pub skipped: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uncovered: Option<String>,
+    /// Not a change: how the checkpoint's turn (or restore) left the file,
+    /// written when it ended, so undo can tell a later save from the turn's work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<Left>,
+}
+
+/// A file's identity as a turn left it: a later save changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Left {
+    pub exists: bool,
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ino: u64,
+}
+
+impl Left {
+    /// `path` as it is now (its own entry: a link is not followed).
+    pub fn of(path: &Path) -> Left {
+        use std::os::unix::fs::MetadataExt;
+        match fs::symlink_metadata(path) {
+            Ok(m) => Left {
+                exists: true,
+                len: m.len(),
+                mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                ino: m.ino(),
+            },
+            Err(_) => Left {
+                exists: false,
+                len: 0,
+                mtime_ns: 0,
+                ino: 0,
+            },
+        }
+    }
 }
 
 /// A file as a snapshot keeps it: its content's object, or the target of
@@ -157,6 +191,14 @@ pub struct Restored {
     pub skipped: Vec<SkippedFile>,
     /// What the checkpoint did not cover, one sentence each.
     pub uncovered: Vec<String>,
+    /// Restored files that changed after the checkpoint's turn ended (a
+    /// save of the user's): their content then is in the restore checkpoint.
+    #[serde(serialize_with = "shown_all")]
+    pub changed_since: Vec<PathBuf>,
+}
+
+fn shown_all<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| bytes_path::shown(p)))
 }
 
 /// Paths reach Lua as one line of text each ([`bytes_path::shown`]).
@@ -306,6 +348,9 @@ impl Checkpoints {
                 files: Vec::new(),
                 uncovered: Vec::new(),
             });
+            if e.left.is_some() {
+                continue;
+            }
             if let Some(what) = e.uncovered {
                 if !listed.uncovered.contains(&what) {
                     listed.uncovered.push(what);
@@ -343,9 +388,16 @@ impl Checkpoints {
                 }
                 all
             });
+        let left: std::collections::HashMap<&Path, Left> = entries
+            .iter()
+            .filter(|e| e.checkpoint == last)
+            .filter_map(|e| e.left.map(|l| (e.path.as_path(), l)))
+            .collect();
         let targets: Vec<&Entry> = entries
             .iter()
-            .filter(|e| e.checkpoint == last && e.uncovered.is_none() && seen.insert(e.path.clone()))
+            .filter(|e| {
+                e.checkpoint == last && e.uncovered.is_none() && e.left.is_none() && seen.insert(e.path.clone())
+            })
             .collect();
         let turn = targets.first().map(|e| e.turn.clone()).unwrap_or_default();
         let prompt = targets.first().map(|e| e.prompt.clone()).unwrap_or_default();
@@ -358,6 +410,7 @@ impl Checkpoints {
             restored: Vec::new(),
             skipped: Vec::new(),
             uncovered,
+            changed_since: Vec::new(),
         };
         for e in targets {
             // Paths were kept with no link on the way; one there now (a command
@@ -391,6 +444,7 @@ impl Checkpoints {
                 (None, None) => Wanted::Absent,
             };
             // The file as it is now, so the restore can be undone.
+            let before_write = Left::of(&e.path);
             let now = match self.snapshot(&e.path) {
                 Ok(s) => s,
                 Err(err) => {
@@ -428,6 +482,7 @@ impl Checkpoints {
                     by: "undo".into(),
                     skipped: None,
                     uncovered: None,
+                    left: None,
                 },
             )?;
             // Each replaces what is there (a link too) without writing through it.
@@ -440,15 +495,41 @@ impl Checkpoints {
                 },
             };
             match written {
-                Ok(()) => out.restored.push(RestoredFile {
-                    path: e.path.clone(),
-                    deleted: matches!(wanted, Wanted::Absent),
-                }),
+                Ok(()) => {
+                    if left.get(e.path.as_path()).is_some_and(|l| *l != before_write) {
+                        out.changed_since.push(e.path.clone());
+                    }
+                    out.restored.push(RestoredFile {
+                        path: e.path.clone(),
+                        deleted: matches!(wanted, Wanted::Absent),
+                    })
+                }
                 Err(err) => out.skipped.push(SkippedFile {
                     path: e.path.clone(),
                     reason: format!("it could not be written ({err})"),
                 }),
             }
+        }
+        // How the restore left its files, for the undo of this undo.
+        for f in &out.restored {
+            self.append(
+                session_id,
+                &Entry {
+                    checkpoint: restore,
+                    turn: turn.clone(),
+                    kind: Kind::Restore,
+                    prompt: prompt.clone(),
+                    created_ms,
+                    path: f.path.clone(),
+                    before: None,
+                    link: None,
+                    change: Change::Modified,
+                    by: "undo".into(),
+                    skipped: None,
+                    uncovered: None,
+                    left: Some(Left::of(&f.path)),
+                },
+            )?;
         }
         Ok(out)
     }
@@ -695,6 +776,7 @@ impl TurnCheckpoint {
                 by: by.to_string(),
                 skipped: snap.skipped,
                 uncovered,
+                left: None,
             },
         )
     }
@@ -744,6 +826,37 @@ impl TurnCheckpoint {
         }
         out.uncovered.splice(0..0, before.uncovered.iter().cloned());
         Ok(out)
+    }
+}
+
+impl Drop for TurnCheckpoint {
+    /// The turn is over (every tool call holding it has ended): how it left
+    /// each file it changed is recorded, one `lstat` each, so `:Mia undo`
+    /// can name the files saved since.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let Some(id) = state.id else { return };
+        for path in &state.touched {
+            let entry = Entry {
+                checkpoint: id,
+                turn: self.turn.clone(),
+                kind: Kind::Turn,
+                prompt: self.prompt.clone(),
+                created_ms: state.created_ms,
+                path: path.clone(),
+                before: None,
+                link: None,
+                change: Change::Modified,
+                by: "end of turn".into(),
+                skipped: None,
+                uncovered: None,
+                left: Some(Left::of(path)),
+            };
+            if let Err(e) = self.store.append(&self.session_id, &entry) {
+                tracing::warn!("the end of a checkpoint could not be recorded: {e}");
+                return;
+            }
+        }
     }
 }
 
@@ -1121,6 +1234,28 @@ mod tests {
             "{:?}",
             before.uncovered
         );
+    }
+
+    #[test]
+    fn undo_names_the_files_saved_after_the_turn_ended() {
+        let (_d, project, store) = setup();
+        let root = project.path().canonicalize().unwrap();
+        let (a, b) = (root.join("a.txt"), root.join("b.txt"));
+        fs::write(&a, "a").unwrap();
+        fs::write(&b, "b").unwrap();
+        let t = turn(&store, "edit both");
+        t.before_change(&a, "write_file", Change::Modified).unwrap();
+        fs::write(&a, "turn a").unwrap();
+        t.before_change(&b, "write_file", Change::Modified).unwrap();
+        fs::write(&b, "turn b").unwrap();
+        drop(t);
+        fs::remove_file(&a).unwrap();
+        fs::write(&a, "the user's a, saved").unwrap();
+        let r = store.undo("s1").unwrap();
+        assert_eq!(r.changed_since, vec![a.clone()]);
+        assert_eq!(fs::read_to_string(&a).unwrap(), "a");
+        assert!(store.undo("s1").unwrap().changed_since.is_empty());
+        assert_eq!(fs::read_to_string(&a).unwrap(), "the user's a, saved");
     }
 
     #[test]

@@ -115,3 +115,19 @@ def test_undo_names_every_change_a_command_made_past_the_scan_limit(agent, serve
         assert name in notice, (name, notice)
     assert "not restored: f299.txt" in notice or (project / "f299.txt").exists(), notice
     assert "checkpoints.max_scan_files" in notice, notice
+
+
+def test_undo_names_a_file_the_user_saved_after_the_turn(agent, server, project):
+    (project / "b.txt").write_text("b\n")
+    ed = agent()
+    bash(ed, "sed -i s/foo/bar/ a.txt && echo B > b.txt")
+    ed.nvim.command(f"edit {project / 'a.txt'}")
+    ed.nvim.input("ccmine, saved<Esc>:w<CR>")
+    ed.wait(f"vim.fn.readfile('{project / 'a.txt'}')[1] == 'mine, saved'")
+    notice = undo(ed)
+    assert "changed after the turn (saved since)" in notice and "a.txt" in notice.split("saved since")[1], notice
+    assert "b.txt" not in notice.split("saved since")[1], notice
+    assert (project / "a.txt").read_text() == "foo\n"
+    # the user's version is in the restore: undoing it brings it back
+    undo(ed)
+    assert (project / "a.txt").read_text() == "mine, saved\n"
