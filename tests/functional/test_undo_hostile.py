@@ -131,3 +131,15 @@ def test_undo_names_a_file_the_user_saved_after_the_turn(agent, server, project)
     # the user's version is in the restore: undoing it brings it back
     undo(ed)
     assert (project / "a.txt").read_text() == "mine, saved\n"
+
+
+def test_a_command_in_a_big_project_copies_no_more_than_max_mb_and_says_what_it_left_out(agent, server, project):
+    for i in range(8):
+        (project / f"big{i}.bin").write_bytes(bytes([65 + i]) * 400_000)
+    ed = agent(checkpoints={"max_mb": 1})
+    bash(ed, "echo changed > a.txt")
+    objects = [p for p in ed.home.rglob("*") if "objects" in p.parts and p.is_file()]
+    assert objects, "the checkpoint kept nothing"
+    assert sum(p.stat().st_size for p in objects) <= 1024 * 1024
+    result = tool_results(server)[-1][-1]["content"]
+    assert "were not kept: checkpoints are full (1 MB, checkpoints.max_mb)" in result, result
