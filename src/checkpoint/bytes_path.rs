@@ -113,4 +113,19 @@ mod tests {
         );
         assert_eq!(shown(&raw), "/p/caf\\xe9\\nx");
     }
+
+    proptest::proptest! {
+        /// Any name, whatever its bytes: the journal gives it back as it was,
+        /// and its shown form is one line.
+        #[test]
+        fn every_name_goes_through_the_journal_and_shows_on_one_line(
+            bytes in proptest::collection::vec(1u8..=255, 1..64)
+        ) {
+            let raw = PathBuf::from(OsString::from_vec(bytes));
+            let line = serde_json::to_string(&P { p: raw.clone() }).unwrap();
+            proptest::prop_assert_eq!(serde_json::from_str::<P>(&line).unwrap().p, raw.clone());
+            let text = shown(&raw);
+            proptest::prop_assert!(!text.chars().any(char::is_control), "{}", text);
+        }
+    }
 }
