@@ -99,11 +99,11 @@ fn command_in_git(root: &Path, files: &[PathBuf], round: &mut usize) -> Option<(
         let store = Checkpoints::new(data.path(), CheckpointSettings::default());
         let turn = TurnCheckpoint::new(store.clone(), "bench3", "t1", "sed", Arc::default());
         let t = Instant::now();
-        let before = turn.scan(root);
+        let before = turn.scan(root, &|| false);
         cold.push(t.elapsed());
         *round += 1;
         edit(files, *round);
-        assert_eq!(turn.after_scan(root, &before, "bash").unwrap().len(), TOUCHED);
+        assert_eq!(turn.after_scan(root, &before, "bash").unwrap().recorded.len(), TOUCHED);
         disk.push(dir_bytes(&data.path().join("checkpoints")));
         let t = Instant::now();
         assert_eq!(store.undo("bench3").unwrap().restored.len(), TOUCHED);
@@ -158,19 +158,19 @@ fn main() {
         let cache = Arc::default();
         let turn = TurnCheckpoint::new(store.clone(), "bench2", "t1", "sed", Arc::clone(&cache));
         let t = Instant::now();
-        let before = turn.scan(&root);
+        let before = turn.scan(&root, &|| false);
         scan_cold.push(t.elapsed());
         round += 1;
         edit(&files, round);
         let t = Instant::now();
         let changed = turn.after_scan(&root, &before, "bash").unwrap();
         after.push(t.elapsed());
-        assert_eq!(changed.len(), TOUCHED);
+        assert_eq!(changed.recorded.len(), TOUCHED);
         disk_cmd.push(dir_bytes(&data.path().join("checkpoints")));
         // The session's next command: only changed files are read again.
         let turn2 = TurnCheckpoint::new(store.clone(), "bench2", "t2", "sed again", cache);
         let t = Instant::now();
-        let _ = turn2.scan(&root);
+        let _ = turn2.scan(&root, &|| false);
         scan_warm.push(t.elapsed());
 
         let t = Instant::now();

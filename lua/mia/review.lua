@@ -1217,6 +1217,9 @@ function M.checkpoint_lines(list)
     for _, f in ipairs(cp.files or {}) do
       lines[#lines + 1] = string.format("    %s %s  (%s)", CHANGE[f.change] or "?", tostring(f.path), tostring(f.by))
     end
+    for _, gap in ipairs(cp.uncovered or {}) do
+      lines[#lines + 1] = "    ! not covered: " .. tostring(gap)
+    end
   end
   return lines
 end
@@ -1283,6 +1286,7 @@ function M.undo()
     end
     local restored = type(result) == "table" and result.restored or {}
     local skipped = type(result) == "table" and result.skipped or {}
+    local uncovered = type(result) == "table" and result.uncovered or {}
     local kept = reload(restored)
     local names = {}
     for _, f in ipairs(restored) do
@@ -1300,11 +1304,25 @@ function M.undo()
     for _, s in ipairs(skipped) do
       lines[#lines + 1] = string.format("  not restored: %s (%s)", vim.fn.fnamemodify(tostring(s.path), ":."), tostring(s.reason))
     end
+    local since = type(result) == "table" and result.changed_since or {}
+    if #since > 0 then
+      local shown = {}
+      for _, p in ipairs(since) do
+        shown[#shown + 1] = vim.fn.fnamemodify(tostring(p), ":.")
+      end
+      lines[#lines + 1] = "  changed after the turn (saved since), so undo replaced those changes too (:Mia undo again "
+        .. "brings them back): "
+        .. table.concat(shown, ", ")
+    end
+    for _, what in ipairs(uncovered) do
+      lines[#lines + 1] = "  not covered by the checkpoint, so not restored: " .. tostring(what)
+    end
     if #kept > 0 then
       lines[#lines + 1] = "  these buffers have unsaved changes and still show them (:edit! to load the restored file): "
         .. table.concat(kept, ", ")
     end
-    vim.notify(table.concat(lines, "\n"), (#skipped > 0 or #kept > 0) and vim.log.levels.WARN or vim.log.levels.INFO)
+    local warn = #skipped > 0 or #kept > 0 or #uncovered > 0 or #since > 0
+    vim.notify(table.concat(lines, "\n"), warn and vim.log.levels.WARN or vim.log.levels.INFO)
   end, id)
 end
 

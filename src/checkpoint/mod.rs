@@ -13,6 +13,7 @@
 //! after the command ([`TurnCheckpoint::scan`] / [`TurnCheckpoint::after_scan`]).
 //! Everything here does blocking file I/O: callers run it on the blocking pool.
 
+pub mod bytes_path;
 mod objects;
 mod scan;
 
@@ -37,7 +38,8 @@ pub struct CheckpointSettings {
     pub max_bytes: u64,
     /// Files bigger than this are not snapshotted (undo reports them).
     pub max_file_bytes: u64,
-    /// Most files a scan around a command looks at.
+    /// Most files whose content a scan around a command keeps (it looks at
+    /// ten times as many, so a change past them is named, not missed).
     pub max_scan_files: usize,
 }
 
@@ -83,8 +85,10 @@ pub enum Kind {
 }
 
 /// One file of one checkpoint: its content before the change (`before`:
-/// the object's name, `None` when the file did not exist), or why there is
-/// no snapshot (`skipped`).
+/// the object's name; `link`: it was a symbolic link to this target; both
+/// `None` when the file did not exist), or why there is no snapshot
+/// (`skipped`). An entry with `uncovered` is no file: it says what the
+/// checkpoint does not cover (a scan cut short, a mount in the project).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
     pub checkpoint: u64,
@@ -92,12 +96,67 @@ pub struct Entry {
     pub kind: Kind,
     pub prompt: String,
     pub created_ms: i64,
+    #[serde(with = "bytes_path")]
     pub path: PathBuf,
     pub before: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "bytes_path::option")]
+    pub link: Option<PathBuf>,
     pub change: Change,
     pub by: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncovered: Option<String>,
+    /// Not a change: how the checkpoint's turn (or restore) left the file,
+    /// written when it ended, so undo can tell a later save from the turn's work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left: Option<Left>,
+}
+
+/// A file's identity as a turn left it: a later save changes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Left {
+    pub exists: bool,
+    pub len: u64,
+    pub mtime_ns: i128,
+    pub ino: u64,
+}
+
+impl Left {
+    /// `path` as it is now (its own entry: a link is not followed).
+    pub fn of(path: &Path) -> Left {
+        use std::os::unix::fs::MetadataExt;
+        match fs::symlink_metadata(path) {
+            Ok(m) => Left {
+                exists: true,
+                len: m.len(),
+                mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+                ino: m.ino(),
+            },
+            Err(_) => Left {
+                exists: false,
+                len: 0,
+                mtime_ns: 0,
+                ino: 0,
+            },
+        }
+    }
+}
+
+/// A file as a snapshot keeps it: its content's object, or the target of
+/// the link it is (never read through), or why it is not kept; all `None`
+/// when it does not exist.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snap {
+    pub object: Option<String>,
+    pub link: Option<PathBuf>,
+    pub skipped: Option<String>,
+}
+
+impl Snap {
+    fn exists(&self) -> bool {
+        self.object.is_some() || self.link.is_some()
+    }
 }
 
 /// A checkpoint as `:Mia checkpoints` lists it.
@@ -109,6 +168,8 @@ pub struct Listed {
     pub prompt: String,
     pub created_ms: i64,
     pub files: Vec<ListedFile>,
+    /// What the checkpoint does not cover, one sentence each.
+    pub uncovered: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -128,16 +189,29 @@ pub struct Restored {
     pub turn: String,
     pub restored: Vec<RestoredFile>,
     pub skipped: Vec<SkippedFile>,
+    /// What the checkpoint did not cover, one sentence each.
+    pub uncovered: Vec<String>,
+    /// Restored files that changed after the checkpoint's turn ended (a
+    /// save of the user's): their content then is in the restore checkpoint.
+    #[serde(serialize_with = "shown_all")]
+    pub changed_since: Vec<PathBuf>,
 }
 
+fn shown_all<S: serde::Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(paths.iter().map(|p| bytes_path::shown(p)))
+}
+
+/// Paths reach Lua as one line of text each ([`bytes_path::shown`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct RestoredFile {
+    #[serde(serialize_with = "bytes_path::serialize_shown")]
     pub path: PathBuf,
     pub deleted: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SkippedFile {
+    #[serde(serialize_with = "bytes_path::serialize_shown")]
     pub path: PathBuf,
     pub reason: String,
 }
@@ -272,12 +346,18 @@ impl Checkpoints {
                 prompt: e.prompt.clone(),
                 created_ms: e.created_ms,
                 files: Vec::new(),
+                uncovered: Vec::new(),
             });
-            let path = e
-                .path
-                .strip_prefix(root)
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| e.path.display().to_string());
+            if e.left.is_some() {
+                continue;
+            }
+            if let Some(what) = e.uncovered {
+                if !listed.uncovered.contains(&what) {
+                    listed.uncovered.push(what);
+                }
+                continue;
+            }
+            let path = bytes_path::shown(e.path.strip_prefix(root).unwrap_or(&e.path));
             listed.files.push(ListedFile {
                 path,
                 change: e.change,
@@ -298,9 +378,26 @@ impl Checkpoints {
             .max()
             .ok_or(CheckpointError::Nothing)?;
         let mut seen = HashSet::new();
+        let uncovered: Vec<String> = entries
+            .iter()
+            .filter(|e| e.checkpoint == last)
+            .filter_map(|e| e.uncovered.clone())
+            .fold(Vec::new(), |mut all, what| {
+                if !all.contains(&what) {
+                    all.push(what);
+                }
+                all
+            });
+        let left: std::collections::HashMap<&Path, Left> = entries
+            .iter()
+            .filter(|e| e.checkpoint == last)
+            .filter_map(|e| e.left.map(|l| (e.path.as_path(), l)))
+            .collect();
         let targets: Vec<&Entry> = entries
             .iter()
-            .filter(|e| e.checkpoint == last && seen.insert(e.path.clone()))
+            .filter(|e| {
+                e.checkpoint == last && e.uncovered.is_none() && e.left.is_none() && seen.insert(e.path.clone())
+            })
             .collect();
         let turn = targets.first().map(|e| e.turn.clone()).unwrap_or_default();
         let prompt = targets.first().map(|e| e.prompt.clone()).unwrap_or_default();
@@ -312,6 +409,8 @@ impl Checkpoints {
             turn: turn.clone(),
             restored: Vec::new(),
             skipped: Vec::new(),
+            uncovered,
+            changed_since: Vec::new(),
         };
         for e in targets {
             // Paths were kept with no link on the way; one there now (a command
@@ -330,9 +429,9 @@ impl Checkpoints {
                 });
                 continue;
             }
-            let wanted = match &e.before {
-                Some(hash) => match self.objects.get(hash, &e.path) {
-                    Ok(bytes) => Some(bytes),
+            let wanted = match (&e.before, &e.link) {
+                (Some(hash), _) => match self.objects.get(hash, &e.path) {
+                    Ok(bytes) => Wanted::Bytes(bytes),
                     Err(err) => {
                         out.skipped.push(SkippedFile {
                             path: e.path.clone(),
@@ -341,10 +440,12 @@ impl Checkpoints {
                         continue;
                     }
                 },
-                None => None,
+                (None, Some(target)) => Wanted::Link(target.clone()),
+                (None, None) => Wanted::Absent,
             };
             // The file as it is now, so the restore can be undone.
-            let (now, skipped) = match self.snapshot(&e.path) {
+            let before_write = Left::of(&e.path);
+            let now = match self.snapshot(&e.path) {
                 Ok(s) => s,
                 Err(err) => {
                     out.skipped.push(SkippedFile {
@@ -354,17 +455,17 @@ impl Checkpoints {
                     continue;
                 }
             };
-            if let Some(reason) = skipped {
+            if let Some(reason) = now.skipped {
                 out.skipped.push(SkippedFile {
                     path: e.path.clone(),
                     reason,
                 });
                 continue;
             }
-            let change = match (&now, &wanted) {
-                (_, None) => Change::Deleted,
-                (None, Some(_)) => Change::Created,
-                (Some(_), Some(_)) => Change::Modified,
+            let change = match (now.exists(), &wanted) {
+                (_, Wanted::Absent) => Change::Deleted,
+                (false, _) => Change::Created,
+                (true, _) => Change::Modified,
             };
             self.append(
                 session_id,
@@ -375,57 +476,99 @@ impl Checkpoints {
                     prompt: prompt.clone(),
                     created_ms,
                     path: e.path.clone(),
-                    before: now,
+                    before: now.object,
+                    link: now.link,
                     change,
                     by: "undo".into(),
                     skipped: None,
+                    uncovered: None,
+                    left: None,
                 },
             )?;
+            // Each replaces what is there (a link too) without writing through it.
             let written = match &wanted {
-                Some(bytes) => crate::tools::atomic_write(&e.path, bytes).map(|_| ()),
-                None => match fs::remove_file(&e.path) {
+                Wanted::Bytes(bytes) => crate::tools::atomic_write(&e.path, bytes).map(|_| ()),
+                Wanted::Link(target) => replace_with_link(&e.path, target),
+                Wanted::Absent => match fs::remove_file(&e.path) {
                     Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
                     other => other,
                 },
             };
             match written {
-                Ok(()) => out.restored.push(RestoredFile {
-                    path: e.path.clone(),
-                    deleted: wanted.is_none(),
-                }),
+                Ok(()) => {
+                    if left.get(e.path.as_path()).is_some_and(|l| *l != before_write) {
+                        out.changed_since.push(e.path.clone());
+                    }
+                    out.restored.push(RestoredFile {
+                        path: e.path.clone(),
+                        deleted: matches!(wanted, Wanted::Absent),
+                    })
+                }
                 Err(err) => out.skipped.push(SkippedFile {
                     path: e.path.clone(),
                     reason: format!("it could not be written ({err})"),
                 }),
             }
         }
+        // How the restore left its files, for the undo of this undo.
+        for f in &out.restored {
+            self.append(
+                session_id,
+                &Entry {
+                    checkpoint: restore,
+                    turn: turn.clone(),
+                    kind: Kind::Restore,
+                    prompt: prompt.clone(),
+                    created_ms,
+                    path: f.path.clone(),
+                    before: None,
+                    link: None,
+                    change: Change::Modified,
+                    by: "undo".into(),
+                    skipped: None,
+                    uncovered: None,
+                    left: Some(Left::of(&f.path)),
+                },
+            )?;
+        }
         Ok(out)
     }
 
-    /// The file's content stored as an object: `(Some(name), None)`;
-    /// `(None, None)` when the file does not exist; `(None, Some(why))` when
-    /// it is not snapshotted (too big, not a file).
-    fn snapshot(&self, path: &Path) -> io::Result<(Option<String>, Option<String>)> {
-        let meta = match fs::metadata(path) {
+    /// The file as it is now ([`Snap`]): a link is kept as its target and
+    /// never read through; only a regular file's content is read.
+    fn snapshot(&self, path: &Path) -> io::Result<Snap> {
+        let meta = match fs::symlink_metadata(path) {
             Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((None, None)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Snap::default()),
             Err(e) => return Err(e),
         };
+        if meta.file_type().is_symlink() {
+            return Ok(Snap {
+                link: Some(fs::read_link(path)?),
+                ..Snap::default()
+            });
+        }
+        let skipped = |why: String| Snap {
+            skipped: Some(why),
+            ..Snap::default()
+        };
         if !meta.is_file() {
-            return Ok((None, Some("it is not a regular file".into())));
+            return Ok(skipped("it is not a regular file".into()));
         }
         if meta.len() > self.settings.max_file_bytes {
-            return Ok((
-                None,
-                Some(format!(
-                    "it is bigger ({} bytes) than checkpoints keep ({} bytes; raise checkpoints.max_file_kb)",
-                    meta.len(),
-                    self.settings.max_file_bytes
-                )),
-            ));
+            return Ok(skipped(format!(
+                "it is bigger ({} bytes) than checkpoints keep ({} bytes; raise checkpoints.max_file_kb)",
+                meta.len(),
+                self.settings.max_file_bytes
+            )));
         }
-        let bytes = fs::read(path)?;
-        self.keep(&bytes)
+        let bytes = crate::tools::paths::read_regular_nofollow(path, self.settings.max_file_bytes)?;
+        let (object, skipped) = self.keep(&bytes)?;
+        Ok(Snap {
+            object,
+            link: None,
+            skipped,
+        })
     }
 
     /// Removes checkpoints older than `max_age_days`, then objects no
@@ -491,6 +634,29 @@ impl Checkpoints {
     }
 }
 
+/// What an undo puts at a path.
+enum Wanted {
+    Bytes(Vec<u8>),
+    Link(PathBuf),
+    Absent,
+}
+
+/// Puts a symbolic link to `target` at `path`, replacing what is there in
+/// one rename (a link made beside it first), so nothing is written through
+/// the old entry.
+fn replace_with_link(path: &Path, target: &Path) -> io::Result<()> {
+    let name = path.file_name().ok_or_else(|| io::Error::other("no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".mia-link-{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = fs::remove_file(&tmp);
+    })
+}
+
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct PruneReport {
     pub journals_removed: usize,
@@ -554,21 +720,37 @@ impl TurnCheckpoint {
         if state.touched.contains(path) {
             return Ok(());
         }
-        let (before, skipped) = match self.store.snapshot(path) {
+        let snap = match self.store.snapshot(path) {
             Ok(s) => s,
-            Err(e) => (None, Some(format!("it could not be read ({e})"))),
+            Err(e) => Snap {
+                skipped: Some(format!("it could not be read ({e})")),
+                ..Snap::default()
+            },
         };
-        self.record(&mut state, path, before, skipped, change, by)
+        self.record(&mut state, path, snap, change, by)
     }
 
     fn record(
         &self,
         state: &mut TurnState,
         path: &Path,
-        before: Option<String>,
-        skipped: Option<String>,
+        snap: Snap,
         change: Change,
         by: &str,
+    ) -> Result<(), CheckpointError> {
+        self.append(state, path, snap, change, by, None)?;
+        state.touched.insert(path.to_path_buf());
+        Ok(())
+    }
+
+    fn append(
+        &self,
+        state: &mut TurnState,
+        path: &Path,
+        snap: Snap,
+        change: Change,
+        by: &str,
+        uncovered: Option<String>,
     ) -> Result<(), CheckpointError> {
         let id = match state.id {
             Some(id) => id,
@@ -588,42 +770,102 @@ impl TurnCheckpoint {
                 prompt: self.prompt.clone(),
                 created_ms: state.created_ms,
                 path: path.to_path_buf(),
-                before,
+                before: snap.object,
+                link: snap.link,
                 change,
                 by: by.to_string(),
-                skipped,
+                skipped: snap.skipped,
+                uncovered,
+                left: None,
             },
-        )?;
-        state.touched.insert(path.to_path_buf());
-        Ok(())
+        )
     }
 
     /// Before a command runs: the project's files as they are, each
-    /// content kept as an object (once: unchanged files are found in the cache).
-    pub fn scan(&self, root: &Path) -> Scan {
+    /// content kept as an object (once: unchanged files are found in the
+    /// cache). Stops early, marked `cancelled`, once `cancelled()` says so.
+    pub fn scan(&self, root: &Path, cancelled: &dyn Fn() -> bool) -> Scan {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        scan::before(root, &self.store, &mut cache)
+        scan::before(root, &self.store, &mut cache, cancelled)
     }
 
     /// After the command: every file whose size or time changed, that
-    /// appeared or that disappeared is recorded with its content from `before`.
-    pub fn after_scan(&self, root: &Path, before: &Scan, by: &str) -> Result<Vec<PathBuf>, CheckpointError> {
+    /// appeared or that disappeared is recorded with its content from
+    /// `before`. What the checkpoint does not cover (the scan's gaps, the
+    /// changed files whose content was not kept) is recorded in it too and
+    /// returned, for the command's output to say.
+    pub fn after_scan(&self, root: &Path, before: &Scan, by: &str) -> Result<AfterScan, CheckpointError> {
         let changed = scan::changes(root, before, &self.store);
         let mut state = self.lock();
-        let mut recorded = Vec::new();
+        let mut out = AfterScan::default();
         for (path, change) in changed {
             if state.touched.contains(&path) {
                 continue;
             }
-            let (object, skipped) = match before.files.get(&path) {
-                Some(f) => (f.object.clone(), f.skipped.clone()),
-                None => (None, None),
+            let snap = match before.files.get(&path) {
+                Some(f) => Snap {
+                    object: f.object.clone(),
+                    link: f.link.clone(),
+                    skipped: f.skipped.clone(),
+                },
+                None => Snap::default(),
             };
-            self.record(&mut state, &path, object, skipped, change, by)?;
-            recorded.push(path);
+            if let Some(why) = &snap.skipped {
+                out.uncovered.push(format!("{}: {why}", bytes_path::shown(&path)));
+            }
+            self.record(&mut state, &path, snap, change, by)?;
+            out.recorded.push(path);
         }
-        Ok(recorded)
+        // A gap is noted in a checkpoint that exists: alone it would hide the
+        // turn's earlier checkpoint from :Mia undo.
+        if state.id.is_some() {
+            for what in &before.uncovered {
+                let note = format!("{by}: {what}");
+                self.append(&mut state, root, Snap::default(), Change::Modified, by, Some(note))?;
+            }
+        }
+        out.uncovered.splice(0..0, before.uncovered.iter().cloned());
+        Ok(out)
     }
+}
+
+impl Drop for TurnCheckpoint {
+    /// The turn is over (every tool call holding it has ended): how it left
+    /// each file it changed is recorded, one `lstat` each, so `:Mia undo`
+    /// can name the files saved since.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        let Some(id) = state.id else { return };
+        for path in &state.touched {
+            let entry = Entry {
+                checkpoint: id,
+                turn: self.turn.clone(),
+                kind: Kind::Turn,
+                prompt: self.prompt.clone(),
+                created_ms: state.created_ms,
+                path: path.clone(),
+                before: None,
+                link: None,
+                change: Change::Modified,
+                by: "end of turn".into(),
+                skipped: None,
+                uncovered: None,
+                left: Some(Left::of(path)),
+            };
+            if let Err(e) = self.store.append(&self.session_id, &entry) {
+                tracing::warn!("the end of a checkpoint could not be recorded: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// What [`TurnCheckpoint::after_scan`] recorded.
+#[derive(Debug, Default)]
+pub struct AfterScan {
+    pub recorded: Vec<PathBuf>,
+    /// What the checkpoint does not cover, one sentence each.
+    pub uncovered: Vec<String>,
 }
 
 #[cfg(test)]
@@ -685,12 +927,12 @@ mod tests {
         fs::create_dir(root.join("ignored")).unwrap();
         fs::write(root.join("ignored/x"), "x").unwrap();
         let t = turn(&store, "run sed");
-        let before = t.scan(root);
+        let before = t.scan(root, &|| false);
         fs::write(root.join("edit.txt"), "after, longer").unwrap();
         fs::remove_file(root.join("gone.txt")).unwrap();
         fs::write(root.join("made.txt"), "hi").unwrap();
         fs::write(root.join("ignored/x"), "changed").unwrap();
-        let mut changed = t.after_scan(root, &before, "bash").unwrap();
+        let mut changed = t.after_scan(root, &before, "bash").unwrap().recorded;
         changed.sort();
         let names: Vec<_> = changed
             .iter()
@@ -716,7 +958,7 @@ mod tests {
         fs::write(root.join("init.lua"), format!("api_key = \"{key}\"\n")).unwrap();
         fs::write(root.join("plain.txt"), "plain").unwrap();
         let t = turn(&store, "run a command");
-        let before = t.scan(root);
+        let before = t.scan(root, &|| false);
         assert!(
             before.files.keys().all(|p| !p.starts_with(root.join("data"))),
             "{:?}",
@@ -724,7 +966,7 @@ mod tests {
         );
         fs::write(root.join("init.lua"), "changed").unwrap();
         fs::write(root.join("plain.txt"), "changed too").unwrap();
-        let mut changed = t.after_scan(root, &before, "bash").unwrap();
+        let mut changed = t.after_scan(root, &before, "bash").unwrap().recorded;
         changed.sort();
         assert_eq!(changed, vec![root.join("init.lua"), root.join("plain.txt")]);
         // Nothing under the data directory holds the key.
@@ -779,7 +1021,7 @@ mod tests {
         git(&["commit", "-qm", "x"]).unwrap();
         fs::write(root.join("dirty.txt"), "v2, not committed\n").unwrap();
         let t = turn(&store, "sed");
-        let before = t.scan(&root);
+        let before = t.scan(&root, &|| false);
         assert!(before.files[&root.join("tracked.txt")]
             .object
             .as_deref()
@@ -819,6 +1061,201 @@ mod tests {
         assert!(r.restored.is_empty());
         assert!(r.skipped[0].reason.contains("is now a link"), "{r:?}");
         assert_eq!(fs::read_to_string(outside.path().join("x")).unwrap(), "precious");
+    }
+
+    #[test]
+    fn a_file_replaced_by_a_link_is_never_read_through_and_undo_puts_back_the_file_then_the_link() {
+        let (data, project, store) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("environ");
+        fs::write(&secret, "SECRET=outside").unwrap();
+        let root = project.path().canonicalize().unwrap();
+        let a = root.join("a.txt");
+        fs::write(&a, "mine\n").unwrap();
+        let t = turn(&store, "edit then link");
+        t.before_change(&a, "write_file", Change::Modified).unwrap();
+        fs::write(&a, "edited\n").unwrap();
+        fs::remove_file(&a).unwrap();
+        std::os::unix::fs::symlink(&secret, &a).unwrap();
+
+        let r = store.undo("s1").unwrap();
+        assert_eq!(r.restored.len(), 1, "{r:?}");
+        assert!(!a.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(fs::read_to_string(&a).unwrap(), "mine\n");
+        let again = store.undo("s1").unwrap();
+        assert_eq!(again.restored.len(), 1, "{again:?}");
+        assert_eq!(fs::read_link(&a).unwrap(), secret);
+        // The link's target never went into the checkpoints.
+        for (_, path, _, _) in store.objects.all() {
+            assert!(!fs::read_to_string(path).unwrap_or_default().contains("SECRET"));
+        }
+        drop(data);
+    }
+
+    #[test]
+    fn a_command_that_swaps_a_file_for_a_link_is_undone_without_reading_the_link() {
+        let (_d, project, store) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("environ");
+        fs::write(&secret, "SECRET=outside").unwrap();
+        let root = project.path().canonicalize().unwrap();
+        fs::write(root.join("a.txt"), "mine").unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("old-link")).unwrap();
+        let t = turn(&store, "ln -sf");
+        let before = t.scan(&root, &|| false);
+        fs::remove_file(root.join("a.txt")).unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("a.txt")).unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("new-link")).unwrap();
+        fs::remove_file(root.join("old-link")).unwrap();
+        let mut changed = t.after_scan(&root, &before, "bash").unwrap().recorded;
+        changed.sort();
+        assert_eq!(
+            changed,
+            vec![root.join("a.txt"), root.join("new-link"), root.join("old-link")]
+        );
+        let r = store.undo("s1").unwrap();
+        assert_eq!(r.restored.len(), 3, "{r:?}");
+        assert_eq!(fs::read_to_string(root.join("a.txt")).unwrap(), "mine");
+        assert!(root.join("new-link").symlink_metadata().is_err());
+        assert_eq!(fs::read_link(root.join("old-link")).unwrap(), secret);
+        store.undo("s1").unwrap();
+        assert_eq!(fs::read_link(root.join("a.txt")).unwrap(), secret);
+        for (_, path, _, _) in store.objects.all() {
+            assert!(!fs::read_to_string(path).unwrap_or_default().contains("SECRET"));
+        }
+    }
+
+    #[test]
+    fn a_scan_reads_no_special_file_stops_when_cancelled_and_refuses_a_virtual_file_system() {
+        let (_d, project, store) = setup();
+        let root = project.path().canonicalize().unwrap();
+        fs::write(root.join("a.txt"), "a").unwrap();
+        let fifo = std::ffi::CString::new(root.join("pipe").into_os_string().into_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let t = turn(&store, "scan");
+        let before = t.scan(&root, &|| false);
+        assert_eq!(before.files.keys().collect::<Vec<_>>(), vec![&root.join("a.txt")]);
+        let cancelled = t.scan(&root, &|| true);
+        assert!(cancelled.cancelled && cancelled.files.is_empty());
+        let proc = t.scan(Path::new("/proc/self"), &|| false);
+        assert!(proc.files.is_empty());
+        assert!(
+            proc.uncovered[0].contains("virtual file system proc"),
+            "{:?}",
+            proc.uncovered
+        );
+    }
+
+    #[test]
+    fn a_command_touching_a_name_that_is_not_utf8_is_covered_and_undone() {
+        use std::os::unix::ffi::OsStringExt;
+        let (_d, project, store) = setup();
+        let root = project.path().canonicalize().unwrap();
+        let odd = root.join(std::ffi::OsString::from_vec(b"caf\xe9\nname".to_vec()));
+        fs::write(&odd, "before").unwrap();
+        fs::write(root.join("plain.txt"), "before").unwrap();
+        let t = turn(&store, "touch odd names");
+        let before = t.scan(&root, &|| false);
+        fs::write(&odd, "after, longer").unwrap();
+        fs::write(root.join("plain.txt"), "after, longer").unwrap();
+        assert_eq!(t.after_scan(&root, &before, "bash").unwrap().recorded.len(), 2);
+        let listed = store.list("s1", &root).unwrap();
+        let mut names: Vec<_> = listed[0].files.iter().map(|f| f.path.clone()).collect();
+        names.sort();
+        assert_eq!(names, vec!["caf\\xe9\\nname", "plain.txt"]);
+        let r = store.undo("s1").unwrap();
+        assert_eq!(r.restored.len(), 2, "{r:?}");
+        assert_eq!(fs::read_to_string(&odd).unwrap(), "before");
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.to_string().contains("caf\\\\xe9\\\\nname"), "{json}");
+    }
+
+    #[test]
+    fn changes_past_the_scan_limits_are_named_not_missed() {
+        let data = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path().canonicalize().unwrap();
+        let store = Checkpoints::new(
+            data.path(),
+            CheckpointSettings {
+                max_scan_files: 5,
+                ..Default::default()
+            },
+        );
+        for i in 0..20 {
+            fs::write(root.join(format!("f{i:02}")), "before").unwrap();
+        }
+        let t = turn(&store, "change many");
+        let before = t.scan(&root, &|| false);
+        let kept = before.files.values().filter(|k| k.object.is_some()).count();
+        assert_eq!(kept, 5);
+        for i in 0..20 {
+            fs::write(root.join(format!("f{i:02}")), "after, longer").unwrap();
+        }
+        let after = t.after_scan(&root, &before, "bash").unwrap();
+        assert_eq!(after.recorded.len(), 20);
+        assert!(
+            after.uncovered.iter().any(|u| u.contains("15 files past the first 5")),
+            "{after:?}"
+        );
+        let r = store.undo("s1").unwrap();
+        assert_eq!((r.restored.len(), r.skipped.len()), (5, 15), "{r:?}");
+        assert!(r.skipped[0].reason.contains("checkpoints.max_scan_files"), "{r:?}");
+        assert!(
+            r.uncovered.iter().any(|u| u.contains("15 files past the first 5")),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn a_scan_stops_copying_when_the_checkpoints_are_full_and_says_so() {
+        let data = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path().canonicalize().unwrap();
+        let store = Checkpoints::new(
+            data.path(),
+            CheckpointSettings {
+                max_bytes: 3000,
+                ..Default::default()
+            },
+        );
+        for i in 0..10 {
+            fs::write(root.join(format!("f{i}")), vec![b'a' + i as u8; 1000]).unwrap();
+        }
+        let t = turn(&store, "scan");
+        let before = t.scan(&root, &|| false);
+        assert!(store.objects.total_bytes() <= 3000, "{}", store.objects.total_bytes());
+        assert_eq!(before.files.values().filter(|k| k.object.is_some()).count(), 3);
+        assert!(
+            before
+                .uncovered
+                .iter()
+                .any(|u| u.contains("7 files were not kept: checkpoints are full")),
+            "{:?}",
+            before.uncovered
+        );
+    }
+
+    #[test]
+    fn undo_names_the_files_saved_after_the_turn_ended() {
+        let (_d, project, store) = setup();
+        let root = project.path().canonicalize().unwrap();
+        let (a, b) = (root.join("a.txt"), root.join("b.txt"));
+        fs::write(&a, "a").unwrap();
+        fs::write(&b, "b").unwrap();
+        let t = turn(&store, "edit both");
+        t.before_change(&a, "write_file", Change::Modified).unwrap();
+        fs::write(&a, "turn a").unwrap();
+        t.before_change(&b, "write_file", Change::Modified).unwrap();
+        fs::write(&b, "turn b").unwrap();
+        drop(t);
+        fs::remove_file(&a).unwrap();
+        fs::write(&a, "the user's a, saved").unwrap();
+        let r = store.undo("s1").unwrap();
+        assert_eq!(r.changed_since, vec![a.clone()]);
+        assert_eq!(fs::read_to_string(&a).unwrap(), "a");
+        assert!(store.undo("s1").unwrap().changed_since.is_empty());
+        assert_eq!(fs::read_to_string(&a).unwrap(), "the user's a, saved");
     }
 
     #[test]

@@ -92,6 +92,11 @@ impl Objects {
         Ok(bytes)
     }
 
+    /// The size of every object together (what `max_bytes` bounds).
+    pub fn total_bytes(&self) -> u64 {
+        self.all().iter().map(|o| o.2).sum()
+    }
+
     /// Every object: (name, path, size, time).
     pub fn all(&self) -> Vec<(String, PathBuf, u64, SystemTime)> {
         let mut out = Vec::new();

@@ -133,6 +133,16 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
             .with_summary(format!("⚠ {tool}: {} changed on disk", p.name));
         }
     }
+    if let Some(links) = shared_links(&p.path) {
+        return ToolOutput::error(format!(
+            "`{}` is not changed: it is a hard link ({links} names share its content), and another name may lie \
+             outside the project, where an edit would land too; ask the user to make it a file of its own (`cp \
+             {name} {name}.new && mv {name}.new {name}`) first",
+            p.name,
+            name = p.name
+        ))
+        .with_summary(format!("⚠ {tool}: {} is a hard link", p.name));
+    }
     let mut after = p.after.clone();
     let mut modified = false;
     if ctx.review {
@@ -217,6 +227,15 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
         return accepted.with_review("accepted");
     }
     accepted
+}
+
+/// How many names a regular file at `path` has, when more than one: its
+/// other names cannot be found, so any may be outside the project, and
+/// Neovim saves such a file in place (`'backupcopy'` "auto"), writing there.
+fn shared_links(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    (meta.is_file() && meta.nlink() > 1).then_some(meta.nlink())
 }
 
 /// Lines added and removed from `before` to `after` (for the telemetry's

@@ -17,11 +17,19 @@ use thiserror::Error;
 /// its place (even between a check and the read) fails here rather than
 /// waiting for a writer that never comes, and so does a device or socket.
 pub(crate) fn open_regular(path: &Path) -> io::Result<(std::fs::File, u64)> {
+    open_regular_with(path, libc::O_NONBLOCK)
+}
+
+/// [`open_regular`] that also refuses a symbolic link in `path`'s last
+/// component (`O_NOFOLLOW`): checkpoints keep the project's files, never
+/// what a link in the project points to (`/proc/self/environ`, `~/.ssh/…`).
+pub(crate) fn open_regular_nofollow(path: &Path) -> io::Result<(std::fs::File, u64)> {
+    open_regular_with(path, libc::O_NONBLOCK | libc::O_NOFOLLOW)
+}
+
+fn open_regular_with(path: &Path, flags: i32) -> io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path)?;
     let meta = file.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
@@ -32,8 +40,16 @@ pub(crate) fn open_regular(path: &Path) -> io::Result<(std::fs::File, u64)> {
 /// The bytes of `path` when it is a regular file ([`open_regular`]) of at
 /// most `max` bytes, however it grows while it is read.
 pub(crate) fn read_regular(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    read_opened(open_regular(path)?, max)
+}
+
+/// [`read_regular`] through [`open_regular_nofollow`].
+pub(crate) fn read_regular_nofollow(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    read_opened(open_regular_nofollow(path)?, max)
+}
+
+fn read_opened((file, len): (std::fs::File, u64), max: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    let (file, len) = open_regular(path)?;
     if len > max {
         return Err(io::Error::other(format!("{len} bytes, more than the {max} mia reads")));
     }

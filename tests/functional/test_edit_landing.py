@@ -123,3 +123,18 @@ def test_apply_buffer_edit_lands_as_one_undo_step_and_is_saved(agent, server, pr
     ed.nvim.input("u")
     ed.wait("vim.api.nvim_buf_line_count(0) == 3")
     assert lines_of(ed, project / "a.txt") == ["one", "two", "three"]
+
+
+def test_an_edit_to_a_file_hard_linked_from_outside_the_project_is_refused(agent, server, project, tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    os.link(outside, project / "shared.txt")
+    ed = agent(mode="code")
+    # Open in a buffer, Neovim would save it in place: through the link, outside.
+    ed.nvim.command(f"edit {project / 'shared.txt'}")
+    prompt(ed, 'tool write_file {"path": "shared.txt", "content": "pwned\\n"}')
+    result = tool_results(server)[-1][-1]["content"]
+    assert outside.read_text() == "precious\n"
+    assert "is a hard link (2 names share its content)" in result, result
+    assert (project / "shared.txt").read_text() == "precious\n"
+    assert lines_of(ed, project / "shared.txt") == ["precious"]

@@ -150,3 +150,84 @@ def test_an_editors_mcp_servers_reach_each_sessions_agent_loop_and_bad_ones_are_
     for f in (tmp_path / "data").rglob("*"):
         if f.is_file():
             assert secret.encode() not in f.read_bytes(), f
+
+
+class RawAcp:
+    """mia-acp driven by hand over newline-delimited JSON-RPC: requests are
+    sent without waiting, so a cancel can go out while a prompt runs."""
+
+    def __init__(self, config, tmp_path):
+        env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"))
+        self.proc = subprocess.Popen([str(BIN), "--config", str(config)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.next_id = 0
+        self.seen = []  # every message from mia-acp
+        self.lines = __import__("queue").Queue()
+        __import__("threading").Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def send(self, method, params, notify=False):
+        msg = {"jsonrpc": "2.0", "method": method, "params": params}
+        if not notify:
+            self.next_id += 1
+            msg["id"] = self.next_id
+        self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+        self.proc.stdin.flush()
+        return msg.get("id")
+
+    def until(self, pred, timeout=20):
+        """The first message `pred` accepts (answering permission requests: allow once)."""
+        import queue
+        import time
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                m = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.seen.append(m)
+            if m.get("method") == "session/request_permission":
+                option = m["params"]["options"][0]["optionId"]
+                self.proc.stdin.write((json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": {
+                    "outcome": {"outcome": "selected", "optionId": option}}}) + "\n").encode())
+                self.proc.stdin.flush()
+            if pred(m):
+                return m
+        return None
+
+    def close(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_a_session_in_proc_never_reads_its_files_and_a_cancel_ends_its_command(tmp_path, server):
+    need_binary()
+    config = acp_config(tmp_path, server, permissions={"rules": [{"tool": "bash", "action": "allow"}]})
+    acp = RawAcp(config, tmp_path)
+    try:
+        acp.send("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        assert acp.until(lambda m: m.get("id") == 1)
+        acp.send("session/new", {"cwd": "/proc", "mcpServers": []})
+        sid = acp.until(lambda m: m.get("id") == 2)["result"]["sessionId"]
+        prompt = [{"type": "text", "text": 'tool bash {"command": "sleep 60"}'}]
+        pid = acp.send("session/prompt", {"sessionId": sid, "prompt": prompt})
+        started = acp.until(lambda m: m.get("method") == "session/update"
+                            and m["params"]["update"].get("sessionUpdate") == "tool_call")
+        assert started, acp.seen
+        # Before the fix the scan before the command blocked on /proc/kmsg: the cancel went unanswered.
+        acp.send("session/cancel", {"sessionId": sid}, notify=True)
+        ended = acp.until(lambda m: m.get("id") == pid, timeout=30)
+        assert ended and ended["result"]["stopReason"] == "cancelled", acp.seen[-5:]
+        # The session answers again, and its command's output says /proc is not covered.
+        prompt = [{"type": "text", "text": 'tool bash {"command": "echo hi"}'}]
+        pid = acp.send("session/prompt", {"sessionId": sid, "prompt": prompt})
+        ended = acp.until(lambda m: m.get("id") == pid, timeout=30)
+        assert ended and ended["result"]["stopReason"] == "end_turn", acp.seen[-5:]
+        said = json.dumps([m for m in acp.seen if m.get("method") == "session/update"])
+        assert "virtual file system proc" in said, said[-3000:]
+        assert not list((tmp_path / "data").glob("checkpoints/objects/*/*"))
+    finally:
+        acp.close()

@@ -77,18 +77,26 @@ impl Tool for Bash {
             let checkpoint = ctx.edits.as_ref().and_then(|s| s.checkpoint.clone());
             let before = match &checkpoint {
                 Some(cp) => {
-                    let (cp, root) = (cp.clone(), ctx.root.clone());
-                    tokio::task::spawn_blocking(move || cp.scan(&root)).await.ok()
+                    let (cp, root, abort) = (cp.clone(), ctx.root.clone(), ctx.abort.clone());
+                    // The scan stops at the user's cancel: the call then ends without running.
+                    tokio::task::spawn_blocking(move || cp.scan(&root, &|| abort.is_cancelled()))
+                        .await
+                        .ok()
                 }
                 None => None,
             };
             let mut out = match run(&args, &ctx).await {
                 Ok(out) | Err(out) => out,
             };
-            if let (Some(cp), Some(before)) = (checkpoint, before) {
+            // A scan cut short by a cancel: the command did not run, nothing to compare.
+            if let (Some(cp), Some(before)) = (checkpoint, before.filter(|b| !b.cancelled)) {
                 let root = ctx.root.clone();
                 let after = tokio::task::spawn_blocking(move || cp.after_scan(&root, &before, NAME)).await;
                 match after {
+                    Ok(Ok(after)) if !after.uncovered.is_empty() => out.content.push_str(&format!(
+                        "\n(mia's checkpoint of this command, which :Mia undo restores, does not cover: {})",
+                        after.uncovered.join("; ")
+                    )),
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) => out
                         .content
