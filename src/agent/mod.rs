@@ -481,7 +481,13 @@ pub async fn run(
             }
             agent.mode = info.mode.clone();
             let model = info.model.clone();
-            start_mcp(&deps, stream).await;
+            // A server that is slow to start must not hold a stop: the start
+            // goes on by itself (the next turn finds it started or starting).
+            let starting = {
+                let deps = deps.clone();
+                tokio::spawn(async move { start_mcp(&deps, stream).await })
+            };
+            let _ = unless_cancelled(&cancel, starting).await?;
             let base = RequestBase {
                 deps: &deps,
                 prompt: &prompt,

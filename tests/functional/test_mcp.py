@@ -177,6 +177,19 @@ def test_a_result_larger_than_mia_reads_is_refused_at_once_and_logged(agent, ser
     assert tool_results(server)[-1][-1]["content"].startswith("pid ")
 
 
+def test_stop_ends_a_turn_waiting_for_a_server_to_start(agent, server):
+    import sys
+    script = str(ROOT / "tests" / "mcp" / "crashing_server.py")
+    ed = agent({"fragile": {"command": [sys.executable, script], "env": {"FRAGILE_SLOW_START": "1"},
+                            "timeout_ms": 120000}})
+    ed.nvim.command("Mia prompt echo hello")
+    ed.wait("require('mia.chat').state() == 'streaming'")
+    ed.nvim.command("Mia stop")
+    # Well before the server's two minutes: the guard is the wait's own.
+    ed.wait("require('mia.chat').state() == 'cancelled'")
+    assert not [r for r in server.requests() if r["method"] == "POST"], "nothing was sent to the model"
+
+
 @pytest.fixture
 def everything_http():
     """server-everything over streamable HTTP on a free port: its spec."""

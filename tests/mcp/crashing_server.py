@@ -4,7 +4,7 @@ server answers another). With FRAGILE_ENDLESS_PAGES set, `tools/list`
 never ends: every page adds a tool `pageN` and a next cursor.
 
 `grow` adds a tool `grown` and says so with
-`notifications/tools/list_changed` before it answers. `huge` answers
+`notifications/tools/list_changed` before it answers. With FRAGILE_SLOW_START set, `initialize` is never answered. `huge` answers
 with a text of FRAGILE_HUGE_MB MB (default 200). `hang` reports
 progress twice (when the call carries a progress token) and never
 answers. Every notification the client sends is appended as a JSON line
@@ -46,6 +46,8 @@ for line in sys.stdin:
     if rid is None:
         log(req)
         continue
+    if method == "initialize" and os.environ.get("FRAGILE_SLOW_START"):
+        continue  # never answers: a server that takes its whole timeout to start
     if method == "initialize":
         send({"jsonrpc": "2.0", "id": rid, "result": {
             "protocolVersion": req["params"]["protocolVersion"],
