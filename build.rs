@@ -27,9 +27,16 @@ fn main() {
 /// with a linker that takes the option without a word. Elsewhere, e.g. a
 /// newer binutils beside glibc 2.35 (Ubuntu 22.04), the library is linked as
 /// before, since it would not load where it was built.
+///
+/// Never with `MIA_PORTABLE=1` (set by `scripts/dist`): the release
+/// artifacts must load on glibc 2.28, which has no DT_RELR.
 fn pack_relative_relocs() {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+    println!("cargo:rerun-if-env-changed=MIA_PORTABLE");
+    if var("MIA_PORTABLE") == "1" {
+        return;
+    }
     if var("TARGET") != var("HOST") || var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" {
         return;
     }
