@@ -120,7 +120,7 @@ def test_library_missing_says_what_to_run(editor_factory, server):
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
     msg = str(exc.value)
-    assert "mia: the native library is not built (no /nonexistent/libmia_core.so). Run `cargo build --release` in " + str(ROOT) in msg
+    assert "mia: the native library is not built (no /nonexistent/libmia_core.so). Run `:Mia install` (lazy.nvim: `:Lazy build " + ROOT.name + "`) or `cargo build --release` in " + str(ROOT) in msg
     assert "module 'mia_core' not found" not in msg and "traceback" not in msg
     assert ed.chat_text() == ""  # nothing half-done in the chat
 
@@ -130,7 +130,7 @@ def test_library_from_another_version_is_refused(editor_factory, server):
     ed.lua("package.loaded['mia.version'] = { version = '0.0.9', protocol = 1 }")
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
-    assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `cargo build --release`" in str(exc.value)
+    assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `:Mia install` (lazy.nvim: `:Lazy build " + ROOT.name + "`) or `cargo build --release` in " in str(exc.value)
 
 
 def plugin_copy(plugin):
@@ -156,7 +156,7 @@ def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_p
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
     assert "was built from an older version of the code (" in str(exc.value)
-    assert "Run `cargo build --release` in " + str(plugin) in str(exc.value)
+    assert "Run `:Mia install` (lazy.nvim: `:Lazy build plugin-copy`) or `cargo build --release` in " + str(plugin) in str(exc.value)
 
 
 def test_only_the_librarys_own_inputs_make_it_stale(editor_factory, server, tmp_path):
