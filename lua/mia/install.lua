@@ -160,15 +160,19 @@ function M.platform(cb)
   end)
 end
 
+--- Largest file fetched: the checksums and the signature, and an archive.
+local MAX_SMALL, MAX_ARCHIVE = 1024 * 1024, 512 * 1024 * 1024
+
 --- Downloads url to file with curl or wget (whichever exists), bounded:
---- given up when nothing arrives for stall_seconds(). cb(err_or_nil).
-local function download(url, file, cb)
+--- given up when nothing arrives for stall_seconds(), after 30 min, or
+--- (curl) past `max` bytes. cb(err_or_nil).
+local function download(url, file, max, cb)
   local stall = stall_seconds()
   local argv
   if vim.fn.executable("curl") == 1 then
     argv = { "curl", "--fail", "--location", "--silent", "--show-error", "--proto", "=https,http",
       "--connect-timeout", tostring(stall), "--speed-limit", "1", "--speed-time", tostring(stall),
-      "--max-time", "1800", "--output", file, url }
+      "--max-time", "1800", "--max-filesize", tostring(max), "--output", file, url }
   elseif vim.fn.executable("wget") == 1 then
     argv = { "wget", "-nv", "--tries=1", "--timeout=" .. stall, "-O", file, url }
   else
@@ -314,11 +318,11 @@ local function fetch(name, glibc, progress, cb)
     cb(err, stamp)
   end
   progress(string.format("downloading the checksums of %s from %s", tag, base))
-  download(base .. "/SHA256SUMS", dir .. "/SHA256SUMS", function(err)
+  download(base .. "/SHA256SUMS", dir .. "/SHA256SUMS", MAX_SMALL, function(err)
     if err then
       return finish(err)
     end
-    download(base .. "/SHA256SUMS.sig", dir .. "/SHA256SUMS.sig", function(err2)
+    download(base .. "/SHA256SUMS.sig", dir .. "/SHA256SUMS.sig", MAX_SMALL, function(err2)
       if err2 then
         return finish(err2)
       end
@@ -346,7 +350,7 @@ local function fetch(name, glibc, progress, cb)
           end
         end))
         progress("downloading " .. asset)
-        download(base .. "/" .. asset, archive, function(err4)
+        download(base .. "/" .. asset, archive, MAX_ARCHIVE, function(err4)
           timer:stop()
           timer:close()
           if err4 then
