@@ -27,9 +27,26 @@ fn main() {
 /// with a linker that takes the option without a word. Elsewhere, e.g. a
 /// newer binutils beside glibc 2.35 (Ubuntu 22.04), the library is linked as
 /// before, since it would not load where it was built.
+///
+/// Never with `MIA_PORTABLE=1` (set by `scripts/dist`): the release
+/// artifacts must load on glibc 2.28, which has no DT_RELR.
 fn pack_relative_relocs() {
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
+    println!("cargo:rerun-if-env-changed=MIA_PORTABLE");
+    if var("MIA_PORTABLE") == "1" {
+        // The target's libgcc_s.so.1, named by scripts/dist: linking it as a
+        // file makes the unwinder the system's (NEEDED libgcc_s.so.1, as in
+        // a plain cargo build) instead of zig's static libunwind, whose
+        // unwinding state the system unwinder LuaJIT raises errors with does
+        // not share: a Lua error raised by the library crashed Neovim.
+        println!("cargo:rerun-if-env-changed=MIA_PORTABLE_LIBGCC_S");
+        let gcc_s = var("MIA_PORTABLE_LIBGCC_S");
+        if !gcc_s.is_empty() {
+            println!("cargo:rustc-cdylib-link-arg={gcc_s}");
+        }
+        return;
+    }
     if var("TARGET") != var("HOST") || var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" {
         return;
     }

@@ -24,6 +24,7 @@ local names = {
   "undo",
   "review",
   "mcp",
+  "install",
 }
 
 vim.api.nvim_create_user_command("Mia", function(opts)

@@ -190,6 +190,32 @@ M.subcommands = {
       actions[action]()
     end,
   },
+  install = {
+    desc = "download the verified prebuilt native library of this version (or build it with cargo): |mia-install|",
+    run = function()
+      local install = require("mia.install")
+      local function echo(msg)
+        vim.api.nvim_echo({ { "mia: " .. msg } }, false, {})
+      end
+      install.run({
+        on_progress = echo,
+        on_done = function(err, stamp)
+          if err then
+            vim.notify(err, vim.log.levels.ERROR)
+            return
+          end
+          local core = require("mia.core")
+          local what = "mia: installed " .. install.describe(stamp)
+          if core.is_loaded() then
+            vim.notify(what .. ". Restart Neovim to use it.", vim.log.levels.INFO)
+          else
+            core.reset_failure()
+            vim.notify(what .. ".", vim.log.levels.INFO)
+          end
+        end,
+      })
+    end,
+  },
   health = {
     desc = "run :checkhealth mia (`:Mia health online` also asks each provider)",
     run = function(args)

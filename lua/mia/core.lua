@@ -26,21 +26,32 @@ local function lib_name()
   return "libmia_core.so"
 end
 
---- Where the library is looked for: $MIA_CORE_PATH, then the cargo build in the plugin.
---- @return string path, boolean in_tree
+--- Where the library is looked for: $MIA_CORE_PATH; else the newer of the
+--- installed one (lib/, put there by build.lua or `:Mia install`, |mia-install|)
+--- and cargo's build in the plugin (target/release), so whichever was made
+--- last is used: a developer's rebuild wins over an older download and a
+--- new download over an older build.
+--- @return string path, boolean in_tree (a cargo build: checked for staleness)
 function M.lib_path()
   local override = vim.env.MIA_CORE_PATH
   if override and override ~= "" then
     return override, false
   end
-  return M.root() .. "/target/release/" .. lib_name(), true
+  local root = M.root()
+  local installed = root .. "/lib/" .. lib_name()
+  local built = root .. "/target/release/" .. lib_name()
+  local ist, bst = uv.fs_stat(installed), uv.fs_stat(built)
+  if ist and not (bst and (bst.mtime.sec > ist.mtime.sec or (bst.mtime.sec == ist.mtime.sec and bst.mtime.nsec > ist.mtime.nsec))) then
+    return installed, false
+  end
+  return built, true
 end
 
 local function build_hint(root)
   return string.format(
-    "Run `cargo build --release` in %s (lazy.nvim: `:Lazy build %s`), then restart Neovim.",
-    root,
-    vim.fn.fnamemodify(root, ":t")
+    "Run `:Mia install` (lazy.nvim: `:Lazy build %s`) or `cargo build --release` in %s, then restart Neovim.",
+    vim.fn.fnamemodify(root, ":t"),
+    root
   )
 end
 

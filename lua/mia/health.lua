@@ -20,6 +20,7 @@ function M.check()
   local path = loader.lib_path()
   health.info("Lua side: version " .. want.version .. ", protocol " .. want.protocol)
   health.info("library path: " .. path)
+  M.check_origin(path)
   local core, err = loader.load()
   if core then
     health.ok(string.format("library loaded: version %s, protocol %d (matches)", core.version, core.protocol))
@@ -177,13 +178,37 @@ function M.check_telemetry(core, cfg)
   end
 end
 
+--- Where the library in use came from (|mia-install|): the stamp build.lua
+--- or `:Mia install` wrote next to it, or cargo's build in the plugin.
+function M.check_origin(path)
+  local install = require("mia.install")
+  local loader = require("mia.core")
+  if path == install.lib_dir() .. "/" .. vim.fn.fnamemodify(path, ":t") then
+    local stamp = install.stamp()
+    if stamp then
+      health.info("installed: " .. install.describe(stamp))
+      if stamp.download_failed then
+        health.info("(the download had failed: " .. tostring(stamp.download_failed) .. ")")
+      end
+    else
+      health.warn("installed in " .. install.lib_dir() .. " without a stamp: its origin is unknown", { "Run `:Mia install`" })
+    end
+  elseif path == loader.root() .. "/target/release/" .. vim.fn.fnamemodify(path, ":t") then
+    health.info("built from source by cargo in this plugin (target/release), for this machine")
+  else
+    health.info("from $MIA_CORE_PATH")
+  end
+end
+
 --- mia-acp, mia's agent for other editors: built next to the library?
 function M.check_mia_acp()
   health.start("mia: mia-acp (mia's agent for other editors)")
   local loader = require("mia.core")
-  local path = loader.root() .. "/target/release/mia-acp"
+  -- Next to the library in use (installed in lib/ or cargo's build).
+  local lib = loader.lib_path()
+  local path = vim.fn.fnamemodify(lib, ":h") .. "/mia-acp"
   if vim.fn.executable(path) ~= 1 then
-    health.info("not built (" .. path .. "): `cargo build --release` builds it with the library; see :h mia-acp")
+    health.info("not built (" .. path .. "): `:Mia install` or `cargo build --release` puts it there; see :h mia-acp")
     return
   end
   local ok, out = pcall(function()

@@ -99,14 +99,14 @@ def test_plugin_and_setup_do_not_load_the_native_library(editor):
 
 def test_subcommands_complete(editor):
     assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "agent", "stop", "paste", "open", "new", "sessions", "rename", "mode", "tools", "context", "costs", "clear", "health",
-                                                                                "checkpoints", "undo", "review", "mcp"]
+                                                                                "checkpoints", "undo", "review", "mcp", "install"]
     assert editor.lua("return vim.fn.getcompletion('Mia st', 'cmdline')") == ["stop"]
     assert editor.lua("return vim.fn.getcompletion('Mia cont', 'cmdline')") == ["context"]
     assert editor.lua("return vim.fn.getcompletion('Mia review a', 'cmdline')") == ["accept", "accept_all"]
 
 
 def test_unknown_subcommand_lists_the_available_ones(editor):
-    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: agent, checkpoints, clear, context, costs, health, mcp, mode, new, open, paste, prompt, rename, review, sessions, stop, tools, undo"):
+    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: agent, checkpoints, clear, context, costs, health, install, mcp, mode, new, open, paste, prompt, rename, review, sessions, stop, tools, undo"):
         editor.nvim.command("Mia frobnicate")
 
 
@@ -120,7 +120,7 @@ def test_library_missing_says_what_to_run(editor_factory, server):
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
     msg = str(exc.value)
-    assert "mia: the native library is not built (no /nonexistent/libmia_core.so). Run `cargo build --release` in " + str(ROOT) in msg
+    assert "mia: the native library is not built (no /nonexistent/libmia_core.so). Run `:Mia install` (lazy.nvim: `:Lazy build " + ROOT.name + "`) or `cargo build --release` in " + str(ROOT) in msg
     assert "module 'mia_core' not found" not in msg and "traceback" not in msg
     assert ed.chat_text() == ""  # nothing half-done in the chat
 
@@ -130,7 +130,7 @@ def test_library_from_another_version_is_refused(editor_factory, server):
     ed.lua("package.loaded['mia.version'] = { version = '0.0.9', protocol = 1 }")
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
-    assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `cargo build --release`" in str(exc.value)
+    assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `:Mia install` (lazy.nvim: `:Lazy build " + ROOT.name + "`) or `cargo build --release` in " in str(exc.value)
 
 
 def plugin_copy(plugin):
@@ -156,7 +156,7 @@ def test_library_older_than_its_sources_is_refused(editor_factory, server, tmp_p
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
     assert "was built from an older version of the code (" in str(exc.value)
-    assert "Run `cargo build --release` in " + str(plugin) in str(exc.value)
+    assert "Run `:Mia install` (lazy.nvim: `:Lazy build plugin-copy`) or `cargo build --release` in " + str(plugin) in str(exc.value)
 
 
 def test_only_the_librarys_own_inputs_make_it_stale(editor_factory, server, tmp_path):
