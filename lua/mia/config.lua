@@ -219,21 +219,7 @@ M.options = {
   "checkpoints", "mcp", "rules", "telemetry", "modes",
 }
 
---- Edit distance of two short strings (for "did you mean").
-local function distance(a, b)
-  local prev = {}
-  for j = 0, #b do
-    prev[j] = j
-  end
-  for i = 1, #a do
-    local cur = { [0] = i }
-    for j = 1, #b do
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a:sub(i, i) == b:sub(j, j) and 0 or 1))
-    end
-    prev = cur
-  end
-  return prev[#b]
-end
+local distance = require("mia.distance")
 
 --- The known names closest to `name` (at most two edits away), for an error's "did you mean".
 --- @param name string

@@ -303,22 +303,7 @@ function M.register(cmd)
   M.announce()
 end
 
-local function distance(a, b)
-  local la, lb = #a, #b
-  local prev = {}
-  for j = 0, lb do
-    prev[j] = j
-  end
-  for i = 1, la do
-    local cur = { [0] = i }
-    for j = 1, lb do
-      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev = cur
-  end
-  return prev[lb]
-end
+local distance = require("mia.distance")
 
 --- Names close to `name` (prefix, or at most two edits away).
 function M.close_matches(name)
