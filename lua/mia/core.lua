@@ -17,7 +17,8 @@ function M.root()
   return vim.fn.fnamemodify(here, ":p:h:h:h")
 end
 
-local function lib_name()
+--- The library's file name as cargo writes it on this OS (install.lua uses it too).
+function M.lib_name()
   if vim.fn.has("mac") == 1 then
     return "libmia_core.dylib"
   elseif vim.fn.has("win32") == 1 then
@@ -25,6 +26,7 @@ local function lib_name()
   end
   return "libmia_core.so"
 end
+local lib_name = M.lib_name
 
 --- Where the library is looked for: $MIA_CORE_PATH; else the newer of the
 --- installed one (lib/, put there by build.lua or `:Mia install`, |mia-install|)

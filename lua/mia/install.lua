@@ -42,13 +42,10 @@ local function version()
   return dofile(M.root() .. "/lua/mia/version.lua").version
 end
 
+-- The library's file name: core.lua's, read as a file since build.lua runs
+-- this module with dofile, before mia is on 'runtimepath'.
 local function lib_file()
-  if vim.fn.has("mac") == 1 then
-    return "libmia_core.dylib"
-  elseif vim.fn.has("win32") == 1 then
-    return "mia_core.dll"
-  end
-  return "libmia_core.so"
+  return dofile(M.root() .. "/lua/mia/core.lua").lib_name()
 end
 
 local function acp_file()
