@@ -64,6 +64,8 @@ impl<R: AsyncBufRead + Unpin> GuardedLines<R> {
     pub async fn next(&mut self) -> io::Result<Option<Line>> {
         let mut line: Vec<u8> = Vec::new();
         let mut head: Vec<u8> = Vec::new();
+        // The last bytes of a refused line: its `id` may come after `params`.
+        let mut tail: std::collections::VecDeque<u8> = std::collections::VecDeque::new();
         let mut total = 0usize;
         let mut over = false;
         loop {
@@ -85,6 +87,10 @@ impl<R: AsyncBufRead + Unpin> GuardedLines<R> {
             if over {
                 let room = HEAD_BYTES.saturating_sub(head.len());
                 head.extend_from_slice(&piece[..piece.len().min(room)]);
+                let last = &piece[piece.len().saturating_sub(HEAD_BYTES)..];
+                tail.extend(last);
+                let extra = tail.len().saturating_sub(HEAD_BYTES);
+                tail.drain(..extra);
             } else {
                 line.extend_from_slice(piece);
             }
@@ -101,7 +107,8 @@ impl<R: AsyncBufRead + Unpin> GuardedLines<R> {
                 human_mb(total),
                 human_mb(self.max_bytes)
             );
-            return Ok(Some(refuse(&head, &reason)));
+            let tail: Vec<u8> = tail.into_iter().collect();
+            return Ok(Some(refuse(&head, &tail, &reason)));
         }
         if line.last() == Some(&b'\r') {
             line.pop();
@@ -110,14 +117,21 @@ impl<R: AsyncBufRead + Unpin> GuardedLines<R> {
             let reason = format!(
                 "mia-acp: this message nests JSON more than {MAX_DEPTH} levels deep, deeper than mia-acp reads"
             );
-            return Ok(Some(refuse(&line[..line.len().min(HEAD_BYTES)], &reason)));
+            let from = line.len().saturating_sub(HEAD_BYTES);
+            return Ok(Some(refuse(
+                &line[..line.len().min(HEAD_BYTES)],
+                &line[from..],
+                &reason,
+            )));
         }
         match String::from_utf8(line) {
             Ok(text) => Ok(Some(Line::Pass(text))),
             Err(e) => {
                 let bytes = e.into_bytes();
+                let from = bytes.len().saturating_sub(HEAD_BYTES);
                 Ok(Some(refuse(
                     &bytes[..bytes.len().min(HEAD_BYTES)],
+                    &bytes[from..],
                     "mia-acp: this message is not UTF-8 text; JSON-RPC messages must be",
                 )))
             }
@@ -129,9 +143,14 @@ fn human_mb(bytes: usize) -> String {
     format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
 }
 
-/// The answer to a refused line whose first bytes are `head`.
-fn refuse(head: &[u8], reason: &str) -> Line {
-    let shape = Head::scan(head);
+/// The answer to a refused line whose first bytes are `head` and last
+/// bytes `tail`.
+fn refuse(head: &[u8], tail: &[u8], reason: &str) -> Line {
+    let mut shape = Head::scan(head);
+    if !shape.id_key {
+        shape.id = trailing_id(tail);
+        shape.id_key = shape.id.is_some();
+    }
     match (shape.id, shape.method, shape.answer) {
         // A request: answered with the error, under its id.
         (Some(id), true, _) => {
@@ -147,7 +166,7 @@ fn refuse(head: &[u8], reason: &str) -> Line {
                 json!({ "jsonrpc": "2.0", "id": id, "error": { "code": -32600, "message": reason } }).to_string(),
             )
         }
-        (None, true, _) => {
+        (None, true, _) if !shape.id_key => {
             tracing::warn!("mia-acp: dropped a notification: {reason}");
             Line::Skip
         }
@@ -199,6 +218,8 @@ fn depth_exceeds(line: &[u8], max: usize) -> bool {
 #[derive(Debug, Default, PartialEq)]
 struct Head {
     id: Option<Value>,
+    /// An `id` key is there, whether or not its value is a valid id.
+    id_key: bool,
     method: bool,
     /// The method's name, when it is a plain string.
     method_name: Option<String>,
@@ -223,7 +244,10 @@ impl Head {
                         if head.get(j) == Some(&b':') {
                             j = skip_ws(head, j + 1);
                             match key {
-                                b"id" => out.id = scalar_at(head, j),
+                                b"id" => {
+                                    out.id_key = true;
+                                    out.id = scalar_at(head, j);
+                                }
                                 b"method" => {
                                     out.method = true;
                                     out.method_name = scalar_at(head, j).and_then(|v| v.as_str().map(String::from));
@@ -248,6 +272,29 @@ impl Head {
             i += 1;
         }
         out
+    }
+}
+
+/// The id of a message that ends with it: `…,"id":7}` (a number or a
+/// string, then the closing brace of the top-level object and nothing else).
+fn trailing_id(tail: &[u8]) -> Option<Value> {
+    let end = tail.iter().rposition(|b| !b.is_ascii_whitespace())?;
+    if tail[end] != b'}' {
+        return None;
+    }
+    let body = &tail[..end];
+    let at = memchr::memmem::rfind(body, b"\"id\"")?;
+    let mut j = skip_ws(body, at + 4);
+    if body.get(j) != Some(&b':') {
+        return None;
+    }
+    j = skip_ws(body, j + 1);
+    let value = &body[j..];
+    let value = &value[..value.iter().rposition(|b| !b.is_ascii_whitespace())? + 1];
+    // the whole rest must be one scalar: a nested `…{"id":5}}` ends otherwise
+    match serde_json::from_slice::<Value>(value).ok()? {
+        v @ (Value::Number(_) | Value::String(_)) => Some(v),
+        _ => None,
     }
 }
 
@@ -441,6 +488,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[tokio::test]
+    async fn an_overlong_request_whose_id_comes_last_is_answered_under_it() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"session/new\",\"params\":{{\"p\":\"{}\"}},\"id\":7}}\n",
+            "x".repeat(100_000)
+        );
+        let got = lines(big.as_bytes(), 1000).await;
+        assert!(matches!(got[0], Line::Reply(_)), "{got:?}");
+        assert_eq!(reply(&got[0])["id"], 7);
+        // An id inside params at the end is not the message's.
+        let nested = format!(
+            "{{\"method\":\"n\",\"params\":{{\"p\":\"{}\",\"id\":5}}}}\n",
+            "x".repeat(5000)
+        );
+        assert_eq!(lines(nested.as_bytes(), 1000).await, vec![Line::Skip]);
+    }
+
+    #[tokio::test]
+    async fn a_request_with_an_id_that_is_no_id_gets_a_null_id_error() {
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{{\"a\":1}},\"method\":\"m\",\"params\":{}{}}}\n",
+            "[".repeat(500),
+            "]".repeat(500)
+        );
+        let got = lines(deep.as_bytes(), 1 << 20).await;
+        assert!(matches!(got[0], Line::Reply(_)), "{got:?}");
+        assert_eq!(reply(&got[0])["id"], Value::Null);
     }
 
     #[test]
