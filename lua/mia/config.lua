@@ -176,7 +176,7 @@ end
 
 --- The names setup() checks against while the native library is not loaded
 --- (setup() never loads it). The core owns them (`mia_core.shared()`,
---- src/shared.rs); once it is loaded they are read from there, and
+--- crates/engine/src/shared.rs); once it is loaded they are read from there, and
 --- tests/functional/test_shared_data.py keeps this copy equal to it.
 M._fallback = {
   provider_kinds = { "anthropic", "openai", "gemini", "openai_compatible", "azure_openai", "ollama" },

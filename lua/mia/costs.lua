@@ -21,7 +21,7 @@ function M.utc_offset()
   return os.difftime(os.time(here), os.time(utc))
 end
 
---- The core's formatters (src/cost/format.rs), or nil while it is not loaded.
+--- The core's formatters (crates/cost/src/format.rs), or nil while it is not loaded.
 local function formatters()
   local loader = package.loaded["mia.core"]
   if loader and loader.is_loaded() then

@@ -27,7 +27,7 @@ end
 
 --- The repository's config is hostile input (a model or a clone may have
 --- written it): every key through which git runs a program is overridden
---- at command scope, as for every git mia runs (`src/git.rs`, whose `FIXED`
+--- at command scope, as for every git mia runs (`crates/engine/src/git.rs`, whose `FIXED`
 --- and `ENV` lists these must match; a Rust test checks). `ls-files`
 --- applies no filter driver, so those need not be emptied here.
 local GIT_CONFIG = {

@@ -3,7 +3,7 @@
 --- from mia.config so that setup() stays cheap.
 ---
 --- The built-in providers, modes and tool precedence are the core's
---- (`mia_core.shared()`, src/shared.rs): this module reads them from there,
+--- (`mia_core.shared()`, crates/engine/src/shared.rs): this module reads them from there,
 --- loading the native library on first need.
 
 local M = {}

@@ -1,4 +1,4 @@
-//! The Lua functions for external ACP agents (`src/acp/client.rs`): Lua
+//! The Lua functions for external ACP agents (`crates/engine/src/acp/client.rs`): Lua
 //! values in, the agent's work spawned on the runtime, handles out.
 
 use std::path::PathBuf;
@@ -11,11 +11,11 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{guarded, lua_error, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
-use crate::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
-use crate::acp::client_sessions::{self, Ask};
-use crate::acp::session_list;
-use crate::llm::error::{ErrorClass, LlmError};
-use crate::runtime;
+use mia_engine::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
+use mia_engine::acp::client_sessions::{self, Ask};
+use mia_engine::acp::session_list;
+use mia_engine::runtime;
+use mia_llm::error::{ErrorClass, LlmError};
 
 fn job_error(e: AcpClientError) -> LlmError {
     LlmError::new(ErrorClass::InvalidRequest, None, e.to_string())
@@ -32,7 +32,7 @@ fn spec_of(lua: &Lua, spec: LuaValue) -> LuaResult<AgentSpec> {
 
 fn agent_of(spec: &AgentSpec) -> LuaResult<std::sync::Arc<client::AgentProc>> {
     let (_, queue) = runtime_and_queue()?;
-    let bridge = crate::calls::LuaBridge::new(queue, crate::calls::pending());
+    let bridge = mia_engine::calls::LuaBridge::new(queue, mia_engine::calls::pending());
     Ok(client::agent(spec, &bridge, || {
         NEXT_STREAM.fetch_add(1, Ordering::Relaxed)
     }))
@@ -95,9 +95,7 @@ pub(super) fn agent_set_mode(lua: &Lua, (spec, mode): (LuaValue, String)) -> Lua
             .set_mode(mode)
             .await
             .map(|()| serde_json::Value::Null)
-            .map_err(|e| {
-                crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-            })
+            .map_err(|e| mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string()))
     })
 }
 
@@ -154,7 +152,7 @@ pub(super) fn sessions_everywhere(lua: &Lua, query: LuaValue) -> LuaResult<Strea
             let limit = session_list::MAX_ENTRIES;
             let here = store.list_sessions(Some(&cwd_text), None, limit).await;
             let all = store.list_sessions(None, None, limit).await;
-            let infos = |p: crate::store::SessionPage| p.sessions.iter().map(super::store_api::session_info).collect();
+            let infos = |p: mia_store::SessionPage| p.sessions.iter().map(super::store_api::session_info).collect();
             match (here, all) {
                 (Ok(h), Ok(a)) => Ok((infos(h), infos(a))),
                 (Err(e), _) | (_, Err(e)) => Err(super::store_api::store_error(e)),
@@ -207,9 +205,9 @@ pub(super) fn agent_probe(lua: &Lua, (spec, timeout_ms): (LuaValue, Option<u64>)
     let spec = spec_of(lua, spec)?;
     let timeout = Duration::from_millis(timeout_ms.unwrap_or(5000).clamp(100, 60_000));
     super::start_job("agent_probe", move |_| async move {
-        client::probe(spec, timeout).await.map_err(|e| {
-            crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-        })
+        client::probe(spec, timeout)
+            .await
+            .map_err(|e| mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string()))
     })
 }
 

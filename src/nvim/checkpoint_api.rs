@@ -5,9 +5,9 @@
 use mlua::prelude::*;
 
 use super::{start_job, StreamHandle};
-use crate::checkpoint::Checkpoints;
-use crate::llm::error::{ErrorClass, LlmError};
-use crate::runtime;
+use mia_engine::checkpoint::Checkpoints;
+use mia_engine::runtime;
+use mia_llm::error::{ErrorClass, LlmError};
 
 fn error(message: impl std::fmt::Display) -> LlmError {
     LlmError::new(ErrorClass::InvalidRequest, None, format!("mia: {message}"))
@@ -17,7 +17,7 @@ fn store() -> Result<Checkpoints, LlmError> {
     let settings = runtime::agent_settings();
     let dir = settings
         .data_dir
-        .ok_or_else(|| error(crate::checkpoint::CheckpointError::NoDataDir))?;
+        .ok_or_else(|| error(mia_engine::checkpoint::CheckpointError::NoDataDir))?;
     Ok(Checkpoints::new(&dir, settings.checkpoints).with_secrets(runtime::providers().secrets()))
 }
 

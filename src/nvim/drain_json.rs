@@ -11,8 +11,8 @@ use std::io::Write;
 use mlua::prelude::*;
 use serde::Serialize;
 
-use crate::events::{is_live_usage, Event};
 use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
+use mia_engine::events::{is_live_usage, Event};
 
 /// `vim.json.decode` bound to the options that give the tables mlua would
 /// build: JSON null (a `None`, a unit) becomes nil, in objects and arrays.
@@ -147,8 +147,8 @@ fn kind_data<T: Serialize + ?Sized>(out: &mut Vec<u8>, kind: &str, data: &T) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::updates;
     use agent_client_protocol_schema::v1 as acp;
+    use mia_engine::session::updates;
 
     #[test]
     fn a_piece_with_its_streams_live_figures_is_handed_over_as_text_and_figures() {
@@ -243,7 +243,7 @@ mod tests {
             (
                 Event::Delta {
                     stream: 7,
-                    delta: crate::llm::delta::Delta::Text { text: "a".into() },
+                    delta: mia_llm::delta::Delta::Text { text: "a".into() },
                 },
                 false,
             ),

@@ -21,10 +21,11 @@ use mlua::prelude::*;
 use mlua::serde::SerializeOptions;
 use tokio_util::sync::CancellationToken;
 
-use crate::events::Event;
-use crate::llm::message::ChatRequest;
-use crate::llm::providers::CoreConfig;
-use crate::{logging, runtime, stream_task, version};
+use mia_engine::events::Event;
+use mia_engine::{runtime, stream_task};
+use mia_llm::message::ChatRequest;
+use mia_llm::providers::CoreConfig;
+use mia_log::{self as logging, version};
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
@@ -132,7 +133,7 @@ fn prewarm(_: &Lua, model: Option<String>) -> LuaResult<()> {
     })
 }
 
-fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<crate::events::EventQueue>)> {
+fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<mia_engine::events::EventQueue>)> {
     let rt = runtime::handle().map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
     let queue =
         runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}")))?;
@@ -182,7 +183,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
         budgets: runtime::agent_settings().costs,
         session_id: opts.session_id.filter(|s| !s.is_empty()),
-        hooks: crate::hooks::switch(),
+        hooks: mia_engine::hooks::switch(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -191,7 +192,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         &rt,
         queue,
         runtime::providers(),
-        crate::calls::pending(),
+        mia_engine::calls::pending(),
         runtime::store(),
         id,
         request,
@@ -215,15 +216,15 @@ fn send(lua: &Lua, (request, opts): (LuaValue, LuaValue)) -> LuaResult<StreamHan
 /// `set_hooks(pre_request)`: whether model requests must go through Lua's
 /// `pre_request` transform hooks first.
 fn set_hooks(_: &Lua, pre_request: bool) -> LuaResult<()> {
-    crate::hooks::set_pre_request(pre_request);
+    mia_engine::hooks::set_pre_request(pre_request);
     Ok(())
 }
 
 /// Starts a one-shot job whose value arrives as one `result` event.
 pub(crate) fn start_job<F, Fut>(what: &str, job: F) -> LuaResult<StreamHandle>
 where
-    F: FnOnce(std::sync::Arc<crate::llm::providers::Providers>) -> Fut,
-    Fut: std::future::Future<Output = Result<serde_json::Value, crate::llm::error::LlmError>> + Send + 'static,
+    F: FnOnce(std::sync::Arc<mia_llm::providers::Providers>) -> Fut,
+    Fut: std::future::Future<Output = Result<serde_json::Value, mia_llm::error::LlmError>> + Send + 'static,
 {
     guarded(what, || {
         let (rt, queue) = runtime_and_queue()?;
@@ -237,7 +238,7 @@ where
 /// `list_models(provider)` -> handle; its result is a list of model ids.
 fn list_models(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
     start_job("list_models", move |providers| async move {
-        crate::llm::list_models(&providers, &provider)
+        mia_llm::list_models(&providers, &provider)
             .await
             .map(|ids| serde_json::json!(ids))
     })
@@ -246,7 +247,7 @@ fn list_models(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
 /// `health_check(provider)` -> handle; its result is `{ models = n }`.
 fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
     start_job("health_check", move |providers| async move {
-        crate::llm::health_check(&providers, &provider)
+        mia_llm::health_check(&providers, &provider)
             .await
             .map(|h| serde_json::to_value(h).unwrap_or_default())
     })
@@ -256,21 +257,21 @@ fn lua_error(e: impl std::fmt::Display) -> LuaError {
     LuaError::RuntimeError(e.to_string())
 }
 
-fn agent_deps(queue: std::sync::Arc<crate::events::EventQueue>) -> crate::agent::AgentDeps {
-    crate::agent::AgentDeps {
+fn agent_deps(queue: std::sync::Arc<mia_engine::events::EventQueue>) -> mia_engine::agent::AgentDeps {
+    mia_engine::agent::AgentDeps {
         providers: runtime::providers(),
         registry: runtime::registry(),
         queue,
-        calls: crate::calls::pending(),
+        calls: mia_engine::calls::pending(),
         settings: runtime::agent_settings(),
-        hooks: crate::hooks::switch(),
+        hooks: mia_engine::hooks::switch(),
     }
 }
 
-fn open_session(id: &str) -> LuaResult<std::sync::Arc<crate::session::Session>> {
+fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
     runtime::sessions()
         .get(id)
-        .ok_or_else(|| lua_error(crate::session::SessionError::NotFound(id.to_string())))
+        .ok_or_else(|| lua_error(mia_engine::session::SessionError::NotFound(id.to_string())))
 }
 
 /// What `session_new` takes.
@@ -285,7 +286,7 @@ struct NewSession {
 }
 
 fn default_mode() -> String {
-    crate::shared::DEFAULT_MODE.to_string()
+    mia_engine::shared::DEFAULT_MODE.to_string()
 }
 
 /// `session_new({ cwd, mode?, model, title? })` -> id: a new, empty chat
@@ -295,24 +296,24 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
         let opts: NewSession = lua
             .from_value(opts)
             .map_err(|e| lua_error(format!("mia: invalid session options: {e}")))?;
-        let id = crate::session::new_session_id();
-        let info = crate::session::SessionInfo {
+        let id = mia_engine::session::new_session_id();
+        let info = mia_engine::session::SessionInfo {
             id: id.clone(),
             cwd: PathBuf::from(opts.cwd),
             title: opts.title,
             mode: opts.mode,
             model: opts.model,
             agent: "mia".into(),
-            created_at_ms: crate::session::now_ms(),
+            created_at_ms: mia_engine::session::now_ms(),
         };
-        runtime::sessions().insert(crate::session::Session::new(info, None));
+        runtime::sessions().insert(mia_engine::session::Session::new(info, None));
         Ok(id)
     })
 }
 
 /// The prompt table `session_prompt` and `session_context` take, or one
 /// clear error naming `what` was called.
-fn prompt_of(lua: &Lua, prompt: LuaValue, what: &str) -> LuaResult<crate::agent::Prompt> {
+fn prompt_of(lua: &Lua, prompt: LuaValue, what: &str) -> LuaResult<mia_engine::agent::Prompt> {
     lua.from_value(prompt).map_err(|e| {
         lua_error(format!(
             "{what}: invalid request: {}",
@@ -350,7 +351,7 @@ fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Str
         let cancel = CancellationToken::new();
         let deps = agent_deps(queue.clone());
         stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
-            let report = crate::agent::context::report(&deps, stream, &session, &prompt).await?;
+            let report = mia_engine::agent::context::report(&deps, stream, &session, &prompt).await?;
             Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null))
         });
         Ok(StreamHandle { id: stream, cancel })
@@ -367,8 +368,8 @@ fn model_info(lua: &Lua, (model, pricing): (String, LuaValue)) -> LuaResult<LuaV
             return Ok(LuaValue::Nil);
         };
         let overrides = lua.from_value(pricing).unwrap_or_default();
-        let registry = crate::cost::PricingRegistry::with_overrides(overrides)
-            .unwrap_or_else(|_| crate::cost::PricingRegistry::builtin().clone());
+        let registry = mia_cost::PricingRegistry::with_overrides(overrides)
+            .unwrap_or_else(|_| mia_cost::PricingRegistry::builtin().clone());
         match registry.price(provider, id) {
             Some(p) => to_lua(
                 lua,
@@ -410,7 +411,7 @@ fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
         let token = cancel.clone();
         stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
             session.attach_store(runtime::store().await);
-            let result = crate::agent::compact_session(&deps, stream, session, token, turn).await;
+            let result = mia_engine::agent::compact_session(&deps, stream, session, token, turn).await;
             result.map(|()| serde_json::Value::Null)
         });
         Ok(StreamHandle { id: stream, cancel })
@@ -423,15 +424,15 @@ fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("session_open", move |_| async move {
         let no_store = || {
-            crate::llm::error::LlmError::new(
-                crate::llm::error::ErrorClass::InvalidRequest,
+            mia_llm::error::LlmError::new(
+                mia_llm::error::ErrorClass::InvalidRequest,
                 None,
-                crate::session::SessionError::NoStore.to_string(),
+                mia_engine::session::SessionError::NoStore.to_string(),
             )
         };
         let store = runtime::store().await.ok_or_else(no_store)?;
-        let session = crate::session::Session::load(store, &id).await.map_err(|e| {
-            crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+        let session = mia_engine::session::Session::load(store, &id).await.map_err(|e| {
+            mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
         })?;
         let cost_usd = session.cost_usd().await;
         let value = serde_json::json!({
@@ -468,8 +469,8 @@ fn session_close(_: &Lua, id: String) -> LuaResult<()> {
 /// (`── model · 1,247 in · 832 out · $0.031 ──`): money and token formats are Rust's.
 fn format_footer(lua: &Lua, end: LuaValue) -> LuaResult<String> {
     guarded("format_footer", || {
-        let end: crate::session::TurnEnd = lua.from_value(end).map_err(lua_error)?;
-        Ok(crate::cost::footer(&end.model, &end.usage, &end.cost))
+        let end: mia_engine::session::TurnEnd = lua.from_value(end).map_err(lua_error)?;
+        Ok(mia_cost::footer(&end.model, &end.usage, &end.cost))
     })
 }
 
@@ -485,27 +486,27 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
         let settings = runtime::agent_settings();
-        let env = crate::tools::direct::DirectEnv {
+        let env = mia_engine::tools::direct::DirectEnv {
             registry: runtime::registry(),
-            limits: crate::tools::ToolLimits {
+            limits: mia_engine::tools::ToolLimits {
                 max_read_bytes: settings.max_read_bytes,
                 output_cap_bytes: settings.output_cap_bytes,
                 bash_timeout_ms: settings.bash_timeout_ms,
-                ..crate::tools::ToolLimits::default()
+                ..mia_engine::tools::ToolLimits::default()
             },
-            lua: crate::calls::LuaBridge::new(queue.clone(), crate::calls::pending()),
+            lua: mia_engine::calls::LuaBridge::new(queue.clone(), mia_engine::calls::pending()),
             stream: id,
             abort: cancel.clone(),
         };
-        let run = crate::tools::direct::DirectRun {
+        let run = mia_engine::tools::direct::DirectRun {
             name,
             args,
             root: PathBuf::from(root),
             times: times.unwrap_or(1),
         };
         stream_task::spawn_job(&rt, queue, id, cancel.clone(), async move {
-            let out = crate::tools::direct::run_direct(env, run).await.map_err(|e| {
-                crate::llm::error::LlmError::new(crate::llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+            let out = mia_engine::tools::direct::run_direct(env, run).await.map_err(|e| {
+                mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
             })?;
             Ok(serde_json::to_value(out).unwrap_or(serde_json::Value::Null))
         });
@@ -526,23 +527,23 @@ fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool>
                 other => format!("{other:?}"),
             })
         };
-        Ok(crate::calls::pending().answer(call, result))
+        Ok(mia_engine::calls::pending().answer(call, result))
     })
 }
 
 /// `register_tool(spec, source)`: a Lua tool's metadata (its code stays in Lua).
 fn register_tool(lua: &Lua, (spec, source): (LuaValue, String)) -> LuaResult<bool> {
     guarded("register_tool", || {
-        let spec: crate::tools::lua_tool::LuaToolSpec = lua.from_value(spec).map_err(|e| {
+        let spec: mia_engine::tools::lua_tool::LuaToolSpec = lua.from_value(spec).map_err(|e| {
             LuaError::RuntimeError(format!(
                 "mia.register_tool: {}",
                 e.to_string().trim_start_matches("deserialize error: ")
             ))
         })?;
-        let source: crate::tools::registry::ToolSource = lua
+        let source: mia_engine::tools::registry::ToolSource = lua
             .from_value(LuaValue::String(lua.create_string(&source)?))
             .map_err(|e| LuaError::RuntimeError(format!("mia.register_tool: bad source: {e}")))?;
-        let tool = std::sync::Arc::new(crate::tools::lua_tool::LuaTool { spec });
+        let tool = std::sync::Arc::new(mia_engine::tools::lua_tool::LuaTool { spec });
         Ok(runtime::registry().register(tool, source))
     })
 }
@@ -550,7 +551,7 @@ fn register_tool(lua: &Lua, (spec, source): (LuaValue, String)) -> LuaResult<boo
 /// `unregister_tool(name, source)`.
 fn unregister_tool(lua: &Lua, (name, source): (String, String)) -> LuaResult<()> {
     guarded("unregister_tool", || {
-        let source: crate::tools::registry::ToolSource = lua
+        let source: mia_engine::tools::registry::ToolSource = lua
             .from_value(LuaValue::String(lua.create_string(&source)?))
             .map_err(|e| LuaError::RuntimeError(format!("mia: bad tool source: {e}")))?;
         runtime::registry().unregister(&name, source);
@@ -575,9 +576,9 @@ fn watch_tools(_: &Lua, (): ()) -> LuaResult<StreamHandle> {
                     c = changes.recv() => c,
                 };
                 match change {
-                    Ok(c) => queue.push(crate::events::Event::Mia {
+                    Ok(c) => queue.push(mia_engine::events::Event::Mia {
                         stream,
-                        event: crate::events::MiaEvent::ToolChange {
+                        event: mia_engine::events::MiaEvent::ToolChange {
                             name: c.name,
                             source: c.source,
                             registered: c.registered,
@@ -604,13 +605,13 @@ fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
 /// ready, failed). Never waits.
 fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
     guarded("mcp_status", || {
-        let specs: Vec<crate::mcp::McpServerSpec> = match servers {
+        let specs: Vec<mia_engine::mcp::McpServerSpec> = match servers {
             LuaValue::Nil => Vec::new(),
             v => lua
                 .from_value(v)
                 .map_err(|e| LuaError::RuntimeError(format!("mia: bad mcp servers: {e}")))?,
         };
-        let list: Vec<serde_json::Value> = crate::mcp::status(&specs)
+        let list: Vec<serde_json::Value> = mia_engine::mcp::status(&specs)
             .into_iter()
             .map(|(name, state)| {
                 let mut v = serde_json::to_value(state).unwrap_or_default();
@@ -625,7 +626,7 @@ fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
 /// `configure_agent(settings)`: permissions, limits, data directory.
 fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
     guarded("configure_agent", || {
-        let settings: crate::agent::AgentSettings = lua.from_value(settings).map_err(|e| {
+        let settings: mia_engine::agent::AgentSettings = lua.from_value(settings).map_err(|e| {
             LuaError::RuntimeError(format!(
                 "mia: invalid agent configuration: {}",
                 e.to_string().trim_start_matches("deserialize error: ")
@@ -647,7 +648,7 @@ fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
 type Drained = (
     LuaValue,
     Option<u64>,
-    Option<crate::events::StreamId>,
+    Option<mia_engine::events::StreamId>,
     Option<LuaString>,
 );
 
@@ -818,9 +819,9 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
             let _ = rt.block_on(async { tokio::time::timeout(EXIT_NOTE_WAIT, note).await });
         }
         runtime::checkpoint_store(CHECKPOINT_AT_EXIT);
-        crate::reaper::kill_all();
+        mia_engine::reaper::kill_all();
         // Pending metrics and events get their own bound (on a thread; the runtime still runs).
-        crate::telemetry::shutdown(crate::telemetry::FLUSH_AT_EXIT);
+        mia_engine::telemetry::shutdown(mia_engine::telemetry::FLUSH_AT_EXIT);
         runtime::shutdown(wait);
         logging::flush();
         Ok(())
@@ -914,21 +915,24 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("agent_probe", lua.create_function(acp_api::agent_probe)?)?;
     m.set("agent_stop", lua.create_function(acp_api::agent_stop)?)?;
 
-    /// `shared()` -> what Lua and the core must agree on (src/shared.rs):
+    /// `shared()` -> what Lua and the core must agree on (crates/engine/src/shared.rs):
     /// `{ providers, provider_kinds, modes, user_mode_permissions,
     /// default_mode, tool_precedence }` plus the formatters `format_usd(amount?)`,
     /// `format_tokens(n)` and `provider_views(providers?)` (the configured
     /// providers merged over the built-ins as the core uses them, no secrets).
     fn shared(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
         guarded("shared", || {
-            let value = to_lua(lua, &crate::shared::Shared::get())?;
+            let value = to_lua(lua, &mia_engine::shared::Shared::get())?;
             let LuaValue::Table(t) = &value else {
                 return Err(LuaError::RuntimeError("mia: shared() did not make a table".into()));
             };
-            let usd = |_: &Lua, amount: Option<f64>| guarded("format_usd", || Ok(crate::shared::format_usd(amount)));
+            let usd =
+                |_: &Lua, amount: Option<f64>| guarded("format_usd", || Ok(mia_engine::shared::format_usd(amount)));
             t.set("format_usd", lua.create_function(usd)?)?;
             let tokens = |_: &Lua, n: Option<f64>| {
-                guarded("format_tokens", || Ok(crate::shared::format_tokens(n.unwrap_or(0.0))))
+                guarded("format_tokens", || {
+                    Ok(mia_engine::shared::format_tokens(n.unwrap_or(0.0)))
+                })
             };
             t.set("format_tokens", lua.create_function(tokens)?)?;
             let views = |lua: &Lua, providers: LuaValue| {
@@ -942,7 +946,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
                             ))
                         })?,
                     };
-                    to_lua(lua, &crate::shared::provider_views(user))
+                    to_lua(lua, &mia_engine::shared::provider_views(user))
                 })
             };
             t.set("provider_views", lua.create_function(views)?)?;

@@ -11,7 +11,7 @@ use std::time::UNIX_EPOCH;
 
 /// Largest dep-info file read (cargo's lists ~120 inputs in ~4 KB).
 const MAX_DEP_INFO: u64 = 4 * 1024 * 1024;
-/// How deep the walk of `src/` goes when there is no dep-info.
+/// How deep the walk of `src/` and `crates/` goes when there is no dep-info.
 const MAX_DEPTH: usize = 16;
 
 /// The part of a dep-info line after its target: after the first `:`
@@ -84,7 +84,8 @@ fn rust_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
 /// modification time in seconds and its path: the inputs cargo's dep-info
 /// next to the library lists (so a change that does not rebuild the
 /// library, such as a test dependency in Cargo.toml, does not count), else
-/// every `.rs` file under `root/src` and root's `Cargo.toml`, `Cargo.lock`
+/// every `.rs` file under `root/src` and `root/crates` (the workspace's
+/// crates) and root's `Cargo.toml`, `Cargo.lock`
 /// and `build.rs`; `root/lua/mia/version.lua` in both cases. None when
 /// none of them exists.
 pub(super) fn newest_source(root: &Path, lib: &Path) -> Option<(u64, PathBuf)> {
@@ -94,6 +95,7 @@ pub(super) fn newest_source(root: &Path, lib: &Path) -> Option<(u64, PathBuf)> {
         None => {
             files.extend(["Cargo.toml", "Cargo.lock", "build.rs"].map(|f| root.join(f)));
             rust_files(&root.join("src"), 0, &mut files);
+            rust_files(&root.join("crates"), 0, &mut files);
         }
     }
     let mut newest: Option<(u64, PathBuf)> = None;
@@ -155,6 +157,11 @@ mod tests {
         // No dep-info: the newest `.rs` under src/ (other files do not count).
         let (t, path) = newest_source(root, &lib).unwrap();
         assert_eq!((t, path), (secs_ago(200), root.join("src/deep/er/mod.rs")));
+        touch(&root.join("crates/engine/src/agent/mod.rs"), 100);
+        assert_eq!(
+            newest_source(root, &lib).unwrap().1,
+            root.join("crates/engine/src/agent/mod.rs")
+        );
         touch(&root.join("Cargo.toml"), 50);
         assert_eq!(newest_source(root, &lib).unwrap().1, root.join("Cargo.toml"));
         // With one, only what it lists (and version.lua): Cargo.toml no longer counts.

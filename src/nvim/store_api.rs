@@ -7,9 +7,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{start_job, StreamHandle};
-use crate::llm::error::{ErrorClass, LlmError};
-use crate::runtime;
-use crate::store::CostScope;
+use mia_engine::runtime;
+use mia_llm::error::{ErrorClass, LlmError};
+use mia_store::CostScope;
 
 fn no_store() -> LlmError {
     LlmError::new(
@@ -19,7 +19,7 @@ fn no_store() -> LlmError {
     )
 }
 
-pub(super) fn store_error(e: crate::store::StoreError) -> LlmError {
+pub(super) fn store_error(e: mia_store::StoreError) -> LlmError {
     LlmError::new(ErrorClass::InvalidRequest, None, format!("mia: {e}"))
 }
 
@@ -49,7 +49,7 @@ struct CostQuery {
 
 impl CostQuery {
     /// The store's query, or the error naming the scopes there are.
-    fn into_core(self) -> Result<crate::store::CostQuery, LlmError> {
+    fn into_core(self) -> Result<mia_store::CostQuery, LlmError> {
         let scope = match self.scope.as_str() {
             "session" => CostScope::Session,
             "daily" => CostScope::Daily,
@@ -63,7 +63,7 @@ impl CostQuery {
                 ))
             }
         };
-        Ok(crate::store::CostQuery {
+        Ok(mia_store::CostQuery {
             scope,
             session_id: self.session_id,
             model: self.model,
@@ -96,7 +96,7 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
         let store = runtime::store().await.ok_or_else(no_store)?;
         let query = q.into_core()?;
         let report = store
-            .cost_report(&query, providers.pricing(), crate::cost::now_ms())
+            .cost_report(&query, providers.pricing(), mia_cost::now_ms())
             .await
             .map_err(store_error)?;
         Ok(serde_json::to_value(&report).unwrap_or(Value::Null))
@@ -147,7 +147,7 @@ pub fn costs_export_drop(_: &Lua, id: u64) -> LuaResult<()> {
 /// result is `{ id = n, rows = n }`: the text waits in the core, taken a
 /// chunk at a time with `costs_export_take(id)` (see `store::export`).
 pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
-    use crate::store::export::{self, ExportFormat, ExportQuery};
+    use mia_store::export::{self, ExportFormat, ExportQuery};
     let q: ExportArgs = lua
         .from_value(query)
         .map_err(|e| LuaError::RuntimeError(format!("mia.costs_export: invalid query: {e}")))?;
@@ -170,7 +170,7 @@ pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     })
 }
 
-pub(super) fn session_info(s: &crate::store::SessionSummary) -> Value {
+pub(super) fn session_info(s: &mia_store::SessionSummary) -> Value {
     json!({
         "sessionId": s.id,
         "cwd": s.cwd,

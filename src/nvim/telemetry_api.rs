@@ -3,7 +3,7 @@
 use mlua::prelude::*;
 
 use super::guarded;
-use crate::telemetry;
+use mia_engine::telemetry;
 
 /// `telemetry_configure(cfg)` -> state line: starts, restarts or stops
 /// the OpenTelemetry export; raises one clear message on a bad setting.

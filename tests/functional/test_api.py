@@ -135,7 +135,7 @@ def test_library_from_another_version_is_refused(editor_factory, server):
 
 def plugin_copy(plugin):
     """A copy of the plugin with a built library in it; returns the library."""
-    for part in ("lua", "plugin", "src"):
+    for part in ("lua", "plugin", "src", "crates"):
         shutil.copytree(ROOT / part, plugin / part)
     shutil.copy(ROOT / "Cargo.toml", plugin / "Cargo.toml")
     (plugin / "target" / "release").mkdir(parents=True)
@@ -165,7 +165,8 @@ def test_only_the_librarys_own_inputs_make_it_stale(editor_factory, server, tmp_
     leaves it usable; a newer source it was built from does not."""
     plugin = tmp_path / "plugin copy"
     lib = plugin_copy(plugin)
-    inputs = [plugin / "src" / "lib.rs", plugin / "src" / "telemetry" / "mod.rs", plugin / "lua" / "mia" / "version.lua"]
+    telemetry = plugin / "crates" / "engine" / "src" / "telemetry" / "mod.rs"
+    inputs = [plugin / "src" / "lib.rs", telemetry, plugin / "lua" / "mia" / "version.lua"]
     (plugin / "target" / "release" / "libmia_core.d").write_text(
         f"{lib}: " + " ".join(str(f).replace(" ", "\\ ") for f in inputs) + "\n")
     old = time.time() - 3600
@@ -184,7 +185,7 @@ def test_only_the_librarys_own_inputs_make_it_stale(editor_factory, server, tmp_
     ed = first_prompt()
     ed.wait("require('mia.chat').state() == 'done'")
     assert "fresh enough" in ed.chat_text()
-    os.utime(plugin / "src" / "telemetry" / "mod.rs")
+    os.utime(telemetry)
     with pytest.raises(NvimError) as exc:
         first_prompt()
     assert "was built from an older version of the code (" in str(exc.value)

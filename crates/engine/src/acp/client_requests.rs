@@ -1,0 +1,310 @@
+//! What an external agent asks of mia (ACP's client-side methods), answered
+//! through Neovim: permission through mia's permission UI, file reads from
+//! the buffers the user sees, file writes through mia's diff review
+//! ([`crate::tools::landing`]), and terminals as Neovim terminal buffers.
+//! Every answer comes back as a call ([`crate::calls`]); nothing waits on
+//! the main thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_client_protocol as sdk;
+use agent_client_protocol::v1::schema as s;
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use super::client::AgentProc;
+use super::permission_diff;
+use crate::calls::CallError;
+use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolOutput};
+
+/// How long a question may wait for the user.
+const ASK_WAIT: Duration = Duration::from_secs(3600);
+/// How long a buffer read or a terminal operation waits for Neovim.
+const EDITOR_WAIT: Duration = Duration::from_secs(10);
+/// Longest a `terminal/wait_for_exit` waits (the agent cancels sooner).
+const EXIT_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// Largest file `fs/read_text_file` reads from disk.
+const MAX_READ_BYTES: u64 = 16 * 1024 * 1024;
+
+fn error(message: impl Into<String>) -> sdk::Error {
+    let mut e = sdk::Error::internal_error();
+    e.message = message.into();
+    e
+}
+
+fn invalid(message: impl Into<String>) -> sdk::Error {
+    let mut e = sdk::Error::invalid_params();
+    e.message = message.into();
+    e
+}
+
+impl AgentProc {
+    fn root(&self) -> PathBuf {
+        match &self.spec.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+        }
+    }
+
+    /// The physical path of `path` if it lies in the agent's project (as for
+    /// mia's own file tools).
+    fn confined(&self, path: &Path) -> Result<PathBuf, sdk::Error> {
+        paths::resolve_in_root(&self.root(), &path.to_string_lossy()).map_err(|e| invalid(e.to_string()))
+    }
+
+    /// [`Self::confined`], then the user's deny rules for mia's own `tool`
+    /// (`read_file` or `write_file`; rules limited to a mode do not apply to
+    /// an external agent): a denied path is refused, whatever its spelling.
+    fn allowed(&self, path: &Path, tool: &str) -> Result<PathBuf, sdk::Error> {
+        let physical = self.confined(path)?;
+        let root = self.root();
+        let root = std::fs::canonicalize(&root).unwrap_or(root);
+        let rel = physical
+            .strip_prefix(&root)
+            .unwrap_or(&physical)
+            .to_string_lossy()
+            .to_string();
+        let hidden = crate::runtime::agent_settings().permissions.hidden_paths("", tool);
+        if hidden(&rel) {
+            return Err(invalid(format!(
+                "mia: `{rel}` is denied by a permission rule for {tool}; agents in mia's chat cannot reach it either"
+            )));
+        }
+        Ok(physical)
+    }
+
+    async fn lua(&self, kind: &str, payload: Value, wait: Duration) -> Result<Value, CallError> {
+        let cancel = self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match self
+            .bridge
+            .call(self.current_stream(), kind, payload, wait, &cancel)
+            .await?
+        {
+            Ok(v) => Ok(v),
+            Err(message) => Ok(json!({ "_error": message })),
+        }
+    }
+
+    /// A Lua answer as the typed response, or the error Lua gave.
+    async fn lua_typed<T: DeserializeOwned>(
+        &self,
+        kind: &str,
+        payload: Value,
+        wait: Duration,
+    ) -> Result<T, sdk::Error> {
+        let v = self
+            .lua(kind, payload, wait)
+            .await
+            .map_err(|e| error(format!("{kind}: {e}")))?;
+        if let Some(message) = v.get("_error").and_then(Value::as_str) {
+            return Err(error(message.to_string()));
+        }
+        // An empty Lua table crosses as a list: the empty answers are objects.
+        let v = match v {
+            Value::Null => json!({}),
+            Value::Array(a) if a.is_empty() => json!({}),
+            v => v,
+        };
+        serde_json::from_value(v).map_err(|e| error(format!("{kind}: bad answer from the editor: {e}")))
+    }
+
+    /// `session/request_permission`: the user picks one of the agent's own
+    /// options (its exact `optionId` goes back); a dismissed question, a
+    /// cancelled turn or an unknown answer is `cancelled`. A tool call that
+    /// carries a diff is shown in mia's review, prepared by
+    /// [`permission_diff::prepare`].
+    pub(super) async fn permission(
+        self: Arc<Self>,
+        r: s::RequestPermissionRequest,
+    ) -> Result<s::RequestPermissionResponse, sdk::Error> {
+        let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        // A diff goes to mia's review: bounded, and named as the user knows the file.
+        let root = self.root();
+        let (mut payload, review) = tokio::task::spawn_blocking(move || {
+            let mut payload = payload;
+            let review = permission_diff::prepare(&mut payload, &root);
+            (payload, review)
+        })
+        .await
+        .map_err(|e| error(e.to_string()))?;
+        let mut mia = review.unwrap_or_default();
+        mia.insert("agent".into(), json!(self.spec.name));
+        payload["_meta"] = json!({ "mia": mia });
+        let cancelled = s::RequestPermissionResponse::new(s::RequestPermissionOutcome::Cancelled);
+        let answer = match self.lua("session/request_permission", payload, ASK_WAIT).await {
+            Ok(v) => v,
+            Err(_) => return Ok(cancelled),
+        };
+        let Ok(response) = serde_json::from_value::<s::RequestPermissionResponse>(answer) else {
+            return Ok(cancelled);
+        };
+        match &response.outcome {
+            s::RequestPermissionOutcome::Selected(sel) if r.options.iter().any(|o| o.option_id == sel.option_id) => {
+                Ok(response)
+            }
+            _ => Ok(cancelled),
+        }
+    }
+
+    /// `fs/read_text_file`: an open buffer's text (unsaved changes included),
+    /// else the file on disk; `line` (1-based) and `limit` select lines.
+    pub(super) async fn read_text_file(
+        self: Arc<Self>,
+        r: s::ReadTextFileRequest,
+    ) -> Result<s::ReadTextFileResponse, sdk::Error> {
+        let path = self.allowed(&r.path, "read_file")?;
+        let payload = json!({
+            "sessionId": r.session_id.to_string(),
+            "path": path.display().to_string(),
+            "_meta": { "mia": { "loaded": true } },
+        });
+        let from_buffer = match self.lua("fs/read_text_file", payload, EDITOR_WAIT).await {
+            Ok(v) => v.get("content").and_then(Value::as_str).map(str::to_string),
+            Err(_) => None,
+        };
+        let text = match from_buffer {
+            Some(t) => t,
+            None => {
+                let p = path.clone();
+                tokio::task::spawn_blocking(move || read_disk(&p))
+                    .await
+                    .map_err(|e| error(e.to_string()))??
+            }
+        };
+        Ok(s::ReadTextFileResponse::new(select_lines(&text, r.line, r.limit)))
+    }
+
+    /// `fs/write_text_file`: the change goes through mia's review (the user
+    /// sees the diff) and lands in the buffer or on disk; a rejection is an
+    /// error whose message carries the user's reason.
+    pub(super) async fn write_text_file(
+        self: Arc<Self>,
+        r: s::WriteTextFileRequest,
+    ) -> Result<s::WriteTextFileResponse, sdk::Error> {
+        let path = self.allowed(&r.path, "write_file")?;
+        let root = self.root();
+        let p = path.clone();
+        let before = tokio::task::spawn_blocking(move || paths::read_regular(&p, MAX_READ_BYTES).ok())
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        let name = paths::display_relative(&root, &path);
+        let agent = AgentInfo {
+            name: self.spec.name.clone(),
+            mode: String::new(),
+        };
+        let lua = self.bridge.clone().with_editor_fs();
+        let ctx = ToolContext {
+            session_id: r.session_id.to_string(),
+            call_id: format!("{}-write", self.spec.name),
+            abort: self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            review: true,
+            ..ToolContext::new(self.current_stream(), root, agent, lua)
+        };
+        let proposal = landing::Proposal {
+            path,
+            name: name.clone(),
+            before,
+            after: r.content.into_bytes(),
+        };
+        let tool = format!("{} (write)", self.spec.name);
+        let out = landing::land(&ctx, &tool, proposal, ToolOutput::ok(format!("wrote {name}"))).await;
+        if out.is_error {
+            return Err(error(out.content));
+        }
+        Ok(s::WriteTextFileResponse::new())
+    }
+
+    pub(super) async fn terminal_create(
+        self: Arc<Self>,
+        r: s::CreateTerminalRequest,
+    ) -> Result<s::CreateTerminalResponse, sdk::Error> {
+        let mut payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        let cwd = match &r.cwd {
+            Some(c) => self.confined(c)?,
+            None => self.root(),
+        };
+        payload["cwd"] = json!(cwd.display().to_string());
+        // The terminal's command must not inherit provider keys (mia_llm::secret_env);
+        // a variable the agent passes in the request's own `env` is its choice.
+        payload["_meta"] = json!({ "mia": { "agent": self.spec.name, "hide_env": mia_llm::secret_env::names() } });
+        self.lua_typed("terminal/create", payload, EDITOR_WAIT).await
+    }
+
+    pub(super) async fn terminal_output(
+        self: Arc<Self>,
+        r: s::TerminalOutputRequest,
+    ) -> Result<s::TerminalOutputResponse, sdk::Error> {
+        let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        self.lua_typed("terminal/output", payload, EDITOR_WAIT).await
+    }
+
+    pub(super) async fn terminal_wait(
+        self: Arc<Self>,
+        r: s::WaitForTerminalExitRequest,
+    ) -> Result<s::WaitForTerminalExitResponse, sdk::Error> {
+        let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        self.lua_typed("terminal/wait_for_exit", payload, EXIT_WAIT).await
+    }
+
+    pub(super) async fn terminal_kill(
+        self: Arc<Self>,
+        r: s::KillTerminalRequest,
+    ) -> Result<s::KillTerminalResponse, sdk::Error> {
+        let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        self.lua_typed("terminal/kill", payload, EDITOR_WAIT).await
+    }
+
+    pub(super) async fn terminal_release(
+        self: Arc<Self>,
+        r: s::ReleaseTerminalRequest,
+    ) -> Result<s::ReleaseTerminalResponse, sdk::Error> {
+        let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
+        self.lua_typed("terminal/release", payload, EDITOR_WAIT).await
+    }
+}
+
+fn read_disk(path: &Path) -> Result<String, sdk::Error> {
+    // Only a regular file, opened without blocking: a pipe would hold the agent's request forever.
+    let (file, len) = paths::open_regular(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    if len > MAX_READ_BYTES {
+        return Err(error(format!(
+            "{} is larger than {} MB; read it with line and limit",
+            path.display(),
+            MAX_READ_BYTES / (1024 * 1024)
+        )));
+    }
+    let mut bytes = Vec::new();
+    use std::io::Read;
+    file.take(MAX_READ_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Lines `line..line+limit` (1-based `line`) of `text`, each with its newline.
+fn select_lines(text: &str, line: Option<u32>, limit: Option<u32>) -> String {
+    if line.is_none() && limit.is_none() {
+        return text.to_string();
+    }
+    let start = line.unwrap_or(1).max(1) as usize - 1;
+    let take = limit.map(|l| l as usize).unwrap_or(usize::MAX);
+    text.split_inclusive('\n').skip(start).take(take).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::select_lines;
+
+    #[test]
+    fn line_and_limit_select_whole_lines_counted_from_one() {
+        let text = "a\nb\nc\nd";
+        assert_eq!(select_lines(text, None, None), text);
+        assert_eq!(select_lines(text, Some(2), Some(2)), "b\nc\n");
+        assert_eq!(select_lines(text, Some(3), None), "c\nd");
+        assert_eq!(select_lines(text, None, Some(1)), "a\n");
+        assert_eq!(select_lines(text, Some(0), Some(1)), "a\n");
+        assert_eq!(select_lines(text, Some(9), Some(1)), "");
+    }
+}

@@ -1,0 +1,426 @@
+//! One round of tool calls: validate, ask permission (one question at a
+//! time), run the approved calls in parallel, and return the results as one
+//! tool message in the order the model asked.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use agent_client_protocol_schema::v1 as acp;
+
+use super::{update, AgentDeps};
+use crate::calls::CallError;
+use crate::events::StreamId;
+use crate::session::{updates, ToolOutcome, ToolStatus};
+use crate::tools::landing::EditScope;
+use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
+use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolError, ToolLimits, ToolOutput};
+use mia_llm::delta::{StreamDone, ToolCall};
+use mia_llm::message::{Message, Part, Role};
+
+/// The permission question for one call, as ACP's `session/request_permission`:
+/// the call, and the options in the order the UI shows them. What mia's
+/// picker needs besides (subject, effect, the rule that asked) is in `_meta.mia`.
+fn permission_request(session_id: &str, call: &ToolCall, extra: Value) -> acp::RequestPermissionRequest {
+    let tool_call = acp::ToolCallUpdate::new(
+        call.id.clone(),
+        acp::ToolCallUpdateFields::new()
+            .title(call.name.clone())
+            .kind(updates::tool_kind(&call.name))
+            .status(acp::ToolCallStatus::Pending)
+            .raw_input(call.arguments.clone()),
+    );
+    let mut meta = acp::Meta::new();
+    meta.insert("mia".into(), extra);
+    acp::RequestPermissionRequest::new(
+        session_id.to_string(),
+        tool_call,
+        vec![
+            acp::PermissionOption::new("allow_once", "Allow once", acp::PermissionOptionKind::AllowOnce),
+            acp::PermissionOption::new(
+                "allow_always",
+                "Allow always for this project",
+                acp::PermissionOptionKind::AllowAlways,
+            ),
+            acp::PermissionOption::new("reject_once", "Reject", acp::PermissionOptionKind::RejectOnce),
+        ],
+    )
+    .meta(meta)
+}
+
+/// The user's answer: the option chosen, or `None` for a dismissed question.
+fn chosen_option(answer: Value) -> Option<String> {
+    let response: acp::RequestPermissionResponse = serde_json::from_value(answer).ok()?;
+    match response.outcome {
+        acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
+        _ => None,
+    }
+}
+
+/// Runs the tool calls of `done`; the returned message holds one result per
+/// call, and the map how each ended (typed: done, failed, rejected, cancelled).
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    deps: &AgentDeps,
+    stream: StreamId,
+    agent: &AgentInfo,
+    root: &Path,
+    session_id: &str,
+    message_id: &str,
+    done: &StreamDone,
+    remembered: &mut Vec<Rule>,
+    cancel: &CancellationToken,
+    history: &[Message],
+    scope: Option<&Arc<EditScope>>,
+) -> (Message, BTreeMap<String, ToolOutcome>) {
+    // "Allow always" answers given in reviews of the previous round.
+    if let Some(scope) = scope {
+        remembered.extend(scope.ledger.take_rules());
+    }
+    // The plan tool's calls reach the UI as `plan` updates, every other call as a tool block.
+    for call in &done.tool_calls {
+        if updates::is_plan_tool(&call.name) {
+            if let Some(plan) = updates::plan(&call.arguments) {
+                update(&deps.queue, stream, plan);
+            }
+        } else {
+            update(
+                &deps.queue,
+                stream,
+                updates::tool_call(&call.id, &call.name, &call.arguments),
+            );
+        }
+    }
+    let mut results: HashMap<String, ToolOutput> = HashMap::new();
+    let mut ended: HashMap<String, ToolStatus> = HashMap::new();
+    let mut approved: Vec<(&ToolCall, SharedTool, Checked, bool)> = Vec::new();
+    for call in &done.tool_calls {
+        if cancel.is_cancelled() {
+            results.insert(
+                call.id.clone(),
+                ToolOutput::error("Cancelled by the user before it ran."),
+            );
+            ended.insert(call.id.clone(), ToolStatus::Cancelled);
+            continue;
+        }
+        let (tool, compiled) = match deps.registry.get_checked(&call.name) {
+            Ok(found) => found,
+            Err(e) => {
+                results.insert(
+                    call.id.clone(),
+                    ToolOutput::error(format!("{e}. Call one of those instead.")),
+                );
+                continue;
+            }
+        };
+        if let Err(problem) = crate::tools::schema::check(&call.name, &compiled, &call.arguments) {
+            results.insert(call.id.clone(), ToolOutput::from(problem));
+            continue;
+        }
+        let subject = if tool.dynamic_subject() {
+            crate::tools::lua_tool::dynamic_subject(
+                &crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()),
+                stream,
+                &call.name,
+                &call.arguments,
+                cancel,
+            )
+            .await
+        } else {
+            Ok(tool.subject(&call.arguments))
+        };
+        let checked = match subject.and_then(|s| Checked::new(root, s.as_ref()).map_err(ToolError::from)) {
+            Ok(c) => c,
+            Err(problem) => {
+                results.insert(call.id.clone(), ToolOutput::from(problem));
+                continue;
+            }
+        };
+        let decision = deps.settings.permissions.decide(
+            &agent.mode,
+            &call.name,
+            tool.effect(),
+            &checked,
+            remembered,
+            tool.outside_project(),
+        );
+        let subject = checked.shown();
+        let sid = (!session_id.is_empty()).then_some(session_id);
+        match decision.action {
+            Action::Allow => {
+                crate::telemetry::tool_decision(sid, &call.name, true, "config");
+                approved.push((call, tool, checked, false))
+            }
+            // An edit the rules would ask about is shown as a diff when it is
+            // proposed (landing), unless the user accepted the file for the session.
+            Action::Ask if scope.is_some() && tool.reviews_edits() && checked.path().is_some() => {
+                // A control file is reviewed every time (see tools::control_files).
+                let accepted_file = scope.zip(checked.path()).is_some_and(|(s, p)| {
+                    s.ledger.allowed(&p.physical) && crate::tools::control_files::control_path(p).is_none()
+                });
+                approved.push((call, tool, checked, !accepted_file));
+            }
+            Action::Deny => {
+                crate::telemetry::tool_decision(sid, &call.name, false, "config");
+                results.insert(
+                    call.id.clone(),
+                    ToolOutput::error(format!(
+                        "Permission denied ({}). Do not retry this call.",
+                        decision.because
+                    )),
+                );
+            }
+            Action::Ask => {
+                update(
+                    &deps.queue,
+                    stream,
+                    updates::tool_progress(&call.id, ToolStatus::AwaitingPermission, json!({ "subject": subject })),
+                );
+                let request = permission_request(
+                    session_id,
+                    call,
+                    json!({
+                        "tool": call.name,
+                        "subject": subject,
+                        "effect": tool.effect(),
+                        "because": decision.because,
+                        "root": root.display().to_string(),
+                    }),
+                );
+                let payload = serde_json::to_value(&request).unwrap_or(Value::Null);
+                let timeout = Duration::from_millis(deps.settings.ask_timeout_ms);
+                let answer = deps
+                    .calls
+                    .call(
+                        &deps.queue,
+                        stream,
+                        "session/request_permission",
+                        payload,
+                        timeout,
+                        cancel,
+                    )
+                    .await;
+                let choice = match answer {
+                    Ok(Ok(v)) => Ok(chosen_option(v)),
+                    Ok(Err(_)) => Ok(None),
+                    Err(e) => Err(e),
+                };
+                crate::telemetry::tool_decision(
+                    sid,
+                    &call.name,
+                    matches!(&choice, Ok(Some(a)) if a == "allow_once" || a == "allow_always"),
+                    "user",
+                );
+                match choice {
+                    Ok(Some(a)) if a == "allow_once" => approved.push((call, tool, checked, false)),
+                    Ok(Some(a)) if a == "allow_always" => {
+                        let rule = remembered_rule(&call.name, &checked);
+                        if let Some(dir) = &deps.settings.data_dir {
+                            Remembered::save(dir, root, rule.clone()).await;
+                        }
+                        remembered.push(rule);
+                        approved.push((call, tool, checked, false));
+                    }
+                    Err(CallError::Cancelled) => {
+                        results.insert(
+                            call.id.clone(),
+                            ToolOutput::error("Cancelled by the user before it ran."),
+                        );
+                        ended.insert(call.id.clone(), ToolStatus::Cancelled);
+                    }
+                    _ => {
+                        results.insert(
+                            call.id.clone(),
+                            ToolOutput::error("The user rejected this call. Ask what they want instead."),
+                        );
+                        ended.insert(call.id.clone(), ToolStatus::Rejected);
+                    }
+                }
+            }
+        }
+    }
+    let limits = ToolLimits {
+        max_read_bytes: deps.settings.max_read_bytes,
+        output_cap_bytes: deps.settings.output_cap_bytes,
+        bash_timeout_ms: deps.settings.bash_timeout_ms,
+        ..ToolLimits::default()
+    };
+    let message_id = message_id.to_string();
+    let conversation = Arc::new(history.to_vec());
+    let mut outcomes: BTreeMap<String, ToolOutcome> = BTreeMap::new();
+    for call in &done.tool_calls {
+        if let Some(out) = results.get(&call.id) {
+            let outcome = ToolOutcome {
+                status: ended.get(&call.id).copied().unwrap_or(ToolStatus::Failed),
+                duration_ms: None,
+                summary: None,
+            };
+            update(
+                &deps.queue,
+                stream,
+                updates::tool_finished(&call.id, &out.content, &outcome),
+            );
+            outcomes.insert(call.id.clone(), outcome);
+        }
+    }
+    let runs = approved.into_iter().map(|(call, tool, checked, review)| {
+        let queue = deps.queue.clone();
+        let call_id = call.id.clone();
+        let message_id = message_id.clone();
+        let ctx = ToolContext {
+            stream,
+            session_id: session_id.to_string(),
+            message_id: message_id.clone(),
+            call_id: call.id.clone(),
+            agent: agent.clone(),
+            root: root.to_path_buf(),
+            abort: cancel.child_token(),
+            limits,
+            outside_allowed: checked.outside_path(),
+            hidden: Some(deps.settings.permissions.hidden_paths(&agent.mode, &call.name)),
+            subject: checked.path().cloned(),
+            conversation: conversation.clone(),
+            lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()).with_editor_fs(),
+            edits: scope.cloned(),
+            review,
+            permissions: deps
+                .settings
+                .permissions
+                .effective(&agent.mode, &call.name, tool.effect()),
+            metadata: Arc::new(move |m| {
+                update(&queue, stream, updates::tool_metadata(&call_id, m));
+            }),
+        };
+        async move {
+            update(
+                &deps.queue,
+                stream,
+                updates::tool_progress(&call.id, ToolStatus::Running, json!({})),
+            );
+            let started = Instant::now();
+            let out = tool.call(call.arguments.clone(), ctx).await;
+            (call, out, started.elapsed())
+        }
+    });
+    // A tool may print a key (`env`, a config file): it goes neither to the
+    // provider, nor to the store, nor to the chat.
+    let secrets = deps.providers.secrets();
+    for (call, mut out, took) in join_all(runs).await {
+        for secret in &secrets {
+            if out.content.contains(secret.as_str()) {
+                out.content = out.content.replace(secret.as_str(), "<redacted>");
+            }
+        }
+        let status = if cancel.is_cancelled() {
+            ToolStatus::Cancelled
+        } else if out.metadata.get("review").and_then(Value::as_str) == Some("rejected") {
+            ToolStatus::Rejected
+        } else if out.is_error {
+            ToolStatus::Failed
+        } else {
+            ToolStatus::Done
+        };
+        crate::telemetry::tool_result(
+            (!session_id.is_empty()).then_some(session_id),
+            &call.name,
+            status == ToolStatus::Done,
+            took.as_millis() as u64,
+        );
+        let outcome = ToolOutcome {
+            status,
+            duration_ms: Some(took.as_millis() as u64),
+            summary: out.metadata.get("summary").and_then(Value::as_str).map(str::to_string),
+        };
+        update(
+            &deps.queue,
+            stream,
+            updates::tool_finished(&call.id, &out.content, &outcome),
+        );
+        outcomes.insert(call.id.clone(), outcome);
+        results.insert(call.id.clone(), out);
+    }
+    let mut images = Vec::new();
+    let mut parts: Vec<Part> = done
+        .tool_calls
+        .iter()
+        .map(|call| {
+            let out = results
+                .remove(&call.id)
+                .unwrap_or_else(|| ToolOutput::error("The tool did not run."));
+            images.extend(attached_images(&out.metadata));
+            Part::ToolResult {
+                tool_call_id: call.id.clone(),
+                content: out.content,
+                is_error: out.is_error,
+            }
+        })
+        .collect();
+    // Images a tool attached follow the results, in the same message.
+    parts.extend(images.into_iter().take(MAX_IMAGES_PER_ROUND));
+    (
+        Message {
+            role: Role::Tool,
+            parts,
+        },
+        outcomes,
+    )
+}
+
+/// Most images the tools of one round attach to the model's next request.
+const MAX_IMAGES_PER_ROUND: usize = 8;
+/// Largest attached image, in bytes of base64.
+pub const MAX_IMAGE_BASE64: usize = 4 * 1024 * 1024;
+
+/// The images a tool attached for the model (`metadata.images`: a list of
+/// `{ media_type, data }`, base64 data): only the image types every
+/// provider reads, at most [`MAX_IMAGE_BASE64`] each.
+fn attached_images(metadata: &Value) -> Vec<Part> {
+    let Some(list) = metadata.get("images").and_then(Value::as_array) else {
+        return Vec::new();
+    };
+    list.iter()
+        .filter_map(|img| {
+            let media_type = img.get("media_type")?.as_str()?;
+            let data = img.get("data")?.as_str()?;
+            let known = matches!(media_type, "image/png" | "image/jpeg" | "image/gif" | "image/webp");
+            let base64 = data
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+            (known && base64 && !data.is_empty() && data.len() <= MAX_IMAGE_BASE64).then(|| Part::Image {
+                media_type: media_type.to_string(),
+                data: data.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn only_known_image_types_in_base64_within_the_cap_are_attached() {
+        let big = "A".repeat(MAX_IMAGE_BASE64 + 1);
+        let meta = json!({ "images": [
+            { "media_type": "image/png", "data": "iVBORw0KGgo=" },
+            { "media_type": "image/svg+xml", "data": "PHN2Zz4=" },
+            { "media_type": "image/png", "data": "not base64!" },
+            { "media_type": "image/png", "data": big },
+            { "media_type": "image/jpeg" },
+            "junk"
+        ] });
+        assert_eq!(
+            attached_images(&meta),
+            vec![Part::Image {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into()
+            }]
+        );
+        assert!(attached_images(&json!(null)).is_empty());
+    }
+}

@@ -1,0 +1,48 @@
+//! mia's core: tools, sessions, the agent loop, MCP servers, external ACP
+//! agents and mia-acp's server, checkpoints, hooks and telemetry. It stands
+//! on the pure crates (`mia_cost`, `mia_llm`, `mia_store`, `mia_log`) and
+//! knows nothing of Neovim: the `mia` crate (the cdylib Neovim loads) and
+//! `mia-acp` are its two front-ends.
+//!
+//! Within this crate (top-level modules; `a → b` means `a` names `b`'s items):
+//!
+//! ```text
+//! git         → (nothing: the one way mia runs git)
+//! reaper      → (nothing: process groups mia started)
+//! calls       → events
+//! events      → session, tools
+//! shared      → tools
+//! hooks       → calls, events, telemetry
+//! checkpoint  → git, session, tools
+//! tools       → calls, checkpoint, events, mcp, session, shared, telemetry
+//! session     → agent, checkpoint, telemetry, tools
+//! telemetry   → runtime, session, tools
+//! mcp         → acp, agent, reaper, tools
+//! agent       → calls, checkpoint, events, hooks, mcp, runtime, session, telemetry, tools
+//! stream_task → agent, calls, events, hooks, runtime, session
+//! acp         → agent, calls, events, hooks, mcp, reaper, runtime, session, shared, stream_task, tools
+//! runtime     → agent, events, session, telemetry, tools
+//! ```
+//!
+//! Inside one crate these are not enforced, and cycles remain (e.g. `tools`
+//! ↔ `session`, `telemetry` ↔ `runtime`); the crates around it are.
+//!
+//! `runtime` holds the process-wide state (the tokio runtime, the event
+//! queue, providers, settings, the tool registry, the store); only the
+//! front-ends should reach into it and hand what a task needs to the core.
+
+pub mod acp;
+pub mod agent;
+pub mod calls;
+pub mod checkpoint;
+pub mod events;
+pub mod git;
+pub mod hooks;
+pub mod mcp;
+pub mod reaper;
+pub mod runtime;
+pub mod session;
+pub mod shared;
+pub mod stream_task;
+pub mod telemetry;
+pub mod tools;
