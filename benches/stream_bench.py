@@ -30,6 +30,10 @@ Then typing: one key every 10 ms into another window (insert mode) while
 each client streams at 1 kHz, and with nothing streaming; the latency from
 the key's send (over RPC, as the TUI sends it) to the end of the redraw that
 shows it (a decoration provider's on_end), p50/p99/max over every key.
+With --against OTHER_LIB, every stream also runs through a second TUI that
+loaded OTHER_LIB ("mia_against"), taking turns with the others, so two
+builds compare side by side in one run; each stream also reports the whole
+Neovim process's CPU (the main thread and mia's runtime threads).
 Then: the first turn in a fresh Neovim (`:Mia prompt` to the answer's end),
 idle CPU for 10 s with and without mia loaded, the time setup() adds
 to startup, the .so size, and (with --build-time) a clean release build.
@@ -88,6 +92,26 @@ def task_cpu_ns(pid, tid):
         return int(f.read().split()[0])
 
 
+def threads_cpu_ns(pid):
+    """Each thread's CPU time by thread id, in ns (schedstat: finer than
+    /proc/<pid>/stat's 10 ms ticks, which a 4 s stream's ~100 ms would
+    round by a tenth)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out[tid] = task_cpu_ns(pid, tid)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # it ended between the listing and the read
+    return out
+
+
+def threads_cpu_delta_ns(before, after):
+    """The CPU the process's threads spent between two threads_cpu_ns();
+    a thread that ended in between counts with what it had at the start
+    (nothing of what it did afterwards, so a lower bound), a new one from 0."""
+    return sum(after.get(t, before.get(t, 0)) - before.get(t, 0) for t in set(before) | set(after))
+
+
 def process_cpu_ns(pid):
     """utime + stime of the whole process, threads that already exited
     included (summing live threads' schedstat would drop those)."""
@@ -135,7 +159,9 @@ class Tui:
 
     def __init__(self, tmp, base_url, with_mia=True, loader=False, in_tree=False, lib=None):
         self.sock = str(Path(tmp) / f"nvim-{time.monotonic_ns()}.sock")
-        self.tmux = ["tmux", "-L", "miabench"]
+        # One tmux server per TUI: --against's streams run in a second TUI
+        # beside the first.
+        self.tmux = ["tmux", "-L", f"miabench-{os.getpid()}-{time.monotonic_ns()}"]
         env = {
             "MIA_BENCH_ROOT": str(ROOT), "MIA_BENCH_BASE_URL": base_url, "MIA_CORE_PATH": str(LIB_SNAPSHOT),
             "XDG_STATE_HOME": str(Path(tmp) / "state"), "XDG_DATA_HOME": str(Path(tmp) / "data"),
@@ -243,14 +269,18 @@ def floor_rate(prompt):
     return float(words[2]) if words[0] == "slow" else 1e9
 
 
-def run_stream(tui, server, client, prompt, n_tokens):
+def run_stream(tuis, server, client, prompt, n_tokens):
+    # "mia_against": mia in the second TUI, which loaded --against's library.
+    tui = tuis["against"] if client == "mia_against" else tuis["lib"]
+    client = "mia" if client == "mia_against" else client
     seq_before = server.last_seq()
     tui.lua("bench.start_%s(...)" % client, prompt)
-    main0, tui0 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.tui_pid)
+    main0, tui0, proc0 = task_cpu_ns(tui.pid, tui.pid), process_cpu_ns(tui.tui_pid), threads_cpu_ns(tui.pid)
     wait_done(tui, server, client, prompt, n_tokens, seq_before)
     time.sleep(0.3)  # let the final redraw finish before reading CPU
     main_ns = task_cpu_ns(tui.pid, tui.pid) - main0
     tui_ns = process_cpu_ns(tui.tui_pid) - tui0
+    proc_ns = threads_cpu_delta_ns(proc0, threads_cpu_ns(tui.pid))
     res = tui.lua("return bench.result()")
     # Bytes of the answer itself: what was written before its first word
     # (the chat's prompt and header) is not a token.
@@ -264,6 +294,8 @@ def run_stream(tui, server, client, prompt, n_tokens):
     out = {
         "wall_ms": (last - res["t0"]) / 1e6,
         "main_cpu_ms": main_ns / 1e6,
+        # The whole Neovim process: the main thread and mia's runtime threads.
+        "process_cpu_ms": proc_ns / 1e6,
         "tui_cpu_ms": tui_ns / 1e6,
         "cmd_to_first_ms": (times[next(k for k, c in enumerate(counts) if c >= TOKEN_BYTES)] - res["t0"]) / 1e6,
         "buffer_changes": len(times),
@@ -497,18 +529,24 @@ def main():
             return finish(results, args)
         try:
             tui = Tui(tmp, server.base_url)
+            tuis = {"lib": tui}
+            clients = CLIENTS
+            if args.against:  # the other library's mia, in its own TUI, taking turns with this one's
+                tuis["against"] = Tui(tmp, server.base_url, lib=AGAINST_SNAPSHOT)
+                clients = CLIENTS + ("mia_against",)
             try:
-                tui.lua("bench.start_mia('echo warm up')")
-                while not tui.lua("return bench.mia_done()"):
-                    time.sleep(0.05)
+                for t in tuis.values():
+                    t.lua("bench.start_mia('echo warm up')")
+                    while not t.lua("return bench.mia_done()"):
+                        time.sleep(0.05)
                 tui.lua("bench.start_curl('echo warm up')")
                 while not tui.lua("return bench.curl_done()"):
                     time.sleep(0.05)
                 for label, prompt, n in scenarios:
-                    per = {c: [] for c in CLIENTS}
+                    per = {c: [] for c in clients}
                     for _ in range(args.runs):
-                        for client in CLIENTS:  # interleaved: drift hits all alike
-                            per[client].append(run_stream(tui, server, client, prompt, n))
+                        for client in clients:  # interleaved: drift hits all alike
+                            per[client].append(run_stream(tuis, server, client, prompt, n))
                     results["streams"][label] = {c: median_of(r) for c, r in per.items()}
                     print(f"{label}: done", file=sys.stderr)
                 if args.streams_only:
@@ -523,7 +561,8 @@ def main():
                 }
                 print("typing: done", file=sys.stderr)
             finally:
-                tui.close()
+                for t in tuis.values():
+                    t.close()
             results.update(first_turns(tmp, server.base_url, args.first_turn_runs, first_turn_variants(args)))
             results["idle_10s"] = {
                 "with mia": idle_cpu(tmp, server.base_url, True),
@@ -574,20 +613,26 @@ def report(r, runs):
     if not r["streams"]:
         return report_first_turns(r)
     print(f"## Streaming (medians of {runs} runs; Neovim TUI in tmux; ms)\n")
-    print("| scenario | client | wall | main-thread CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes | longest gap |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| scenario | client | wall | main-thread CPU | whole-process CPU | TUI CPU | command → first text | first token after send | p50 | p99 | buffer changes | longest gap |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     def ms(v):
         return "–" if v is None else f"{v:.2f}"
 
     for label, per in r["streams"].items():
         for client, m in per.items():
-            print(f"| {label} | {client} | {m['wall_ms']:.1f} | {m['main_cpu_ms']:.1f} | {m['tui_cpu_ms']:.1f} | "
+            print(f"| {label} | {client} | {m['wall_ms']:.1f} | {m['main_cpu_ms']:.1f} | {m['process_cpu_ms']:.1f} | "
+                  f"{m['tui_cpu_ms']:.1f} | "
                   f"{m['cmd_to_first_ms']:.2f} | {ms(m['first_token_ms'])} | {ms(m['p50_ms'])} | {ms(m['p99_ms'])} | "
                   f"{m['buffer_changes']:.0f} | {m['max_gap_ms']:.1f} |")
         ratio = per["curl"]["main_cpu_ms"] / max(per["mia"]["main_cpu_ms"], 1e-9)
-        print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | | |")
+        print(f"| {label} | baseline ÷ mia main-thread CPU | {ratio:.1f}× | | | | | | | | | |")
         own = per["mia"]["main_cpu_ms"] - per["floor"]["main_cpu_ms"]
-        print(f"| {label} | mia − floor: mia's own main-thread CPU | {own:.1f} | | | | | | | | |")
+        print(f"| {label} | mia − floor: mia's own main-thread CPU | {own:.1f} | | | | | | | | | |")
+        rt = per["mia"]["process_cpu_ms"] - per["mia"]["main_cpu_ms"]
+        print(f"| {label} | mia: the other threads' CPU (whole process − main thread) | {rt:.1f} | | | | | | | | | |")
+        if "mia_against" in per:
+            rt = per["mia_against"]["process_cpu_ms"] - per["mia_against"]["main_cpu_ms"]
+            print(f"| {label} | mia_against: the other threads' CPU | {rt:.1f} | | | | | | | | | |")
     print(f"\n## Per frame: mia's own work on the main thread (µs, medians of each run's median; "
           "the floor's frame is its bare write)\n")
     print("| scenario | client | text frames | drain | dispatch | write | other frames | drain | dispatch | write | "
