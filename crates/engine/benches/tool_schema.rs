@@ -41,7 +41,7 @@ fn main() {
         (
             "edit_file",
             json!({
-                "path": "crates/engine/src/tools/schema.rs",
+                "path": "src/tools/schema.rs",
                 "old_string": "let validator = match jsonschema::validator_for(schema) {\n        Ok(v) => v,",
                 "new_string": "let validator = match &compiled.0 {\n        Ok(v) => v,",
             }),
