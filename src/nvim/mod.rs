@@ -26,6 +26,7 @@ use mia_engine::{runtime, stream_task};
 use mia_llm::message::ChatRequest;
 use mia_llm::providers::CoreConfig;
 use mia_log::{self as logging, version};
+use mia_proto::EditorCall;
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
 
@@ -716,25 +717,24 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
                     t.set("kind", "result")?;
                     t.set("data", to_lua(lua, value)?)?;
                 }
-                Event::Call {
-                    call, kind, payload, ..
-                } => {
+                Event::Call { call, request, .. } => {
                     t.set("kind", "call")?;
                     t.set("call", *call)?;
-                    t.set("call_kind", kind.as_str())?;
-                    if kind == "hook" {
+                    t.set("call_kind", request.kind())?;
+                    let payload = request.payload();
+                    if matches!(**request, EditorCall::Hook(_)) {
                         // The request comes back from Lua: empty lists must stay lists.
                         t.set(
                             "data",
                             lua.to_value_with(
-                                payload,
+                                &payload,
                                 SerializeOptions::new()
                                     .serialize_none_to_null(false)
                                     .serialize_unit_to_null(false),
                             )?,
                         )?;
                     } else {
-                        t.set("data", to_lua(lua, payload)?)?;
+                        t.set("data", to_lua(lua, &payload)?)?;
                     }
                 }
                 Event::Abort { call, .. } => {
