@@ -2,6 +2,7 @@
 
 use mlua::prelude::*;
 
+use super::error::NvimError;
 use super::guarded;
 use mia_engine::telemetry;
 
@@ -9,13 +10,8 @@ use mia_engine::telemetry;
 /// the OpenTelemetry export; raises one clear message on a bad setting.
 pub fn telemetry_configure(lua: &Lua, cfg: LuaValue) -> LuaResult<String> {
     guarded("telemetry_configure", || {
-        let cfg: telemetry::TelemetryConfig = lua.from_value(cfg).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "mia: invalid telemetry configuration: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
-        telemetry::configure(cfg).map_err(LuaError::RuntimeError)
+        let cfg: telemetry::TelemetryConfig = lua.from_value(cfg).map_err(|e| NvimError::config("telemetry", e))?;
+        telemetry::configure(cfg).map_err(|m| NvimError::Failed(m).into())
     })
 }
 
