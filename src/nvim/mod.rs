@@ -21,13 +21,31 @@ use mlua::prelude::*;
 use mlua::serde::SerializeOptions;
 use tokio_util::sync::CancellationToken;
 
+use mia_engine::app::App;
 use mia_engine::events::Event;
-use mia_engine::{runtime, stream_task};
+use mia_engine::stream_task;
 use mia_llm::message::ChatRequest;
 use mia_llm::providers::CoreConfig;
 use mia_log::{self as logging, version};
 
+/// This Neovim's app: the one handle the editor's front-end holds. A static,
+/// not mlua's app data: `require("mia_core")` may run again over the same
+/// process (a `package.loaded` reset) and must find the same runtime and
+/// event queue (whose wake descriptor Neovim's loop watches), and the
+/// runtime's tasks outlive any one borrow of the Lua state.
+static APP: std::sync::OnceLock<std::sync::Arc<App>> = std::sync::OnceLock::new();
+
+/// This Neovim's app (built, starting nothing, on first use).
+pub(crate) fn app() -> &'static std::sync::Arc<App> {
+    APP.get_or_init(App::new)
+}
+
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
+/// A new stream id (unique in this process).
+fn new_stream() -> u64 {
+    NEXT_STREAM.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Longest `shutdown` may wait for tasks, whatever Lua asks (`:qa` waits for it).
 const MAX_SHUTDOWN: Duration = Duration::from_millis(100);
@@ -105,7 +123,8 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
                 logging::init(&PathBuf::from(file), level.as_deref().unwrap_or("info"));
             }
         }
-        let queue = runtime::queue()
+        let queue = app()
+            .queue()
             .map_err(|e| LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}")))?;
         Ok(i64::from(queue.fd()))
     })
@@ -120,7 +139,7 @@ fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
                 e.to_string().trim_start_matches("deserialize error: ")
             ))
         })?;
-        runtime::configure(config);
+        app().configure(config);
         Ok(())
     })
 }
@@ -129,15 +148,14 @@ fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
 /// `model`'s HTTP client in the background (see `runtime::prewarm`).
 fn prewarm(_: &Lua, model: Option<String>) -> LuaResult<()> {
     guarded("prewarm", || {
-        runtime::prewarm(model).map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))
+        app()
+            .prewarm(model)
+            .map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))
     })
 }
 
 fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<mia_engine::events::EventQueue>)> {
-    let rt = runtime::handle().map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))?;
-    let queue =
-        runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}")))?;
-    Ok((rt, queue))
+    app().runtime_and_queue().map_err(lua_error)
 }
 
 /// The second argument of `stream`/`send`: who the call is recorded under.
@@ -181,9 +199,9 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
     let api = stream_task::ApiCall {
         agent,
         utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
-        budgets: runtime::agent_settings().costs,
+        budgets: app().agent_settings().costs,
         session_id: opts.session_id.filter(|s| !s.is_empty()),
-        hooks: mia_engine::hooks::switch(),
+        hooks: app().hooks(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -191,9 +209,9 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
     stream_task::spawn_stream(
         &rt,
         queue,
-        runtime::providers(),
-        mia_engine::calls::pending(),
-        runtime::store(),
+        app().providers(),
+        app().calls(),
+        app().store(),
         id,
         request,
         streaming,
@@ -216,7 +234,7 @@ fn send(lua: &Lua, (request, opts): (LuaValue, LuaValue)) -> LuaResult<StreamHan
 /// `set_hooks(pre_request)`: whether model requests must go through Lua's
 /// `pre_request` transform hooks first.
 fn set_hooks(_: &Lua, pre_request: bool) -> LuaResult<()> {
-    mia_engine::hooks::set_pre_request(pre_request);
+    app().hooks().set(pre_request);
     Ok(())
 }
 
@@ -230,7 +248,7 @@ where
         let (rt, queue) = runtime_and_queue()?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        stream_task::spawn_job(&rt, queue, id, cancel.clone(), job(runtime::providers()));
+        stream_task::spawn_job(&rt, queue, id, cancel.clone(), job(app().providers()));
         Ok(StreamHandle { id, cancel })
     })
 }
@@ -257,21 +275,8 @@ fn lua_error(e: impl std::fmt::Display) -> LuaError {
     LuaError::RuntimeError(e.to_string())
 }
 
-fn agent_deps(queue: std::sync::Arc<mia_engine::events::EventQueue>) -> mia_engine::agent::AgentDeps {
-    mia_engine::agent::AgentDeps {
-        providers: runtime::providers(),
-        registry: runtime::registry(),
-        queue,
-        calls: mia_engine::calls::pending(),
-        settings: runtime::agent_settings(),
-        hooks: mia_engine::hooks::switch(),
-    }
-}
-
 fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
-    runtime::sessions()
-        .get(id)
-        .ok_or_else(|| lua_error(mia_engine::session::SessionError::NotFound(id.to_string())))
+    app().session(id).map_err(lua_error)
 }
 
 /// What `session_new` takes.
@@ -306,7 +311,7 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
             agent: "mia".into(),
             created_at_ms: mia_engine::session::now_ms(),
         };
-        runtime::sessions().insert(mia_engine::session::Session::new(info, None));
+        app().sessions().insert(mia_engine::session::Session::new(info, None));
         Ok(id)
     })
 }
@@ -328,12 +333,10 @@ fn prompt_of(lua: &Lua, prompt: LuaValue, what: &str) -> LuaResult<mia_engine::a
 fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
     guarded("session_prompt", || {
         let prompt = prompt_of(lua, prompt, "mia.prompt")?;
-        let session = open_session(&id)?;
-        let (rt, queue) = runtime_and_queue()?;
-        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let turn = session.begin(cancel.clone()).map_err(lua_error)?;
-        stream_task::spawn_turn(&rt, agent_deps(queue), stream, session, turn, prompt, cancel.clone());
+        let stream = app()
+            .prompt(&id, prompt, new_stream, cancel.clone())
+            .map_err(lua_error)?;
         Ok(StreamHandle { id: stream, cancel })
     })
 }
@@ -349,7 +352,7 @@ fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Str
         let (rt, queue) = runtime_and_queue()?;
         let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let deps = agent_deps(queue.clone());
+        let deps = app().agent_deps(queue.clone());
         stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
             let report = mia_engine::agent::context::report(&deps, stream, &session, &prompt).await?;
             Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null))
@@ -402,18 +405,8 @@ fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
 /// arrives as an event, then an empty result. Refused while a turn runs.
 fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     guarded("session_compact", || {
-        let session = open_session(&id)?;
-        let (rt, queue) = runtime_and_queue()?;
-        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let turn = session.begin(cancel.clone()).map_err(lua_error)?;
-        let deps = agent_deps(queue.clone());
-        let token = cancel.clone();
-        stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
-            session.attach_store(runtime::store().await);
-            let result = mia_engine::agent::compact_session(&deps, stream, session, token, turn).await;
-            result.map(|()| serde_json::Value::Null)
-        });
+        let stream = app().compact(&id, new_stream, cancel.clone()).map_err(lua_error)?;
         Ok(StreamHandle { id: stream, cancel })
     })
 }
@@ -430,7 +423,7 @@ fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
                 mia_engine::session::SessionError::NoStore.to_string(),
             )
         };
-        let store = runtime::store().await.ok_or_else(no_store)?;
+        let store = app().store().await.ok_or_else(no_store)?;
         let session = mia_engine::session::Session::load(store, &id).await.map_err(|e| {
             mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
         })?;
@@ -440,7 +433,7 @@ fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
             "items": session.replay(),
             "cost_usd": cost_usd,
         });
-        runtime::sessions().insert(session);
+        app().sessions().insert(session);
         Ok(value)
     })
 }
@@ -449,7 +442,8 @@ fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// request would send (a Lua tool's `ctx.conversation()`); empty for an unknown id.
 fn session_messages(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("session_messages", move |_| async move {
-        let messages = runtime::sessions()
+        let messages = app()
+            .sessions()
             .get(&id)
             .map(|s| s.request_messages())
             .unwrap_or_default();
@@ -460,7 +454,7 @@ fn session_messages(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// `session_close(id)`: the core forgets the session (its turn, if any, is cancelled).
 fn session_close(_: &Lua, id: String) -> LuaResult<()> {
     guarded("session_close", || {
-        runtime::sessions().close(&id);
+        app().sessions().close(&id);
         Ok(())
     })
 }
@@ -485,16 +479,16 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
         let (rt, queue) = runtime_and_queue()?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let settings = runtime::agent_settings();
+        let settings = app().agent_settings();
         let env = mia_engine::tools::direct::DirectEnv {
-            registry: runtime::registry(),
+            registry: app().registry(),
             limits: mia_engine::tools::ToolLimits {
                 max_read_bytes: settings.max_read_bytes,
                 output_cap_bytes: settings.output_cap_bytes,
                 bash_timeout_ms: settings.bash_timeout_ms,
                 ..mia_engine::tools::ToolLimits::default()
             },
-            lua: mia_engine::calls::LuaBridge::new(queue.clone(), mia_engine::calls::pending()),
+            lua: mia_engine::calls::LuaBridge::new(queue.clone(), app().calls()),
             stream: id,
             abort: cancel.clone(),
         };
@@ -527,7 +521,7 @@ fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool>
                 other => format!("{other:?}"),
             })
         };
-        Ok(mia_engine::calls::pending().answer(call, result))
+        Ok(app().calls().answer(call, result))
     })
 }
 
@@ -544,7 +538,7 @@ fn register_tool(lua: &Lua, (spec, source): (LuaValue, String)) -> LuaResult<boo
             .from_value(LuaValue::String(lua.create_string(&source)?))
             .map_err(|e| LuaError::RuntimeError(format!("mia.register_tool: bad source: {e}")))?;
         let tool = std::sync::Arc::new(mia_engine::tools::lua_tool::LuaTool { spec });
-        Ok(runtime::registry().register(tool, source))
+        Ok(app().registry().register(tool, source))
     })
 }
 
@@ -554,7 +548,7 @@ fn unregister_tool(lua: &Lua, (name, source): (String, String)) -> LuaResult<()>
         let source: mia_engine::tools::registry::ToolSource = lua
             .from_value(LuaValue::String(lua.create_string(&source)?))
             .map_err(|e| LuaError::RuntimeError(format!("mia: bad tool source: {e}")))?;
-        runtime::registry().unregister(&name, source);
+        app().registry().unregister(&name, source);
         Ok(())
     })
 }
@@ -566,7 +560,7 @@ fn watch_tools(_: &Lua, (): ()) -> LuaResult<StreamHandle> {
         let (rt, queue) = runtime_and_queue()?;
         let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let mut changes = runtime::registry().subscribe();
+        let mut changes = app().registry().subscribe();
         let stop = cancel.clone();
         rt.spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
@@ -597,7 +591,7 @@ fn watch_tools(_: &Lua, (): ()) -> LuaResult<StreamHandle> {
 
 /// `tools()` -> every registered tool `{ name, description, parameters, source, effect }`.
 fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
-    guarded("tools", || to_lua(lua, &runtime::registry().list()))
+    guarded("tools", || to_lua(lua, &app().registry().list()))
 }
 
 /// `mcp_status(servers)` -> each of `servers` (as `configure_agent` takes
@@ -632,7 +626,7 @@ fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
                 e.to_string().trim_start_matches("deserialize error: ")
             ))
         })?;
-        runtime::configure_agent(settings);
+        app().configure_agent(settings);
         Ok(())
     })
 }
@@ -640,7 +634,7 @@ fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
 /// `ack()` -> urgent: clears the wake fd (called from the poll watcher, a
 /// fast event); true when a call into Lua waits in the queue.
 fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
-    guarded("ack", || Ok(runtime::queue().map(|q| q.ack()).unwrap_or(false)))
+    guarded("ack", || Ok(app().queue().map(|q| q.ack()).unwrap_or(false)))
 }
 
 /// What `drain` returns: the events (or one piece's text), the next
@@ -666,7 +660,7 @@ type Drained = (
 /// JSON of a one-event list for the caller to decode.
 fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
     guarded("drain", || {
-        let queue = runtime::queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
+        let queue = app().queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
         let (events, next) = queue.drain_paced(std::time::Instant::now());
         let next_ms = next.map(|d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
         if events.is_empty() {
@@ -813,16 +807,12 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
         let wait = Duration::from_millis(ms.unwrap_or(100)).min(MAX_SHUTDOWN);
         // Leaving Neovim: the session summary's write gets a short bound to land.
         let note = EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let (Some(note), Ok(rt)) = (note, runtime::handle()) {
+        if let (Some(note), Ok(rt)) = (note, app().handle()) {
             // The timer is made inside the runtime: `timeout` built out here
             // panics (no reactor on the editor's thread) and loses the note.
             let _ = rt.block_on(async { tokio::time::timeout(EXIT_NOTE_WAIT, note).await });
         }
-        runtime::checkpoint_store(CHECKPOINT_AT_EXIT);
-        mia_engine::reaper::kill_all();
-        // Pending metrics and events get their own bound (on a thread; the runtime still runs).
-        mia_engine::telemetry::shutdown(mia_engine::telemetry::FLUSH_AT_EXIT);
-        runtime::shutdown(wait);
+        app().shutdown(CHECKPOINT_AT_EXIT, wait);
         logging::flush();
         Ok(())
     })
@@ -832,12 +822,12 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
 fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
     guarded("status", || {
         let t = lua.create_table()?;
-        t.set("runtime_started", runtime::started())?;
-        let providers = runtime::providers();
+        t.set("runtime_started", app().started())?;
+        let providers = app().providers();
         t.set("clients", providers.clients_built())?;
         t.set("providers", providers.names())?;
-        t.set("store_error", runtime::store_error())?;
-        t.set("store_unsaved", runtime::store_unsaved())?;
+        t.set("store_error", app().store_error())?;
+        t.set("store_unsaved", app().store_unsaved())?;
         Ok(t)
     })
 }

@@ -1,5 +1,6 @@
 //! `telemetry_configure` and `telemetry_status` (issue 18, `:h mia-telemetry`).
 
+use crate::nvim::app;
 use mlua::prelude::*;
 
 use super::guarded;
@@ -15,7 +16,7 @@ pub fn telemetry_configure(lua: &Lua, cfg: LuaValue) -> LuaResult<String> {
                 e.to_string().trim_start_matches("deserialize error: ")
             ))
         })?;
-        telemetry::configure(cfg).map_err(LuaError::RuntimeError)
+        telemetry::configure(app(), cfg).map_err(LuaError::RuntimeError)
     })
 }
 

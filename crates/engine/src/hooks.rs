@@ -34,20 +34,8 @@ impl HookSwitch {
     }
 }
 
-static SWITCH: std::sync::OnceLock<HookSwitch> = std::sync::OnceLock::new();
-
-/// This process's switch, for the Neovim boundary to hand to every caller.
-pub fn switch() -> HookSwitch {
-    SWITCH.get_or_init(HookSwitch::default).clone()
-}
-
 /// Longest the hooks of one request may take on the main thread.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Whether `pre_request` hooks are registered (Lua keeps this up to date).
-pub fn set_pre_request(on: bool) {
-    switch().set(on);
-}
 
 /// Who is asking: where a hook call is queued and what stops it.
 #[derive(Clone)]

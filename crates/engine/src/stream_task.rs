@@ -142,6 +142,7 @@ pub fn spawn_turn(
 ) {
     rt.spawn(async move {
         let queue = deps.queue.clone();
+        let deps_store = deps.store.clone();
         // The store may still be opening: the run records its prompt once it is.
         let work = crate::agent::run(deps, stream, session.clone(), prompt, cancel);
         let outcome = match AssertUnwindSafe(work).catch_unwind().await {
@@ -159,7 +160,7 @@ pub fn spawn_turn(
         };
         // A run refused before it recorded anything stores its end all the same.
         if session.store().is_none() {
-            session.attach_store(crate::runtime::store().await);
+            session.attach_store(deps_store.get().await);
         }
         crate::agent::record_end(&session, &end).await;
         crate::agent::record::tell_saving(session.store().as_deref(), &queue, stream);

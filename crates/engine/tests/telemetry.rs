@@ -22,6 +22,12 @@ use prost::Message;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The app the exporters run on.
+fn app() -> &'static Arc<mia_engine::app::App> {
+    static APP: std::sync::OnceLock<Arc<mia_engine::app::App>> = std::sync::OnceLock::new();
+    APP.get_or_init(mia_engine::app::App::new)
+}
+
 #[derive(Clone, Debug)]
 struct Received {
     path: String,
@@ -174,7 +180,7 @@ fn metrics_and_events_reach_the_collector_with_the_issue_names() {
     let (_one, sink, dir) = one_sink();
     std::env::set_var("OTEL_RESOURCE_ATTRIBUTES", "team.id=payments,cost_center=cc-42");
     std::env::set_var("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=env-secret");
-    let state = telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
+    let state = telemetry::configure(app(), config(sink.endpoint(), dir.path())).unwrap();
     std::env::remove_var("OTEL_RESOURCE_ATTRIBUTES");
     std::env::remove_var("OTEL_EXPORTER_OTLP_HEADERS");
     assert!(state.starts_with("on:"), "{state}");
@@ -333,7 +339,7 @@ fn prompts_are_exported_only_when_asked() {
     let (_one, sink, dir) = one_sink();
     let mut c = config(sink.endpoint(), dir.path());
     c.log_prompts = true;
-    telemetry::configure(c).unwrap();
+    telemetry::configure(app(), c).unwrap();
     telemetry::user_prompt(Some("s-2"), "please refactor");
     telemetry::shutdown(Duration::from_millis(500));
     let text: String = sink
@@ -349,7 +355,7 @@ fn gzip_bodies_are_marked_and_decode() {
     let (_one, sink, dir) = one_sink();
     let mut c = config(sink.endpoint(), dir.path());
     c.otlp.as_mut().unwrap().compression = Some("gzip".into());
-    let state = telemetry::configure(c).unwrap();
+    let state = telemetry::configure(app(), c).unwrap();
     assert!(state.contains("(http/protobuf, gzip)"), "{state}");
     one_prompt("s-gzip");
     telemetry::shutdown(Duration::from_millis(500));
@@ -383,7 +389,7 @@ fn a_dead_collector_is_harmless_and_bounded() {
     // A port nobody listens on.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
-    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
+    telemetry::configure(app(), config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
     let started = Instant::now();
     for i in 0..2_000 {
         one_prompt(&format!("s-{}", i % 20));
@@ -417,7 +423,7 @@ fn the_backlog_is_sent_once_the_collector_answers() {
     let port = listener.local_addr().unwrap().port();
     drop(listener);
     let dir = tempfile::tempdir().unwrap();
-    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
+    telemetry::configure(app(), config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
     one_prompt("early");
     telemetry::flush();
     let st = telemetry::status().unwrap();
@@ -491,7 +497,7 @@ fn numbers_for_the_closing_note() {
 
     // On, against a sink: CPU per recorded request, bytes per request.
     let sink = Sink::start();
-    telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
+    telemetry::configure(app(), config(sink.endpoint(), dir.path())).unwrap();
     let requests = 10_000;
     let (t0, c0) = (Instant::now(), cpu_time());
     for i in 0..requests {
@@ -513,7 +519,7 @@ fn numbers_for_the_closing_note() {
 
     // One request per 60 s interval: what one interval's metrics export weighs.
     let sink = Sink::start();
-    telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
+    telemetry::configure(app(), config(sink.endpoint(), dir.path())).unwrap();
     telemetry::session_started("s-x", "anthropic/claude-sonnet-4-5", "code", "mia");
     telemetry::usage(&row("s-x"));
     let t0 = Instant::now();
@@ -529,7 +535,7 @@ fn numbers_for_the_closing_note() {
     // An hour with the collector down: a request every 5 s in 20 sessions
     // (720), with tools and edits, and a metrics export every minute (60).
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
+    telemetry::configure(app(), config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
     let before = rss_kb();
     for minute in 0..60 {
         for i in 0..12 {

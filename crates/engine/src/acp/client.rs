@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol as sdk;
@@ -143,6 +143,8 @@ struct Ready {
 /// One configured agent, started or not.
 pub struct AgentProc {
     pub spec: AgentSpec,
+    /// The app's agent settings: the user's deny rules in force apply to the agent's requests.
+    pub(super) settings: crate::app::SettingsCell,
     /// Where updates that arrive outside a turn go (commands, modes, status).
     pub stream: StreamId,
     pub(super) bridge: LuaBridge,
@@ -185,15 +187,18 @@ impl std::fmt::Debug for AgentProc {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<String, Arc<AgentProc>>> {
-    static AGENTS: OnceLock<Mutex<HashMap<String, Arc<AgentProc>>>> = OnceLock::new();
-    AGENTS.get_or_init(Default::default)
-}
+/// An app's external agents, by name.
+pub type Agents = Mutex<HashMap<String, Arc<AgentProc>>>;
 
 /// The agent named by `spec`, created on first use. A changed spec (a new
 /// `setup()`) replaces the old one, whose process ends.
-pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> StreamId) -> Arc<AgentProc> {
-    let mut map = registry().lock().unwrap_or_else(|p| p.into_inner());
+pub fn agent(
+    app: &crate::app::App,
+    spec: &AgentSpec,
+    bridge: &LuaBridge,
+    new_stream: impl FnOnce() -> StreamId,
+) -> Arc<AgentProc> {
+    let mut map = app.agents().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(a) = map.get(&spec.name) {
         if a.spec == *spec {
             return a.clone();
@@ -201,6 +206,7 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
     }
     let a = Arc::new(AgentProc {
         spec: spec.clone(),
+        settings: app.settings_cell(),
         stream: new_stream(),
         bridge: bridge.clone(),
         live: tokio::sync::Mutex::new(None),
@@ -219,13 +225,17 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
 }
 
 /// The agent called `name`, if it was ever used.
-pub fn existing(name: &str) -> Option<Arc<AgentProc>> {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+pub fn existing(app: &crate::app::App, name: &str) -> Option<Arc<AgentProc>> {
+    app.agents()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
 }
 
 /// Ends every agent process (Neovim exits, or the agents were reconfigured).
-pub fn stop_all() {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).clear();
+pub fn stop_all(app: &crate::app::App) {
+    app.agents().lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
 /// One prompt of the chat to an agent.

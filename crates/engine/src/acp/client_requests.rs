@@ -66,7 +66,9 @@ impl AgentProc {
             .unwrap_or(&physical)
             .to_string_lossy()
             .to_string();
-        let hidden = crate::runtime::agent_settings().permissions.hidden_paths("", tool);
+        let hidden = crate::app::settings_in(&self.settings)
+            .permissions
+            .hidden_paths("", tool);
         if hidden(&rel) {
             return Err(invalid(format!(
                 "mia: `{rel}` is denied by a permission rule for {tool}; agents in mia's chat cannot reach it either"

@@ -120,6 +120,8 @@ pub struct AgentDeps {
     pub settings: AgentSettings,
     /// Whether requests go through the `pre_request` transform hooks.
     pub hooks: crate::hooks::HookSwitch,
+    /// Where the run records itself (opened at its first use).
+    pub store: Arc<crate::app::StoreSlot>,
 }
 
 /// Sends one ACP `session/update` to the UI.
@@ -718,6 +720,8 @@ pub async fn compact_session(
     cancel: CancellationToken,
     turn: crate::session::Turn,
 ) -> Result<(), LlmError> {
+    // The store may still be opening: the compaction is recorded once it is.
+    session.attach_store(deps.store.get().await);
     let history = session.request_messages();
     if history.is_empty() {
         return Err(LlmError::new(

@@ -214,15 +214,11 @@ pub async fn gate_spend(
     }
 }
 
-/// Says once per process that chats are not saved because the store could
+/// Says once per app that chats are not saved because the store could
 /// not be opened (its error names the file and what to do); without a data
 /// directory there is nothing to say.
-fn warn_unsaved(queue: &crate::events::EventQueue, stream: StreamId) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    let Some(why) = crate::runtime::store_error() else {
-        return;
-    };
-    if !WARNED.swap(true, Ordering::Relaxed) {
+fn warn_unsaved(store: &crate::app::StoreSlot, queue: &crate::events::EventQueue, stream: StreamId) {
+    if let Some(why) = store.unsaved_warning() {
         let text = format!("mia: chats and costs are not being saved: {why} (then restart Neovim)");
         mia_event(queue, stream, MiaEvent::Warning { text });
     }
@@ -318,11 +314,12 @@ impl Recorder {
         // In the log at once (the request carries it); stored beside it.
         let row = session.append_local(row);
         let (stored, recorded, queue) = (session.clone(), r.recorded.clone(), deps.queue.clone());
+        let slot = deps.store.clone();
         r.pending = Some(tokio::spawn(async move {
             if stored.store().is_none() {
-                stored.attach_store(crate::runtime::store().await);
+                stored.attach_store(slot.get().await);
                 if stored.store().is_none() {
-                    warn_unsaved(&queue, stream);
+                    warn_unsaved(&slot, &queue, stream);
                 }
             }
             // Both writes are queued before either is awaited: the store's

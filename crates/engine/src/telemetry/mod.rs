@@ -89,13 +89,15 @@ struct Telemetry {
 /// the install id is read, and the HTTP client or gRPC channel built, off
 /// it (first export); an exporter being replaced flushes on a thread of its
 /// own.
-pub fn configure(config: TelemetryConfig) -> Result<String, String> {
+pub fn configure(app: &crate::app::App, config: TelemetryConfig) -> Result<String, String> {
     let settings = config::resolve(config, &|k| std::env::var(k).ok())?;
     stop(Duration::from_millis(500), false);
     let Some(settings) = settings else {
         return Ok("off".into());
     };
-    let rt = crate::runtime::handle().map_err(|e| format!("mia: telemetry: cannot start the runtime: {e}"))?;
+    let rt = app
+        .handle()
+        .map_err(|e| format!("mia: telemetry: cannot start the runtime: {e}"))?;
     let state = settings.describe();
     let telemetry = Arc::new(start(settings, rt.clone())?);
     *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.status.clone());
