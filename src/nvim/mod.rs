@@ -145,7 +145,7 @@ fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
 }
 
 /// `prewarm(model?)`: starts the runtime, which opens the store and
-/// `model`'s HTTP client in the background (see `runtime::prewarm`).
+/// `model`'s HTTP client in the background (see `App::prewarm`).
 fn prewarm(_: &Lua, model: Option<String>) -> LuaResult<()> {
     guarded("prewarm", || {
         app()
@@ -762,7 +762,7 @@ static EXIT_NOTE: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::s
 
 /// How long `shutdown` waits for the exit note to be written.
 const EXIT_NOTE_WAIT: Duration = Duration::from_millis(500);
-/// How long leaving Neovim waits for the store's checkpoint (`runtime::checkpoint_store`).
+/// How long leaving Neovim waits for the store's checkpoint (`App::checkpoint_store`).
 const CHECKPOINT_AT_EXIT: Duration = Duration::from_millis(100);
 
 /// `exit_note(path, text)`: logs `text` and leaves it in `path` for the next
@@ -833,8 +833,8 @@ fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
 }
 
 /// `require("mia_core")`. Safe to run again over the same process (a
-/// `package.loaded` reset): the runtime, queue and logger are process-wide
-/// statics that are reused, not rebuilt.
+/// `package.loaded` reset): the app (runtime, queue...) and the logger are
+/// process-wide statics that are reused, not rebuilt.
 #[mlua::lua_module(name = "mia_core")]
 fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     let m = lua.create_table()?;

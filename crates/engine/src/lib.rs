@@ -16,12 +16,12 @@
 //! checkpoint  → git, session, tools
 //! tools       → calls, checkpoint, events, mcp, session, shared, telemetry
 //! session     → agent, checkpoint, telemetry, tools
-//! telemetry   → runtime, session, tools
+//! telemetry   → app, session, tools
 //! mcp         → acp, agent, reaper, tools
-//! agent       → calls, checkpoint, events, hooks, mcp, runtime, session, telemetry, tools
-//! stream_task → agent, calls, events, hooks, runtime, session
-//! acp         → agent, calls, events, hooks, mcp, reaper, runtime, session, shared, stream_task, tools
-//! app         → agent, calls, events, hooks, reaper, session, telemetry, tools
+//! agent       → app, calls, checkpoint, events, hooks, mcp, session, telemetry, tools
+//! stream_task → agent, calls, events, hooks, session
+//! acp         → agent, app, calls, events, hooks, mcp, reaper, session, shared, stream_task, tools
+//! app         → acp, agent, calls, events, hooks, reaper, session, stream_task, telemetry, tools
 //! ```
 //!
 //! Inside one crate these are not enforced, and cycles remain (e.g. `tools`
