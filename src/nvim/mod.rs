@@ -202,6 +202,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         budgets: app().agent_settings().costs,
         session_id: opts.session_id.filter(|s| !s.is_empty()),
         hooks: app().hooks(),
+        telemetry: app().telemetry(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -311,7 +312,9 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
             agent: "mia".into(),
             created_at_ms: mia_engine::session::now_ms(),
         };
-        app().sessions().insert(mia_engine::session::Session::new(info, None));
+        app()
+            .sessions()
+            .insert(mia_engine::session::Session::new(info, None, app().telemetry()));
         Ok(id)
     })
 }
@@ -424,9 +427,11 @@ fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
             )
         };
         let store = app().store().await.ok_or_else(no_store)?;
-        let session = mia_engine::session::Session::load(store, &id).await.map_err(|e| {
-            mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-        })?;
+        let session = mia_engine::session::Session::load(store, &id, app().telemetry())
+            .await
+            .map_err(|e| {
+                mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+            })?;
         let cost_usd = session.cost_usd().await;
         let value = serde_json::json!({
             "session": session.info(),
@@ -489,6 +494,7 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
                 ..mia_engine::tools::ToolLimits::default()
             },
             lua: mia_engine::calls::LuaBridge::new(queue.clone(), app().calls()),
+            telemetry: app().telemetry(),
             stream: id,
             abort: cancel.clone(),
         };

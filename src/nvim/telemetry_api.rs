@@ -16,14 +16,14 @@ pub fn telemetry_configure(lua: &Lua, cfg: LuaValue) -> LuaResult<String> {
                 e.to_string().trim_start_matches("deserialize error: ")
             ))
         })?;
-        telemetry::configure(app(), cfg).map_err(LuaError::RuntimeError)
+        app().configure_telemetry(cfg).map_err(LuaError::RuntimeError)
     })
 }
 
 /// `telemetry_status()` -> `{ enabled, state, exports_ok, exports_failed,
 /// bytes_sent, backlog, dropped, last_result, ... }` or nil when never configured.
 pub fn telemetry_status(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
-    guarded("telemetry_status", || match telemetry::status() {
+    guarded("telemetry_status", || match app().telemetry().status() {
         // None fields are nil (not the null userdata, which RPC cannot carry).
         Some(s) => lua.to_value_with(&s, LuaSerializeOptions::new().serialize_none_to_null(false)),
         None => Ok(LuaValue::Nil),

@@ -18,6 +18,7 @@ use crate::events::EventQueue;
 use crate::events::StreamId;
 use crate::hooks::HookSwitch;
 use crate::session::{Session, SessionError, Sessions};
+use crate::telemetry::Hub;
 use crate::tools::registry::Registry;
 use mia_llm::providers::{CoreConfig, Providers};
 use tokio_util::sync::CancellationToken;
@@ -35,7 +36,6 @@ pub enum AppError {
 
 /// One front-end's core. Everything in it is built on first use, so
 /// building an `App` is cheap and starts nothing.
-#[derive(Default)]
 pub struct App {
     runtime: Mutex<Option<Runtime>>,
     queue: OnceLock<Arc<EventQueue>>,
@@ -47,6 +47,7 @@ pub struct App {
     calls: Arc<PendingCalls>,
     hooks: HookSwitch,
     agents: crate::acp::client::Agents,
+    telemetry: Arc<Hub>,
 }
 
 /// The agent settings in force, shared with what reads them later (an
@@ -64,7 +65,32 @@ pub fn settings_in(cell: &SettingsCell) -> AgentSettings {
 impl App {
     /// A new app: nothing started, built-in providers, default settings.
     pub fn new() -> Arc<App> {
-        Arc::new(App::default())
+        let telemetry = Arc::new(Hub::default());
+        Arc::new(App {
+            runtime: Mutex::default(),
+            queue: OnceLock::new(),
+            providers: RwLock::default(),
+            agent: SettingsCell::default(),
+            registry: OnceLock::new(),
+            sessions: Arc::default(),
+            store: Arc::new(StoreSlot::new(telemetry.clone())),
+            calls: Arc::default(),
+            hooks: HookSwitch::default(),
+            agents: Mutex::default(),
+            telemetry,
+        })
+    }
+
+    /// Where this app's metrics and events go (off until configured).
+    pub fn telemetry(&self) -> Arc<Hub> {
+        self.telemetry.clone()
+    }
+
+    /// Starts (or restarts, or stops) telemetry export from `config`; the
+    /// state line `:checkhealth` shows, or an error naming the setting to
+    /// fix. Starts the runtime only when export is on.
+    pub fn configure_telemetry(&self, config: crate::telemetry::TelemetryConfig) -> Result<String, String> {
+        self.telemetry.configure(&|| self.handle(), config)
     }
 
     /// The runtime's handle, building the runtime on first call. Two worker
@@ -104,7 +130,8 @@ impl App {
     pub fn shutdown(&self, checkpoint: Duration, wait: Duration) {
         self.checkpoint_store(checkpoint);
         crate::reaper::kill_all();
-        crate::telemetry::shutdown(crate::telemetry::FLUSH_AT_EXIT);
+        // Pending metrics and events get their own bound (on a thread; the runtime still runs).
+        self.telemetry.shutdown(crate::telemetry::FLUSH_AT_EXIT);
         self.stop_runtime(wait);
     }
 
@@ -237,6 +264,7 @@ impl App {
             settings: self.agent_settings(),
             hooks: self.hooks(),
             store: self.store_slot(),
+            telemetry: self.telemetry(),
         }
     }
 
@@ -348,7 +376,6 @@ fn needs_tls(base_url: &str) -> bool {
 /// The store in `data_dir/mia.sqlite3`, opened once, at first use, in the
 /// data directory configured then. What a run needs of the app to record
 /// itself.
-#[derive(Default)]
 pub struct StoreSlot {
     data_dir: RwLock<Option<PathBuf>>,
     store: tokio::sync::OnceCell<Option<Arc<mia_store::Store>>>,
@@ -356,9 +383,21 @@ pub struct StoreSlot {
     error: OnceLock<String>,
     /// Whether a turn has told the user that chats are not saved.
     warned: std::sync::atomic::AtomicBool,
+    /// Where the usage the store records is exported too.
+    telemetry: Arc<Hub>,
 }
 
 impl StoreSlot {
+    fn new(telemetry: Arc<Hub>) -> StoreSlot {
+        StoreSlot {
+            data_dir: RwLock::default(),
+            store: tokio::sync::OnceCell::new(),
+            error: OnceLock::new(),
+            warned: Default::default(),
+            telemetry,
+        }
+    }
+
     fn set_data_dir(&self, dir: Option<PathBuf>) {
         *self.data_dir.write().unwrap_or_else(|p| p.into_inner()) = dir;
     }
@@ -418,7 +457,8 @@ impl StoreSlot {
         let path = dir?.join("mia.sqlite3");
         match mia_store::Store::open(&path) {
             Ok(store) => {
-                store.observe_usage(Box::new(crate::telemetry::usage));
+                let telemetry = self.telemetry.clone();
+                store.observe_usage(Box::new(move |row| telemetry.usage(row)));
                 Some(Arc::new(store))
             }
             Err(e) => {

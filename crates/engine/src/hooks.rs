@@ -48,6 +48,8 @@ pub struct Caller {
     pub hooks: HookSwitch,
     /// The chat session the request belongs to, if any (named in telemetry).
     pub session: Option<String>,
+    /// Where a failed request is counted.
+    pub telemetry: Arc<crate::telemetry::Hub>,
 }
 
 /// The call event's payload for a request.
@@ -126,7 +128,9 @@ pub async fn call_model(
                 .provider
                 .as_deref()
                 .unwrap_or_else(|| req.model.split('/').next().unwrap_or(""));
-            crate::telemetry::api_error(caller.session.as_deref(), provider, model, e.class.as_str(), e.status);
+            caller
+                .telemetry
+                .api_error(caller.session.as_deref(), provider, model, e.class.as_str(), e.status);
         }
     }
     result

@@ -32,6 +32,8 @@ pub struct ApiCall {
     pub session_id: Option<String>,
     /// Whether the request goes through the `pre_request` transform hooks.
     pub hooks: crate::hooks::HookSwitch,
+    /// Where a failed request is counted.
+    pub telemetry: Arc<crate::telemetry::Hub>,
 }
 
 /// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
@@ -62,6 +64,7 @@ pub fn spawn_stream(
             cancel: cancel.clone(),
             hooks: api.hooks.clone(),
             session: api.session_id.clone(),
+            telemetry: api.telemetry.clone(),
         };
         let work = async move { api_call(caller, providers, store.await, req, streaming, api).await };
         match supervise(work, &cancel).await {

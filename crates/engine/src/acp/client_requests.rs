@@ -202,6 +202,7 @@ impl AgentProc {
             call_id: format!("{}-write", self.spec.name),
             abort: self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             review: true,
+            telemetry: self.telemetry.clone(),
             ..ToolContext::new(self.current_stream(), root, agent, lua)
         };
         let proposal = landing::Proposal {

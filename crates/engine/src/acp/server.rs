@@ -348,7 +348,7 @@ impl Server {
             created_at_ms: crate::session::now_ms(),
         };
         let store = self.app.store().await;
-        self.sessions.insert(Session::new(info, store));
+        self.sessions.insert(Session::new(info, store, self.app.telemetry()));
         let response = from_json(json!({ "sessionId": id, "modes": self.modes_json(&self.config.mode) }))?;
         Ok((response, id))
     }
@@ -370,7 +370,7 @@ impl Server {
                         "mia-acp: sessions need the store, and it could not be opened (see the log)",
                     )
                 })?;
-                let s = Session::load(store, &id)
+                let s = Session::load(store, &id, self.app.telemetry())
                     .await
                     .map_err(|e| invalid_params(for_client(&e.to_string())))?;
                 self.sessions.insert(s.clone());

@@ -122,6 +122,8 @@ pub struct AgentDeps {
     pub hooks: crate::hooks::HookSwitch,
     /// Where the run records itself (opened at its first use).
     pub store: Arc<crate::app::StoreSlot>,
+    /// Where the run's metrics and events go.
+    pub telemetry: Arc<crate::telemetry::Hub>,
 }
 
 /// Sends one ACP `session/update` to the UI.
@@ -410,7 +412,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<TurnEnd, LlmError> {
     let info = session.info();
-    crate::telemetry::user_prompt(Some(&info.id), &prompt.content);
+    deps.telemetry.user_prompt(Some(&info.id), &prompt.content);
     // Until the prompt is recorded, a step may wait on the project's files
     // (another process can hold a read up): `:Mia stop` ends the turn all the same.
     let files = unless_cancelled(
@@ -470,6 +472,7 @@ pub async fn run(
             cancel: cancel.clone(),
             hooks: deps.hooks.clone(),
             session: Some(session.id()),
+            telemetry: deps.telemetry.clone(),
         };
         let mut turn = 0;
         // The model as the provider named it in its last answer (the footer shows it).
@@ -737,6 +740,7 @@ pub async fn compact_session(
         cancel,
         hooks: deps.hooks.clone(),
         session: Some(session.id()),
+        telemetry: deps.telemetry.clone(),
     };
     let model = session.info().model;
     let id = session.id();
