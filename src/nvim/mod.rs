@@ -611,7 +611,7 @@ fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
                 .from_value(v)
                 .map_err(|e| LuaError::RuntimeError(format!("mia: bad mcp servers: {e}")))?,
         };
-        let list: Vec<serde_json::Value> = mia_engine::mcp::status(&specs)
+        let list: Vec<serde_json::Value> = mia_engine::mcp::status(&app().mcp(), &specs)
             .into_iter()
             .map(|(name, state)| {
                 let mut v = serde_json::to_value(state).unwrap_or_default();

@@ -48,6 +48,8 @@ pub struct App {
     hooks: HookSwitch,
     agents: crate::acp::client::Agents,
     telemetry: Arc<Hub>,
+    /// The MCP servers started for this app.
+    mcp: Arc<crate::mcp::McpServers>,
 }
 
 /// The agent settings in force, shared with what reads them later (an
@@ -78,7 +80,13 @@ impl App {
             hooks: HookSwitch::default(),
             agents: Mutex::default(),
             telemetry,
+            mcp: Arc::default(),
         })
+    }
+
+    /// The MCP servers this app started (`setup()`'s and every mia-acp session's).
+    pub fn mcp(&self) -> Arc<crate::mcp::McpServers> {
+        self.mcp.clone()
     }
 
     /// Where this app's metrics and events go (off until configured).
@@ -265,6 +273,7 @@ impl App {
             hooks: self.hooks(),
             store: self.store_slot(),
             telemetry: self.telemetry(),
+            mcp: self.mcp(),
         }
     }
 

@@ -261,7 +261,7 @@ impl Server {
             }
         };
         if let Some(old) = dropped {
-            crate::mcp::ensure_started_in(session_id, &old.registry, &[]).await;
+            crate::mcp::ensure_started_in(&self.app.mcp(), session_id, &old.registry, &[]).await;
         }
     }
 

@@ -124,6 +124,8 @@ pub struct AgentDeps {
     pub store: Arc<crate::app::StoreSlot>,
     /// Where the run's metrics and events go.
     pub telemetry: Arc<crate::telemetry::Hub>,
+    /// The app's MCP servers (the run starts the configured ones).
+    pub mcp: Arc<crate::mcp::McpServers>,
 }
 
 /// Sends one ACP `session/update` to the UI.
@@ -221,7 +223,7 @@ impl RequestBase<'_> {
 async fn start_mcp(deps: &AgentDeps, stream: StreamId) {
     if !deps.settings.mcp.is_empty() {
         let scope = &deps.settings.mcp_scope;
-        for text in crate::mcp::ensure_started_in(scope, &deps.registry, &deps.settings.mcp).await {
+        for text in crate::mcp::ensure_started_in(&deps.mcp, scope, &deps.registry, &deps.settings.mcp).await {
             mia_event(&deps.queue, stream, MiaEvent::Warning { text });
         }
     }
