@@ -14,6 +14,7 @@
 //! shared      → tools
 //! hooks       → calls, events, telemetry
 //! checkpoint  → git, session, tools
+//! config      → acp (mia-acp's memory default), checkpoint, shared
 //! tools       → calls, checkpoint, events, mcp, session, shared, telemetry
 //! session     → agent, checkpoint, telemetry, tools
 //! telemetry   → app, session, tools
@@ -37,6 +38,7 @@ pub mod agent;
 pub mod app;
 pub mod calls;
 pub mod checkpoint;
+pub mod config;
 pub mod events;
 pub mod git;
 pub mod hooks;

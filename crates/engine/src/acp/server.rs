@@ -10,7 +10,7 @@
 
 pub mod config;
 mod forward;
-mod memory;
+pub(crate) mod memory;
 mod switch_mode;
 
 use std::collections::HashMap;
