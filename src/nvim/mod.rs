@@ -203,6 +203,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         session_id: opts.session_id.filter(|s| !s.is_empty()),
         hooks: app().hooks(),
         telemetry: app().telemetry(),
+        ledger: app().store_slot().ledger(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
