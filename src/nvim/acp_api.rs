@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::error::NvimError;
 use super::{guarded, lua_error, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
 use crate::nvim::app;
 use mia_engine::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
@@ -22,12 +23,7 @@ fn job_error(e: AcpClientError) -> LlmError {
 }
 
 fn spec_of(lua: &Lua, spec: LuaValue) -> LuaResult<AgentSpec> {
-    lua.from_value(spec).map_err(|e| {
-        lua_error(format!(
-            "mia: invalid agent configuration: {}",
-            e.to_string().trim_start_matches("deserialize error: ")
-        ))
-    })
+    lua.from_value(spec).map_err(|e| NvimError::config("agent", e).into())
 }
 
 fn agent_of(spec: &AgentSpec) -> LuaResult<std::sync::Arc<client::AgentProc>> {
@@ -59,7 +55,7 @@ pub(super) fn agent_prompt(lua: &Lua, (spec, prompt): (LuaValue, LuaValue)) -> L
         let spec = spec_of(lua, spec)?;
         let prompt: AgentPrompt = lua
             .from_value(prompt)
-            .map_err(|e| lua_error(format!("mia: invalid agent prompt: {e}")))?;
+            .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "agent prompt", e)))?;
         let (rt, _) = runtime_and_queue()?;
         let agent = agent_of(&spec)?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -128,7 +124,7 @@ fn yes() -> bool {
 pub(super) fn sessions_everywhere(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     let q: SessionsQuery = lua
         .from_value(query)
-        .map_err(|e| lua_error(format!("mia: invalid sessions query: {e}")))?;
+        .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "sessions query", e)))?;
     let mut ask = Vec::new();
     for spec in &q.agents {
         if q.current.as_deref() == Some(spec.name.as_str()) {
@@ -193,7 +189,7 @@ pub(super) fn agent_set_config(
     let spec = spec_of(lua, spec)?;
     let value: Value = lua
         .from_value(value)
-        .map_err(|e| lua_error(format!("mia: invalid config value: {e}")))?;
+        .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "config value", e)))?;
     let agent = agent_of(&spec)?;
     super::start_job("agent_set_config", move |_| async move {
         agent.set_config_option(config_id, value).await.map_err(job_error)

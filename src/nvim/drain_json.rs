@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use agent_client_protocol_schema::v1::{ContentBlock, SessionUpdate};
 use mia_engine::events::{is_live_usage, Event};
+use mia_proto::EditorCall;
 
 /// `vim.json.decode` bound to the options that give the tables mlua would
 /// build: JSON null (a `None`, a unit) becomes nil, in objects and arrays.
@@ -38,7 +39,7 @@ struct Decoder(Option<LuaFunction>);
 pub(super) fn events_table(lua: &Lua, events: &[Event]) -> LuaResult<Option<LuaTable>> {
     if events
         .iter()
-        .any(|e| matches!(e, Event::Call { kind, .. } if kind == "hook"))
+        .any(|e| matches!(e, Event::Call { request, .. } if matches!(**request, EditorCall::Hook(_))))
     {
         return Ok(None);
     }
@@ -120,13 +121,11 @@ pub(super) fn to_json(events: &[Event]) -> Option<Vec<u8>> {
             Event::Done { done, .. } => kind_data(&mut out, "done", done.as_ref())?,
             Event::Error { error, .. } => kind_data(&mut out, "error", error)?,
             Event::Result { value, .. } => kind_data(&mut out, "result", value)?,
-            Event::Call {
-                call, kind, payload, ..
-            } => {
+            Event::Call { call, request, .. } => {
                 write!(out, "\"call\":{call},\"call_kind\":").ok()?;
-                serde_json::to_writer(&mut out, kind).ok()?;
+                serde_json::to_writer(&mut out, request.kind()).ok()?;
                 out.push(b',');
-                kind_data(&mut out, "call", payload)?;
+                kind_data(&mut out, "call", &request.payload())?;
             }
             Event::Abort { call, .. } => write!(out, "\"kind\":\"abort\",\"call\":{call}").ok()?,
             Event::Update { update, .. } => kind_data(&mut out, "update", update.as_ref())?,

@@ -5,6 +5,7 @@
 use mlua::prelude::*;
 use serde_json::{json, Map, Value};
 
+use super::error::NvimError;
 use super::{lua_error, start_job, StreamHandle};
 use crate::nvim::app;
 use mia_engine::mcp::McpServerSpec;
@@ -20,7 +21,7 @@ pub(super) fn specs_of(lua: &Lua, servers: LuaValue) -> LuaResult<Vec<McpServerS
         LuaValue::Nil => Ok(Vec::new()),
         v => lua
             .from_value(v)
-            .map_err(|e| lua_error(format!("mia: bad mcp servers: {e}"))),
+            .map_err(|e| LuaError::from(NvimError::bad("mia", "mcp servers", e))),
     }
 }
 
@@ -59,7 +60,7 @@ pub(super) fn mcp_read(lua: &Lua, (servers, mentions): (LuaValue, LuaValue)) -> 
     let specs = specs_of(lua, servers)?;
     let mentions: Vec<Mention> = lua
         .from_value(mentions)
-        .map_err(|e| lua_error(format!("mia: bad resource mentions: {e}")))?;
+        .map_err(|e| LuaError::from(NvimError::bad("mia", "resource mentions", e)))?;
     let pairs: Vec<(String, String)> = mentions.into_iter().map(|m| (m.server, m.uri)).collect();
     start_job("mcp_read", move |_| async move {
         let text = mia_engine::mcp::read_resource(&app().mcp(), &app().registry(), &specs, &pairs)
@@ -81,7 +82,7 @@ pub(super) fn mcp_prompt(
         LuaValue::Table(t) if t.is_empty() => Map::new(),
         v => lua
             .from_value(v)
-            .map_err(|e| lua_error(format!("mia: bad prompt arguments: {e}")))?,
+            .map_err(|e| LuaError::from(NvimError::bad("mia", "prompt arguments", e)))?,
     };
     start_job("mcp_prompt", move |_| async move {
         let text = mia_engine::mcp::get_prompt(&app().mcp(), &app().registry(), &specs, &server, &name, args)

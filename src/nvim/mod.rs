@@ -12,6 +12,7 @@ use std::time::Duration;
 mod acp_api;
 mod checkpoint_api;
 mod drain_json;
+mod error;
 mod mcp_api;
 mod staleness;
 mod store_api;
@@ -27,6 +28,9 @@ use mia_engine::stream_task;
 use mia_llm::message::ChatRequest;
 use mia_llm::providers::CoreConfig;
 use mia_log::{self as logging, version};
+use mia_proto::EditorCall;
+
+use error::NvimError;
 
 /// The editor's front-end: the one handle to its app, and what only the
 /// editor keeps beside it.
@@ -73,9 +77,7 @@ const MAX_SHUTDOWN: Duration = Duration::from_millis(100);
 fn guarded<T>(what: &str, f: impl FnOnce() -> LuaResult<T>) -> LuaResult<T> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
-        Err(_) => Err(LuaError::RuntimeError(format!(
-            "mia: internal error in {what} (see the log file named by :checkhealth mia)"
-        ))),
+        Err(_) => Err(NvimError::Internal { what: what.to_string() }.into()),
     }
 }
 
@@ -142,9 +144,7 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
                 logging::init(&PathBuf::from(file), level.as_deref().unwrap_or("info"));
             }
         }
-        let queue = app()
-            .queue()
-            .map_err(|e| LuaError::RuntimeError(format!("mia: cannot create the wake descriptor: {e}")))?;
+        let queue = app().queue().map_err(|e| NvimError::WakeFd(e.to_string()))?;
         Ok(i64::from(queue.fd()))
     })
 }
@@ -152,12 +152,7 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
 /// `configure(config)`: providers and timeouts, as `setup()` validated them.
 fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
     guarded("configure", || {
-        let config: CoreConfig = lua.from_value(config).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "mia: invalid provider configuration: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
+        let config: CoreConfig = lua.from_value(config).map_err(|e| NvimError::config("provider", e))?;
         app().configure(config);
         Ok(())
     })
@@ -169,7 +164,7 @@ fn prewarm(_: &Lua, model: Option<String>) -> LuaResult<()> {
     guarded("prewarm", || {
         app()
             .prewarm(model)
-            .map_err(|e| LuaError::RuntimeError(format!("mia: cannot start the runtime: {e}")))
+            .map_err(|e| LuaError::from(NvimError::Runtime(e.to_string())))
     })
 }
 
@@ -191,28 +186,22 @@ const MAX_AGENT_NAME: usize = 64;
 
 fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) -> LuaResult<StreamHandle> {
     let what = if streaming { "mia.stream" } else { "mia.send" };
-    let request: ChatRequest = lua.from_value(request).map_err(|e| {
-        LuaError::RuntimeError(format!(
-            "{what}: invalid request: {}",
-            e.to_string().trim_start_matches("deserialize error: ")
-        ))
-    })?;
+    let request: ChatRequest = lua
+        .from_value(request)
+        .map_err(|e| NvimError::argument(what, "request", e))?;
     let opts: RequestOpts = match opts {
         LuaValue::Nil => RequestOpts::default(),
-        v => lua.from_value(v).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "{what}: invalid opts: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?,
+        v => lua.from_value(v).map_err(|e| NvimError::argument(what, "opts", e))?,
     };
     let agent = match opts.agent.as_deref().map(str::trim) {
         None | Some("") => "api".to_string(),
         Some(name) if name.chars().count() <= MAX_AGENT_NAME => name.to_string(),
         Some(_) => {
-            return Err(LuaError::RuntimeError(format!(
-                "{what}: opts.agent is longer than {MAX_AGENT_NAME} characters; give a short name"
-            )))
+            return Err(NvimError::AgentNameTooLong {
+                func: what,
+                max: MAX_AGENT_NAME,
+            }
+            .into())
         }
     };
     let api = stream_task::ApiCall {
@@ -292,8 +281,9 @@ fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
     })
 }
 
+/// A failure whose message says it all, as Lua sees it.
 fn lua_error(e: impl std::fmt::Display) -> LuaError {
-    LuaError::RuntimeError(e.to_string())
+    NvimError::Failed(e.to_string()).into()
 }
 
 fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
@@ -321,7 +311,7 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
     guarded("session_new", || {
         let opts: NewSession = lua
             .from_value(opts)
-            .map_err(|e| lua_error(format!("mia: invalid session options: {e}")))?;
+            .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "session options", e)))?;
         let id = mia_engine::session::new_session_id();
         let info = mia_engine::session::SessionInfo {
             id: id.clone(),
@@ -341,13 +331,9 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
 
 /// The prompt table `session_prompt` and `session_context` take, or one
 /// clear error naming `what` was called.
-fn prompt_of(lua: &Lua, prompt: LuaValue, what: &str) -> LuaResult<mia_engine::agent::Prompt> {
-    lua.from_value(prompt).map_err(|e| {
-        lua_error(format!(
-            "{what}: invalid request: {}",
-            e.to_string().trim_start_matches("deserialize error: ")
-        ))
-    })
+fn prompt_of(lua: &Lua, prompt: LuaValue, what: &'static str) -> LuaResult<mia_engine::agent::Prompt> {
+    lua.from_value(prompt)
+        .map_err(|e| NvimError::argument(what, "request", e).into())
 }
 
 /// `session_prompt(id, { content, model?, mode?, system?, title?, ... })` -> handle:
@@ -554,15 +540,12 @@ fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool>
 /// `register_tool(spec, source)`: a Lua tool's metadata (its code stays in Lua).
 fn register_tool(lua: &Lua, (spec, source): (LuaValue, String)) -> LuaResult<bool> {
     guarded("register_tool", || {
-        let spec: mia_engine::tools::lua_tool::LuaToolSpec = lua.from_value(spec).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "mia.register_tool: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
+        let spec: mia_engine::tools::lua_tool::LuaToolSpec = lua
+            .from_value(spec)
+            .map_err(|e| NvimError::ToolSpec(e.to_string().trim_start_matches("deserialize error: ").to_string()))?;
         let source: mia_engine::tools::registry::ToolSource = lua
             .from_value(LuaValue::String(lua.create_string(&source)?))
-            .map_err(|e| LuaError::RuntimeError(format!("mia.register_tool: bad source: {e}")))?;
+            .map_err(|e| NvimError::bad("mia.register_tool", "source", e))?;
         let tool = std::sync::Arc::new(mia_engine::tools::lua_tool::LuaTool { spec });
         Ok(app().registry().register(tool, source))
     })
@@ -573,7 +556,7 @@ fn unregister_tool(lua: &Lua, (name, source): (String, String)) -> LuaResult<()>
     guarded("unregister_tool", || {
         let source: mia_engine::tools::registry::ToolSource = lua
             .from_value(LuaValue::String(lua.create_string(&source)?))
-            .map_err(|e| LuaError::RuntimeError(format!("mia: bad tool source: {e}")))?;
+            .map_err(|e| NvimError::bad("mia", "tool source", e))?;
         app().registry().unregister(&name, source);
         Ok(())
     })
@@ -627,9 +610,7 @@ fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
     guarded("mcp_status", || {
         let specs: Vec<mia_engine::mcp::McpServerSpec> = match servers {
             LuaValue::Nil => Vec::new(),
-            v => lua
-                .from_value(v)
-                .map_err(|e| LuaError::RuntimeError(format!("mia: bad mcp servers: {e}")))?,
+            v => lua.from_value(v).map_err(|e| NvimError::bad("mia", "mcp servers", e))?,
         };
         let list: Vec<serde_json::Value> = mia_engine::mcp::status(&app().mcp(), &specs)
             .into_iter()
@@ -646,12 +627,8 @@ fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
 /// `configure_agent(settings)`: permissions, limits, data directory.
 fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
     guarded("configure_agent", || {
-        let settings: mia_engine::agent::AgentSettings = lua.from_value(settings).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "mia: invalid agent configuration: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
+        let settings: mia_engine::agent::AgentSettings =
+            lua.from_value(settings).map_err(|e| NvimError::config("agent", e))?;
         app().configure_agent(settings);
         Ok(())
     })
@@ -686,7 +663,7 @@ type Drained = (
 /// JSON of a one-event list for the caller to decode.
 fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
     guarded("drain", || {
-        let queue = app().queue().map_err(|e| LuaError::RuntimeError(format!("mia: {e}")))?;
+        let queue = app().queue().map_err(|e| NvimError::Refused(e.to_string()))?;
         let (events, next) = queue.drain_paced(std::time::Instant::now());
         let next_ms = next.map(|d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
         if events.is_empty() {
@@ -736,25 +713,24 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
                     t.set("kind", "result")?;
                     t.set("data", to_lua(lua, value)?)?;
                 }
-                Event::Call {
-                    call, kind, payload, ..
-                } => {
+                Event::Call { call, request, .. } => {
                     t.set("kind", "call")?;
                     t.set("call", *call)?;
-                    t.set("call_kind", kind.as_str())?;
-                    if kind == "hook" {
+                    t.set("call_kind", request.kind())?;
+                    let payload = request.payload();
+                    if matches!(**request, EditorCall::Hook(_)) {
                         // The request comes back from Lua: empty lists must stay lists.
                         t.set(
                             "data",
                             lua.to_value_with(
-                                payload,
+                                &payload,
                                 SerializeOptions::new()
                                     .serialize_none_to_null(false)
                                     .serialize_unit_to_null(false),
                             )?,
                         )?;
                     } else {
-                        t.set("data", to_lua(lua, payload)?)?;
+                        t.set("data", to_lua(lua, &payload)?)?;
                     }
                 }
                 Event::Abort { call, .. } => {
@@ -937,7 +913,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
         guarded("shared", || {
             let value = to_lua(lua, &mia_engine::shared::Shared::get())?;
             let LuaValue::Table(t) = &value else {
-                return Err(LuaError::RuntimeError("mia: shared() did not make a table".into()));
+                return Err(NvimError::Refused("shared() did not make a table".into()).into());
             };
             let usd =
                 |_: &Lua, amount: Option<f64>| guarded("format_usd", || Ok(mia_engine::shared::format_usd(amount)));
@@ -952,12 +928,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
                 guarded("provider_views", || {
                     let user = match providers {
                         LuaValue::Nil => Default::default(),
-                        v => lua.from_value(v).map_err(|e| {
-                            LuaError::RuntimeError(format!(
-                                "mia: invalid provider configuration: {}",
-                                e.to_string().trim_start_matches("deserialize error: ")
-                            ))
-                        })?,
+                        v => lua.from_value(v).map_err(|e| NvimError::config("provider", e))?,
                     };
                     to_lua(lua, &mia_engine::shared::provider_views(user))
                 })

@@ -6,6 +6,7 @@ use mlua::prelude::*;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::error::NvimError;
 use super::{start_job, StreamHandle};
 use crate::nvim::app;
 use mia_llm::error::{ErrorClass, LlmError};
@@ -92,7 +93,7 @@ fn with_tools(system_chars: u64) -> u64 {
 pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     let q: CostQuery = lua
         .from_value(query)
-        .map_err(|e| LuaError::RuntimeError(format!("mia.costs: invalid query: {e}")))?;
+        .map_err(|e| NvimError::argument_raw("mia.costs", "query", e))?;
     start_job("costs", move |providers| async move {
         let store = app().store().await.ok_or_else(no_store)?;
         let query = q.into_core()?;
@@ -151,8 +152,8 @@ pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     use mia_store::export::{self, ExportFormat, ExportQuery};
     let q: ExportArgs = lua
         .from_value(query)
-        .map_err(|e| LuaError::RuntimeError(format!("mia.costs_export: invalid query: {e}")))?;
-    let invalid = |m: String| LuaError::RuntimeError(format!("mia: {m}"));
+        .map_err(|e| NvimError::argument_raw("mia.costs_export", "query", e))?;
+    let invalid = |m: String| LuaError::from(NvimError::Refused(m));
     let format = match q.format.as_str() {
         "csv" => ExportFormat::Csv,
         "json" => ExportFormat::Json,

@@ -3,6 +3,7 @@
 use crate::nvim::app;
 use mlua::prelude::*;
 
+use super::error::NvimError;
 use super::guarded;
 use mia_engine::telemetry;
 
@@ -10,13 +11,8 @@ use mia_engine::telemetry;
 /// the OpenTelemetry export; raises one clear message on a bad setting.
 pub fn telemetry_configure(lua: &Lua, cfg: LuaValue) -> LuaResult<String> {
     guarded("telemetry_configure", || {
-        let cfg: telemetry::TelemetryConfig = lua.from_value(cfg).map_err(|e| {
-            LuaError::RuntimeError(format!(
-                "mia: invalid telemetry configuration: {}",
-                e.to_string().trim_start_matches("deserialize error: ")
-            ))
-        })?;
-        app().configure_telemetry(cfg).map_err(LuaError::RuntimeError)
+        let cfg: telemetry::TelemetryConfig = lua.from_value(cfg).map_err(|e| NvimError::config("telemetry", e))?;
+        app().configure_telemetry(cfg).map_err(|m| NvimError::Failed(m).into())
     })
 }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::events::{Event, EventQueue, StreamId};
+use mia_proto::EditorCall;
 
 /// How a call ended on the Lua side.
 pub type CallResult = Result<Value, String>;
@@ -35,15 +36,14 @@ pub enum CallError {
 }
 
 impl PendingCalls {
-    /// Asks Lua to do `kind` with `payload` for `stream` and waits for the
+    /// Asks Lua to do `request` for `stream` and waits for the
     /// answer, at most `timeout`, or until `cancel` fires. On timeout or
     /// cancellation Lua is told to abort the call.
     pub async fn call(
         &self,
         queue: &EventQueue,
         stream: StreamId,
-        kind: &str,
-        payload: Value,
+        request: EditorCall,
         timeout: Duration,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<CallResult, CallError> {
@@ -53,8 +53,7 @@ impl PendingCalls {
         queue.push(Event::Call {
             stream,
             call: id,
-            kind: kind.to_string(),
-            payload,
+            request: Box::new(request),
         });
         let outcome = tokio::select! {
             r = rx => r.map_err(|_| CallError::Gone),
@@ -110,14 +109,11 @@ impl LuaBridge {
     pub async fn call(
         &self,
         stream: StreamId,
-        kind: &str,
-        payload: Value,
+        request: EditorCall,
         timeout: Duration,
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<CallResult, CallError> {
-        self.calls
-            .call(&self.queue, stream, kind, payload, timeout, cancel)
-            .await
+        self.calls.call(&self.queue, stream, request, timeout, cancel).await
     }
 }
 
@@ -141,7 +137,10 @@ mod tests {
         let (q2, c2) = (q.clone(), calls.clone());
         let answered = std::thread::spawn(move || loop {
             for e in q2.drain() {
-                if let Event::Call { call, payload, .. } = e {
+                if let Event::Call { call, request, .. } = e {
+                    let EditorCall::Hook(payload) = *request else {
+                        panic!("not the hook call: {request:?}");
+                    };
                     c2.answer(call, Ok(payload));
                     return;
                 }
@@ -151,8 +150,7 @@ mod tests {
         let got = rt().block_on(calls.call(
             &q,
             1,
-            "tool",
-            serde_json::json!({"x": 1}),
+            EditorCall::Hook(serde_json::json!({"x": 1})),
             Duration::from_secs(5),
             &CancellationToken::new(),
         ));
@@ -167,8 +165,7 @@ mod tests {
         let got = rt().block_on(calls.call(
             &q,
             7,
-            "tool",
-            Value::Null,
+            EditorCall::Hook(Value::Null),
             Duration::from_millis(20),
             &CancellationToken::new(),
         ));

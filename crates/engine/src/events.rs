@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::session::TurnEnd;
 use mia_llm::delta::{Delta, StreamDone};
 use mia_llm::error::{ErrorClass, LlmError};
+use mia_proto::{EditorCall, ToolSource};
 
 /// Identifies one stream (one `mia.stream` call) across the boundary.
 pub type StreamId = u64;
@@ -45,8 +46,7 @@ pub enum Event {
     Call {
         stream: StreamId,
         call: u64,
-        kind: String,
-        payload: serde_json::Value,
+        request: Box<EditorCall>,
     },
     /// A call the runtime no longer waits for (cancelled or timed out).
     Abort {
@@ -88,7 +88,7 @@ pub enum MiaEvent {
     /// What a tool name means changed (see `crate::tools::registry::ToolChange`).
     ToolChange {
         name: String,
-        source: crate::tools::registry::ToolSource,
+        source: ToolSource,
         registered: bool,
     },
 }
@@ -663,8 +663,7 @@ mod tests {
         q.push(Event::Call {
             stream: 1,
             call: 9,
-            kind: "tool".into(),
-            payload: serde_json::Value::Null,
+            request: Box::new(EditorCall::Hook(serde_json::Value::Null)),
         });
         assert!(
             readable(q.fd()),

@@ -97,8 +97,7 @@ pub async fn apply(caller: &Caller, req: &ChatRequest) -> Result<ChatRequest, Ll
         .call(
             &caller.queue,
             caller.stream,
-            "hook",
-            hook_payload(req),
+            mia_proto::EditorCall::Hook(hook_payload(req)),
             HOOK_TIMEOUT,
             &caller.cancel,
         )

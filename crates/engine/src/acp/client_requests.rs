@@ -18,6 +18,7 @@ use super::client::AgentProc;
 use super::permission_diff;
 use crate::calls::CallError;
 use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolOutput};
+use mia_proto::EditorCall;
 
 /// How long a question may wait for the user.
 const ASK_WAIT: Duration = Duration::from_secs(3600);
@@ -77,27 +78,19 @@ impl AgentProc {
         Ok(physical)
     }
 
-    async fn lua(&self, kind: &str, payload: Value, wait: Duration) -> Result<Value, CallError> {
+    async fn lua(&self, request: EditorCall, wait: Duration) -> Result<Value, CallError> {
         let cancel = self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        match self
-            .bridge
-            .call(self.current_stream(), kind, payload, wait, &cancel)
-            .await?
-        {
+        match self.bridge.call(self.current_stream(), request, wait, &cancel).await? {
             Ok(v) => Ok(v),
             Err(message) => Ok(json!({ "_error": message })),
         }
     }
 
     /// A Lua answer as the typed response, or the error Lua gave.
-    async fn lua_typed<T: DeserializeOwned>(
-        &self,
-        kind: &str,
-        payload: Value,
-        wait: Duration,
-    ) -> Result<T, sdk::Error> {
+    async fn lua_typed<T: DeserializeOwned>(&self, request: EditorCall, wait: Duration) -> Result<T, sdk::Error> {
+        let kind = request.kind();
         let v = self
-            .lua(kind, payload, wait)
+            .lua(request, wait)
             .await
             .map_err(|e| error(format!("{kind}: {e}")))?;
         if let Some(message) = v.get("_error").and_then(Value::as_str) {
@@ -135,7 +128,7 @@ impl AgentProc {
         mia.insert("agent".into(), json!(self.spec.name));
         payload["_meta"] = json!({ "mia": mia });
         let cancelled = s::RequestPermissionResponse::new(s::RequestPermissionOutcome::Cancelled);
-        let answer = match self.lua("session/request_permission", payload, ASK_WAIT).await {
+        let answer = match self.lua(EditorCall::Permission(payload), ASK_WAIT).await {
             Ok(v) => v,
             Err(_) => return Ok(cancelled),
         };
@@ -162,7 +155,7 @@ impl AgentProc {
             "path": path.display().to_string(),
             "_meta": { "mia": { "loaded": true } },
         });
-        let from_buffer = match self.lua("fs/read_text_file", payload, EDITOR_WAIT).await {
+        let from_buffer = match self.lua(EditorCall::ReadTextFile(payload), EDITOR_WAIT).await {
             Ok(v) => v.get("content").and_then(Value::as_str).map(str::to_string),
             Err(_) => None,
         };
@@ -232,7 +225,7 @@ impl AgentProc {
         // The terminal's command must not inherit provider keys (mia_llm::secret_env);
         // a variable the agent passes in the request's own `env` is its choice.
         payload["_meta"] = json!({ "mia": { "agent": self.spec.name, "hide_env": mia_llm::secret_env::names() } });
-        self.lua_typed("terminal/create", payload, EDITOR_WAIT).await
+        self.lua_typed(EditorCall::TerminalCreate(payload), EDITOR_WAIT).await
     }
 
     pub(super) async fn terminal_output(
@@ -240,7 +233,7 @@ impl AgentProc {
         r: s::TerminalOutputRequest,
     ) -> Result<s::TerminalOutputResponse, sdk::Error> {
         let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
-        self.lua_typed("terminal/output", payload, EDITOR_WAIT).await
+        self.lua_typed(EditorCall::TerminalOutput(payload), EDITOR_WAIT).await
     }
 
     pub(super) async fn terminal_wait(
@@ -248,7 +241,8 @@ impl AgentProc {
         r: s::WaitForTerminalExitRequest,
     ) -> Result<s::WaitForTerminalExitResponse, sdk::Error> {
         let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
-        self.lua_typed("terminal/wait_for_exit", payload, EXIT_WAIT).await
+        self.lua_typed(EditorCall::TerminalWaitForExit(payload), EXIT_WAIT)
+            .await
     }
 
     pub(super) async fn terminal_kill(
@@ -256,7 +250,7 @@ impl AgentProc {
         r: s::KillTerminalRequest,
     ) -> Result<s::KillTerminalResponse, sdk::Error> {
         let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
-        self.lua_typed("terminal/kill", payload, EDITOR_WAIT).await
+        self.lua_typed(EditorCall::TerminalKill(payload), EDITOR_WAIT).await
     }
 
     pub(super) async fn terminal_release(
@@ -264,7 +258,7 @@ impl AgentProc {
         r: s::ReleaseTerminalRequest,
     ) -> Result<s::ReleaseTerminalResponse, sdk::Error> {
         let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
-        self.lua_typed("terminal/release", payload, EDITOR_WAIT).await
+        self.lua_typed(EditorCall::TerminalRelease(payload), EDITOR_WAIT).await
     }
 }
 

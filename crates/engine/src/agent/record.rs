@@ -196,8 +196,7 @@ pub async fn gate_spend(
                 .call(
                     queue,
                     stream,
-                    "confirm",
-                    json!({ "kind": "budget", "reason": reason }),
+                    mia_proto::EditorCall::Confirm(mia_proto::Confirm::Budget { reason: reason.clone() }),
                     Duration::from_secs(3600),
                     cancel,
                 )

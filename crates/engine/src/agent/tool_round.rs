@@ -199,8 +199,7 @@ pub async fn run(
                     .call(
                         &deps.queue,
                         stream,
-                        "session/request_permission",
-                        payload,
+                        mia_proto::EditorCall::Permission(payload),
                         timeout,
                         cancel,
                     )

@@ -336,7 +336,12 @@ async fn review(ctx: &ToolContext, tool: &str, p: &Proposal) -> Verdict {
         .unwrap_or(Duration::from_secs(600));
     let answer = match ctx
         .lua
-        .call(ctx.stream, "session/request_permission", payload, timeout, &ctx.abort)
+        .call(
+            ctx.stream,
+            mia_proto::EditorCall::Permission(payload),
+            timeout,
+            &ctx.abort,
+        )
         .await
     {
         Ok(Ok(v)) => v,
@@ -431,11 +436,10 @@ mod tests {
         let (queue, calls) = (ctx.lua.queue.clone(), ctx.lua.calls.clone());
         std::thread::spawn(move || loop {
             for e in queue.drain() {
-                if let Event::Call {
-                    call, kind, payload, ..
-                } = e
-                {
-                    assert_eq!(kind, "session/request_permission");
+                if let Event::Call { call, request, .. } = e {
+                    let mia_proto::EditorCall::Permission(payload) = *request else {
+                        panic!("not a review: {request:?}");
+                    };
                     calls.answer(call, Ok(answer));
                     return payload;
                 }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolError, ToolOutput, ToolSubject};
 use crate::calls::{CallError, LuaBridge};
+use mia_proto::{EditorCall, SubjectRequest, ToolRun};
 
 /// What `mia.register_tool` tells the core about a Lua tool.
 #[derive(Debug, Clone, Deserialize)]
@@ -64,10 +65,11 @@ pub async fn dynamic_subject(
     args: &Value,
     cancel: &tokio_util::sync::CancellationToken,
 ) -> Result<Option<ToolSubject>, ToolError> {
-    let payload = json!({ "name": name, "arguments": args });
-    let answer = lua
-        .call(stream, "subject", payload, Duration::from_secs(10), cancel)
-        .await;
+    let request = EditorCall::Subject(SubjectRequest {
+        name: name.to_string(),
+        arguments: args.clone(),
+    });
+    let answer = lua.call(stream, request, Duration::from_secs(10), cancel).await;
     let problem = match answer {
         Ok(Ok(value)) => match subject_of_value(&value) {
             Ok(subject) => return Ok(subject),
@@ -159,10 +161,10 @@ impl Tool for LuaTool {
         let edits = self.spec.edits;
         let timeout = Duration::from_millis(self.spec.timeout_ms);
         Box::pin(async move {
-            let payload = json!({
-                "name": name,
-                "arguments": args,
-                "ctx": {
+            let request = EditorCall::Tool(ToolRun {
+                name: name.clone(),
+                arguments: args,
+                ctx: json!({
                     "session_id": ctx.session_id,
                     "message_id": ctx.message_id,
                     "call_id": ctx.call_id,
@@ -173,9 +175,9 @@ impl Tool for LuaTool {
                         "relative": c.subject,
                         "inside": c.inside,
                     })),
-                },
+                }),
             });
-            match ctx.lua.call(ctx.stream, "tool", payload, timeout, &ctx.abort).await {
+            match ctx.lua.call(ctx.stream, request, timeout, &ctx.abort).await {
                 Ok(Ok(value)) if edits => land_proposal(&name, value, &ctx).await,
                 Ok(Ok(value)) => output_of(value),
                 Ok(Err(message)) => ToolOutput::error(format!("`{name}` failed: {message}")),

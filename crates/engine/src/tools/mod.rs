@@ -227,17 +227,7 @@ pub(crate) fn atomic_write_unsynced(path: &std::path::Path, content: &[u8]) -> s
 pub type PathFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// Options of [`ToolContext::ask`], as Lua's `ctx.ask` takes them.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct AskOptions {
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub choices: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub default: Option<String>,
-    /// Milliseconds before the default answers.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<u64>,
-    pub allow_freeform: bool,
-}
+pub use mia_proto::AskOptions;
 
 impl ToolContext {
     /// Asks the user a question in Neovim (through `vim.ui.select`, or
@@ -245,10 +235,14 @@ impl ToolContext {
     /// blocking anything; `None` when dismissed, timed out or cancelled.
     pub async fn ask(&self, question: &str, opts: AskOptions) -> Option<String> {
         let wait = std::time::Duration::from_millis(opts.timeout.map(|t| t + 1000).unwrap_or(3_600_000));
-        let payload = serde_json::json!({ "question": question, "opts": opts });
-        match self.lua.call(self.stream, "ask", payload, wait, &self.abort).await {
+        let default = opts.default.clone();
+        let request = mia_proto::EditorCall::Ask(mia_proto::Question {
+            question: question.to_string(),
+            opts,
+        });
+        match self.lua.call(self.stream, request, wait, &self.abort).await {
             Ok(Ok(Value::String(answer))) => Some(answer),
-            _ => opts.default,
+            _ => default,
         }
     }
 }
@@ -375,14 +369,14 @@ mod tests {
                 if let Event::Call {
                     stream: 4242,
                     call,
-                    kind,
-                    payload,
-                    ..
+                    request,
                 } = e
                 {
-                    assert_eq!(kind, "ask");
-                    assert_eq!(payload["question"], "Proceed?");
-                    assert_eq!(payload["opts"]["choices"], serde_json::json!(["yes", "no"]));
+                    let mia_proto::EditorCall::Ask(q) = *request else {
+                        panic!("not a question: {request:?}");
+                    };
+                    assert_eq!(q.question, "Proceed?");
+                    assert_eq!(q.opts.choices, ["yes", "no"]);
                     calls.answer(call, Ok(Value::String("no".into())));
                     return;
                 }

@@ -5,42 +5,16 @@
 use std::collections::BTreeMap;
 use std::sync::RwLock;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::permissions::PermissionConfig;
 use super::schema::{self, Compiled};
 use super::{SharedTool, ToolEffect};
 
-/// Where a tool was registered from, in override order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolSource {
-    Builtin,
-    /// A Model Context Protocol server's tool (`server__tool`, see `crate::mcp`).
-    Mcp,
-    Plugin,
-    User,
-    Project,
-}
-
-impl ToolSource {
-    /// Every source from weakest to strongest: `register` keeps a tool
-    /// against one from an earlier source in this list and lets a later one
-    /// replace it. Lua reads it through `mia_core.shared()`.
-    pub const PRECEDENCE: [ToolSource; 5] = [
-        ToolSource::Builtin,
-        ToolSource::Mcp,
-        ToolSource::Plugin,
-        ToolSource::User,
-        ToolSource::Project,
-    ];
-
-    /// This source's place in [`ToolSource::PRECEDENCE`].
-    pub fn rank(self) -> usize {
-        Self::PRECEDENCE.iter().position(|s| *s == self).unwrap_or(0)
-    }
-}
+/// Where a tool was registered from, in override order (`register` keeps a
+/// tool against a weaker source's and lets a stronger one replace it).
+pub use mia_proto::ToolSource;
 
 /// What `list()` shows of a tool.
 #[derive(Debug, Clone, PartialEq, Serialize)]

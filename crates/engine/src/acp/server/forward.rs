@@ -17,6 +17,7 @@ use super::{from_json, lock, rpc_error, Cx, Responder, Server};
 const CLIENT_WRITE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 use crate::events::{Event, EventQueue, MiaEvent, StreamId};
 use crate::session::{updates, Stop, TurnEnd};
+use mia_proto::{Confirm, EditorCall};
 
 impl Server {
     /// One event of the core: updates become notifications, calls become
@@ -46,12 +47,7 @@ impl Server {
                 }
                 self.answer_prompt(pending.responder, &end);
             }
-            Event::Call {
-                stream,
-                call,
-                kind,
-                payload,
-            } => self.on_call(stream, call, kind, payload, cx),
+            Event::Call { stream, call, request } => self.on_call(stream, call, *request, cx),
             Event::Mia {
                 stream,
                 event: MiaEvent::Warning { text },
@@ -102,14 +98,14 @@ impl Server {
     }
 
     /// A call of the core for its UI, answered through the client (or here).
-    fn on_call(self: &Arc<Self>, stream: StreamId, call: u64, kind: String, payload: Value, cx: &Cx) {
+    fn on_call(self: &Arc<Self>, stream: StreamId, call: u64, request: EditorCall, cx: &Cx) {
         let calls = self.deps.calls.clone();
         let (can_read, can_write) = *lock(&self.client_fs);
         let session_id = lock(&self.streams).get(&stream).cloned().unwrap_or_default();
         let cx2 = cx.clone();
         let task = async move {
-            let answer: Result<Value, String> = match kind.as_str() {
-                "session/request_permission" => {
+            let answer: Result<Value, String> = match request {
+                EditorCall::Permission(payload) => {
                     match serde_json::from_value::<acp::RequestPermissionRequest>(payload) {
                         Ok(req) => match cx2.send_request(req).block_task().await {
                             Ok(r) => Ok(serde_json::to_value(r).unwrap_or(Value::Null)),
@@ -118,12 +114,7 @@ impl Server {
                         Err(e) => Err(format!("mia-acp: bad permission request: {e}")),
                     }
                 }
-                "confirm" => {
-                    let reason = payload
-                        .get("reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("Continue?")
-                        .to_string();
+                EditorCall::Confirm(Confirm::Budget { reason }) => {
                     let req: Result<acp::RequestPermissionRequest, _> = serde_json::from_value(json!({
                         "sessionId": session_id,
                         "toolCall": { "toolCallId": format!("mia-confirm-{call}"), "title": reason, "kind": "other", "status": "pending" },
@@ -143,7 +134,7 @@ impl Server {
                         Err(_) => Ok(Value::Bool(false)),
                     }
                 }
-                "fs/read_text_file" if can_read => {
+                EditorCall::ReadTextFile(payload) if can_read => {
                     let path = payload.get("path").and_then(Value::as_str).unwrap_or_default();
                     let req = acp::ReadTextFileRequest::new(session_id.clone(), PathBuf::from(path));
                     match cx2.send_request(req).block_task().await {
@@ -152,7 +143,7 @@ impl Server {
                         Err(_) => Ok(Value::Null),
                     }
                 }
-                "fs/write_text_file" if can_write => {
+                EditorCall::WriteTextFile(payload) if can_write => {
                     let path = payload.get("path").and_then(Value::as_str).unwrap_or_default();
                     let content = payload.get("content").and_then(Value::as_str).unwrap_or_default();
                     let req =
@@ -173,9 +164,10 @@ impl Server {
                     }
                 }
                 // Without the client's fs: the core reads and writes the disk itself (confined to cwd).
-                "fs/read_text_file" | "fs/write_text_file" => Ok(Value::Null),
+                EditorCall::ReadTextFile(_) | EditorCall::WriteTextFile(_) => Ok(Value::Null),
                 other => Err(format!(
-                    "mia-acp cannot answer `{other}`: it needs the editor (Neovim's mia)"
+                    "mia-acp cannot answer `{}`: it needs the editor (Neovim's mia)",
+                    other.kind()
                 )),
             };
             calls.answer(call, answer);

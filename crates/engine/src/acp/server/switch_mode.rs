@@ -86,8 +86,7 @@ impl Tool for SwitchMode {
                 .lua
                 .call(
                     ctx.stream,
-                    "session/request_permission",
-                    payload,
+                    mia_proto::EditorCall::Permission(payload),
                     Duration::from_secs(3600),
                     &ctx.abort,
                 )

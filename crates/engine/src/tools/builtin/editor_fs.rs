@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::tools::ToolContext;
+use mia_proto::EditorCall;
 
 /// How long a file operation waits for Neovim's answer.
 const EDITOR_WAIT: Duration = Duration::from_secs(5);
@@ -70,7 +71,7 @@ pub(super) async fn read_buffer(ctx: &ToolContext, path: &Path, loaded_too: bool
     });
     match ctx
         .lua
-        .call(ctx.stream, "fs/read_text_file", payload, EDITOR_WAIT, &ctx.abort)
+        .call(ctx.stream, EditorCall::ReadTextFile(payload), EDITOR_WAIT, &ctx.abort)
         .await
     {
         Ok(Ok(Value::Object(m))) => match m.get("content") {
@@ -138,7 +139,7 @@ pub(crate) async fn write_through_editor(
     });
     match ctx
         .lua
-        .call(ctx.stream, "fs/write_text_file", payload, LANDING_WAIT, &ctx.abort)
+        .call(ctx.stream, EditorCall::WriteTextFile(payload), LANDING_WAIT, &ctx.abort)
         .await
     {
         Ok(Ok(Value::Object(m))) => {
