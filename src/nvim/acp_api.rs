@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::error::NvimError;
-use super::{guarded, lua_error, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
+use super::{guarded, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
 use crate::nvim::app;
 use mia_engine::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
 use mia_engine::acp::client_sessions::{self, Ask};

@@ -6,7 +6,7 @@ use mlua::prelude::*;
 use serde_json::{json, Map, Value};
 
 use super::error::NvimError;
-use super::{lua_error, start_job, StreamHandle};
+use super::{start_job, StreamHandle};
 use crate::nvim::app;
 use mia_engine::mcp::McpServerSpec;
 use mia_llm::error::{ErrorClass, LlmError};
