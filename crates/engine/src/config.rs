@@ -570,12 +570,29 @@ mod tests {
     fn setups_default_model_and_system_prompt_are_the_types() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let lua = std::fs::read_to_string(root.join("lua/mia/config.lua")).unwrap();
-        let body: String = lua.split("local function defaults()").nth(1).unwrap().chars().take(2000).collect();
-        assert!(body.contains(&format!("model = {DEFAULT_MODEL:?},")), "lua/mia/config.lua defaults().model");
-        assert!(body.contains(&format!("system = {DEFAULT_SYSTEM:?},")), "lua/mia/config.lua defaults().system");
-        assert!(body.contains("log_level = \"info\","), "lua/mia/config.lua defaults().log_level");
+        let body: String = lua
+            .split("local function defaults()")
+            .nth(1)
+            .unwrap()
+            .chars()
+            .take(2000)
+            .collect();
         assert!(
-            body.contains("checkpoints = { max_age_days = 30, max_mb = 512, max_file_kb = 4096, max_scan_files = 20000 }"),
+            body.contains(&format!("model = {DEFAULT_MODEL:?},")),
+            "lua/mia/config.lua defaults().model"
+        );
+        assert!(
+            body.contains(&format!("system = {DEFAULT_SYSTEM:?},")),
+            "lua/mia/config.lua defaults().system"
+        );
+        assert!(
+            body.contains("log_level = \"info\","),
+            "lua/mia/config.lua defaults().log_level"
+        );
+        assert!(
+            body.contains(
+                "checkpoints = { max_age_days = 30, max_mb = 512, max_file_kb = 4096, max_scan_files = 20000 }"
+            ),
             "lua/mia/config.lua defaults().checkpoints"
         );
         assert_eq!(CheckpointsConfig::default().max_scan_files, 20_000);

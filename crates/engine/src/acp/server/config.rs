@@ -17,6 +17,10 @@ use crate::config::Config;
 use crate::shared::{builtin_modes, USER_MODE_PERMISSIONS};
 use mia_llm::providers::CoreConfig;
 
+/// setup() options mia-acp has no use for and cannot ignore silently
+/// (its MCP servers are the ones the client sends).
+const NOT_IN_ACP: [&str; 4] = ["http", "mcp", "rules", "telemetry"];
+
 /// A mode as the client lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModeInfo {
@@ -111,11 +115,20 @@ impl AcpConfig {
     pub fn from_value(value: Value) -> Result<AcpConfig, ConfigError> {
         // The type checks the names and types of every option and gives the
         // defaults; what follows checks the sections' content. The options
-        // only Neovim uses (chat, review, agents, …) are accepted and ignored.
+        // that only matter inside Neovim (chat, review, review_keys, agents)
+        // are accepted and ignored; the ones mia-acp does not implement are
+        // refused, not ignored: the user would think them in force.
         let config = Config::from_json(value.clone()).map_err(|e| ConfigError(e.to_string()))?;
         let Value::Object(opts) = value else {
             return Err(fail("(top level)", "must be a JSON object of setup() options", &value));
         };
+        for key in NOT_IN_ACP {
+            if opts.contains_key(key) {
+                return Err(ConfigError(format!(
+                    "`{key}` is a setup() option mia-acp does not support (see :h mia-acp); remove it from the file"
+                )));
+            }
+        }
         let model = config.model.clone();
         match model.split_once('/') {
             Some((p, m)) if !p.is_empty() && !m.is_empty() => {}
@@ -463,6 +476,8 @@ mod tests {
         assert!(err(json!({ "costs": { "daily_limit_usd": -1 } })).contains("`costs.daily_limit_usd`"));
         assert!(err(json!({ "mode": "yolo" })).contains("`mode` must be one of ask, architect, code"));
         assert!(err(json!({ "acp": { "list_page_size": 0 } })).contains("`acp.list_page_size`"));
+        assert!(err(json!({ "mcp": { "servers": {} } })).contains("`mcp` is a setup() option mia-acp does not support"));
+        assert!(AcpConfig::from_value(json!({ "chat": { "size": 40 }, "review": "hunks" })).is_ok());
         assert!(err(json!({ "acp": { "max_memory_mb": 64 } })).contains("`acp.max_memory_mb` must be a whole number"));
         let c = AcpConfig::from_value(json!({ "acp": { "max_memory_mb": 2048 } })).unwrap();
         assert_eq!(c.max_memory_mb, 2048);
