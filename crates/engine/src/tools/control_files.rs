@@ -111,7 +111,7 @@ mod tests {
             "a.git",
             "my.git/x",
             ".miarc",
-            "crates/engine/src/git/config",
+            "src/git/config",
         ] {
             assert!(!names_control_file(no), "{no}");
         }
@@ -170,7 +170,7 @@ mod tests {
         "sub/.git/config",
         ".mia/tools/t.lua",
         "innocent/config",
-        "crates/engine/src/hooks/post-checkout",
+        "src/hooks/post-checkout",
         "nested/.git/config",
         ".GIT/config",
         "vendor/gitstuff/config",
