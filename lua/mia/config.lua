@@ -154,6 +154,9 @@ M.review_keys = {
   dismiss = "q",
 }
 
+--- The defaults are the core's (crates/engine/src/config.rs, `Config::default`); setup() does not load
+--- the core, so the model, system prompt, log level and checkpoints are copied here, and a test there keeps
+--- this copy equal to it.
 --- @return mia.Config
 local function defaults()
   return {

@@ -12,10 +12,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::NvimError;
 use super::{guarded, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
+use crate::nvim::app;
 use mia_engine::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
 use mia_engine::acp::client_sessions::{self, Ask};
 use mia_engine::acp::session_list;
-use mia_engine::runtime;
 use mia_llm::error::{ErrorClass, LlmError};
 
 fn job_error(e: AcpClientError) -> LlmError {
@@ -28,8 +28,8 @@ fn spec_of(lua: &Lua, spec: LuaValue) -> LuaResult<AgentSpec> {
 
 fn agent_of(spec: &AgentSpec) -> LuaResult<std::sync::Arc<client::AgentProc>> {
     let (_, queue) = runtime_and_queue()?;
-    let bridge = mia_engine::calls::LuaBridge::new(queue, mia_engine::calls::pending());
-    Ok(client::agent(spec, &bridge, || {
+    let bridge = mia_engine::calls::LuaBridge::new(queue, app().calls());
+    Ok(client::agent(app(), spec, &bridge, || {
         NEXT_STREAM.fetch_add(1, Ordering::Relaxed)
     }))
 }
@@ -60,11 +60,12 @@ pub(super) fn agent_prompt(lua: &Lua, (spec, prompt): (LuaValue, LuaValue)) -> L
         let agent = agent_of(&spec)?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let budgets = runtime::agent_settings().costs;
+        let budgets = app().agent_settings().costs;
         let token = cancel.clone();
         rt.spawn(async move {
             let deps = TurnDeps {
-                store: runtime::store().await,
+                store: app().store().await,
+                ledger: app().store_slot().ledger(),
                 budgets,
             };
             agent.prompt(deps, id, prompt, token).await;
@@ -76,7 +77,7 @@ pub(super) fn agent_prompt(lua: &Lua, (spec, prompt): (LuaValue, LuaValue)) -> L
 /// `agent_info(name)` -> `{ agentInfo, authMethods, modes, configOptions,
 /// commands }` as the agent last said them, or nil when it never started.
 pub(super) fn agent_info(lua: &Lua, name: String) -> LuaResult<LuaValue> {
-    guarded("agent_info", || match client::existing(&name) {
+    guarded("agent_info", || match client::existing(app(), &name) {
         Some(a) => to_lua(lua, &a.info()),
         None => Ok(LuaValue::Nil),
     })
@@ -131,7 +132,7 @@ pub(super) fn sessions_everywhere(lua: &Lua, query: LuaValue) -> LuaResult<Strea
                 agent: agent_of(spec)?,
                 start: true,
             });
-        } else if let Some(a) = client::existing(&spec.name).filter(|a| a.spec == *spec) {
+        } else if let Some(a) = client::existing(app(), &spec.name).filter(|a| a.spec == *spec) {
             ask.push(Ask { agent: a, start: false });
         }
     }
@@ -142,7 +143,7 @@ pub(super) fn sessions_everywhere(lua: &Lua, query: LuaValue) -> LuaResult<Strea
             if !q.own {
                 return Ok((Vec::new(), Vec::new()));
             }
-            let Some(store) = runtime::store().await else {
+            let Some(store) = app().store().await else {
                 return Ok((Vec::new(), Vec::new()));
             };
             let limit = session_list::MAX_ENTRIES;
@@ -210,7 +211,7 @@ pub(super) fn agent_probe(lua: &Lua, (spec, timeout_ms): (LuaValue, Option<u64>)
 /// `agent_stop(name)`: ends the agent's process (the next prompt starts it again).
 pub(super) fn agent_stop(_: &Lua, name: String) -> LuaResult<()> {
     guarded("agent_stop", || {
-        if let Some(a) = client::existing(&name) {
+        if let Some(a) = client::existing(app(), &name) {
             let (rt, _) = runtime_and_queue()?;
             rt.spawn(async move { a.stop().await });
         }

@@ -5,8 +5,8 @@
 use mlua::prelude::*;
 
 use super::{start_job, StreamHandle};
+use crate::nvim::app;
 use mia_engine::checkpoint::Checkpoints;
-use mia_engine::runtime;
 use mia_llm::error::{ErrorClass, LlmError};
 
 fn error(message: impl std::fmt::Display) -> LlmError {
@@ -14,11 +14,11 @@ fn error(message: impl std::fmt::Display) -> LlmError {
 }
 
 fn store() -> Result<Checkpoints, LlmError> {
-    let settings = runtime::agent_settings();
+    let settings = app().agent_settings();
     let dir = settings
         .data_dir
         .ok_or_else(|| error(mia_engine::checkpoint::CheckpointError::NoDataDir))?;
-    Ok(Checkpoints::new(&dir, settings.checkpoints).with_secrets(runtime::providers().secrets()))
+    Ok(Checkpoints::new(&dir, settings.checkpoints).with_secrets(app().providers().secrets()))
 }
 
 /// `checkpoints(session_id)` -> handle; its result lists the checkpoints,
@@ -26,7 +26,7 @@ fn store() -> Result<Checkpoints, LlmError> {
 pub fn checkpoints(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("checkpoints", move |_| async move {
         let store = store()?;
-        let root = runtime::sessions().get(&id).map(|s| s.info().cwd).unwrap_or_default();
+        let root = app().sessions().get(&id).map(|s| s.info().cwd).unwrap_or_default();
         let root = std::fs::canonicalize(&root).unwrap_or(root);
         let listed = tokio::task::spawn_blocking(move || store.list(&id, &root))
             .await
@@ -40,7 +40,7 @@ pub fn checkpoints(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// restored (and which not, and why). Refused while the session's turn runs.
 pub fn checkpoint_undo(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("checkpoint_undo", move |_| async move {
-        if runtime::sessions().get(&id).is_some_and(|s| s.is_running()) {
+        if app().sessions().get(&id).is_some_and(|s| s.is_running()) {
             return Err(error(
                 "an answer is still running in this session; wait for it to finish or :Mia stop, then undo",
             ));

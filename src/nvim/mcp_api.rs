@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 
 use super::error::NvimError;
 use super::{start_job, StreamHandle};
+use crate::nvim::app;
 use mia_engine::mcp::McpServerSpec;
-use mia_engine::runtime;
 use mia_llm::error::{ErrorClass, LlmError};
 
 fn job_error(e: String) -> LlmError {
@@ -30,7 +30,7 @@ pub(super) fn specs_of(lua: &Lua, servers: LuaValue) -> LuaResult<Vec<McpServerS
 pub(super) fn mcp_start(lua: &Lua, servers: LuaValue) -> LuaResult<StreamHandle> {
     let specs = specs_of(lua, servers)?;
     start_job("mcp_start", move |_| async move {
-        let warnings = mia_engine::mcp::ensure_started(&runtime::registry(), &specs).await;
+        let warnings = mia_engine::mcp::ensure_started(&app().mcp(), &app().registry(), &specs).await;
         Ok(json!(warnings))
     })
 }
@@ -40,7 +40,7 @@ pub(super) fn mcp_start(lua: &Lua, servers: LuaValue) -> LuaResult<StreamHandle>
 pub(super) fn mcp_restart(lua: &Lua, (servers, name): (LuaValue, String)) -> LuaResult<StreamHandle> {
     let specs = specs_of(lua, servers)?;
     start_job("mcp_restart", move |_| async move {
-        let state = mia_engine::mcp::restart(&runtime::registry(), &specs, &name)
+        let state = mia_engine::mcp::restart(&app().mcp(), &app().registry(), &specs, &name)
             .await
             .map_err(|e| job_error(format!("MCP server `{name}` did not start again: {e}")))?;
         let mut v = serde_json::to_value(state).unwrap_or_default();
@@ -63,7 +63,7 @@ pub(super) fn mcp_read(lua: &Lua, (servers, mentions): (LuaValue, LuaValue)) -> 
         .map_err(|e| LuaError::from(NvimError::bad("mia", "resource mentions", e)))?;
     let pairs: Vec<(String, String)> = mentions.into_iter().map(|m| (m.server, m.uri)).collect();
     start_job("mcp_read", move |_| async move {
-        let text = mia_engine::mcp::read_resource(&runtime::registry(), &specs, &pairs)
+        let text = mia_engine::mcp::read_resource(&app().mcp(), &app().registry(), &specs, &pairs)
             .await
             .map_err(job_error)?;
         Ok(Value::from(text))
@@ -85,7 +85,7 @@ pub(super) fn mcp_prompt(
             .map_err(|e| LuaError::from(NvimError::bad("mia", "prompt arguments", e)))?,
     };
     start_job("mcp_prompt", move |_| async move {
-        let text = mia_engine::mcp::get_prompt(&runtime::registry(), &specs, &server, &name, args)
+        let text = mia_engine::mcp::get_prompt(&app().mcp(), &app().registry(), &specs, &server, &name, args)
             .await
             .map_err(job_error)?;
         Ok(Value::from(text))

@@ -22,8 +22,9 @@ use mlua::prelude::*;
 use mlua::serde::SerializeOptions;
 use tokio_util::sync::CancellationToken;
 
+use mia_engine::app::App;
 use mia_engine::events::Event;
-use mia_engine::{runtime, stream_task};
+use mia_engine::stream_task;
 use mia_llm::message::ChatRequest;
 use mia_llm::providers::CoreConfig;
 use mia_log::{self as logging, version};
@@ -31,7 +32,43 @@ use mia_proto::EditorCall;
 
 use error::NvimError;
 
+/// The editor's front-end: the one handle to its app, and what only the
+/// editor keeps beside it.
+pub(crate) struct Front {
+    app: std::sync::Arc<App>,
+    /// The write `exit_note` started, which `shutdown` lets finish (bounded).
+    exit_note: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Finished exports whose chunks Lua has not taken yet (`store_api`).
+    pub(crate) exports: std::sync::Mutex<store_api::Exports>,
+}
+
+/// This Neovim's front-end. A static, not mlua's app data:
+/// `require("mia_core")` may run again over the same process (a
+/// `package.loaded` reset) and must find the same runtime and event queue
+/// (whose wake descriptor Neovim's loop watches), and the runtime's tasks
+/// outlive any one borrow of the Lua state.
+static FRONT: std::sync::OnceLock<Front> = std::sync::OnceLock::new();
+
+/// This Neovim's front-end (built, starting nothing, on first use).
+pub(crate) fn front() -> &'static Front {
+    FRONT.get_or_init(|| Front {
+        app: App::new(),
+        exit_note: std::sync::Mutex::default(),
+        exports: std::sync::Mutex::default(),
+    })
+}
+
+/// This Neovim's app.
+pub(crate) fn app() -> &'static std::sync::Arc<App> {
+    &front().app
+}
+
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
+
+/// A new stream id (unique in this process).
+fn new_stream() -> u64 {
+    NEXT_STREAM.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Longest `shutdown` may wait for tasks, whatever Lua asks (`:qa` waits for it).
 const MAX_SHUTDOWN: Duration = Duration::from_millis(100);
@@ -107,7 +144,7 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
                 logging::init(&PathBuf::from(file), level.as_deref().unwrap_or("info"));
             }
         }
-        let queue = runtime::queue().map_err(|e| NvimError::WakeFd(e.to_string()))?;
+        let queue = app().queue().map_err(|e| NvimError::WakeFd(e.to_string()))?;
         Ok(i64::from(queue.fd()))
     })
 }
@@ -116,23 +153,23 @@ fn init(_: &Lua, opts: Option<LuaTable>) -> LuaResult<i64> {
 fn configure(lua: &Lua, config: LuaValue) -> LuaResult<()> {
     guarded("configure", || {
         let config: CoreConfig = lua.from_value(config).map_err(|e| NvimError::config("provider", e))?;
-        runtime::configure(config);
+        app().configure(config);
         Ok(())
     })
 }
 
 /// `prewarm(model?)`: starts the runtime, which opens the store and
-/// `model`'s HTTP client in the background (see `runtime::prewarm`).
+/// `model`'s HTTP client in the background (see `App::prewarm`).
 fn prewarm(_: &Lua, model: Option<String>) -> LuaResult<()> {
     guarded("prewarm", || {
-        runtime::prewarm(model).map_err(|e| LuaError::from(NvimError::Runtime(e.to_string())))
+        app()
+            .prewarm(model)
+            .map_err(|e| LuaError::from(NvimError::Runtime(e.to_string())))
     })
 }
 
 fn runtime_and_queue() -> LuaResult<(tokio::runtime::Handle, std::sync::Arc<mia_engine::events::EventQueue>)> {
-    let rt = runtime::handle().map_err(|e| LuaError::from(NvimError::Runtime(e.to_string())))?;
-    let queue = runtime::queue().map_err(|e| NvimError::WakeFd(e.to_string()))?;
-    Ok((rt, queue))
+    app().runtime_and_queue().map_err(lua_error)
 }
 
 /// The second argument of `stream`/`send`: who the call is recorded under.
@@ -170,9 +207,11 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
     let api = stream_task::ApiCall {
         agent,
         utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
-        budgets: runtime::agent_settings().costs,
+        budgets: app().agent_settings().costs,
         session_id: opts.session_id.filter(|s| !s.is_empty()),
-        hooks: mia_engine::hooks::switch(),
+        hooks: app().hooks(),
+        telemetry: app().telemetry(),
+        ledger: app().store_slot().ledger(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -180,9 +219,9 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
     stream_task::spawn_stream(
         &rt,
         queue,
-        runtime::providers(),
-        mia_engine::calls::pending(),
-        runtime::store(),
+        app().providers(),
+        app().calls(),
+        app().store(),
         id,
         request,
         streaming,
@@ -205,7 +244,7 @@ fn send(lua: &Lua, (request, opts): (LuaValue, LuaValue)) -> LuaResult<StreamHan
 /// `set_hooks(pre_request)`: whether model requests must go through Lua's
 /// `pre_request` transform hooks first.
 fn set_hooks(_: &Lua, pre_request: bool) -> LuaResult<()> {
-    mia_engine::hooks::set_pre_request(pre_request);
+    app().hooks().set(pre_request);
     Ok(())
 }
 
@@ -219,7 +258,7 @@ where
         let (rt, queue) = runtime_and_queue()?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        stream_task::spawn_job(&rt, queue, id, cancel.clone(), job(runtime::providers()));
+        stream_task::spawn_job(&rt, queue, id, cancel.clone(), job(app().providers()));
         Ok(StreamHandle { id, cancel })
     })
 }
@@ -247,21 +286,8 @@ fn lua_error(e: impl std::fmt::Display) -> LuaError {
     NvimError::Failed(e.to_string()).into()
 }
 
-fn agent_deps(queue: std::sync::Arc<mia_engine::events::EventQueue>) -> mia_engine::agent::AgentDeps {
-    mia_engine::agent::AgentDeps {
-        providers: runtime::providers(),
-        registry: runtime::registry(),
-        queue,
-        calls: mia_engine::calls::pending(),
-        settings: runtime::agent_settings(),
-        hooks: mia_engine::hooks::switch(),
-    }
-}
-
 fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
-    runtime::sessions()
-        .get(id)
-        .ok_or_else(|| lua_error(mia_engine::session::SessionError::NotFound(id.to_string())))
+    app().session(id).map_err(lua_error)
 }
 
 /// What `session_new` takes.
@@ -296,7 +322,9 @@ fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
             agent: "mia".into(),
             created_at_ms: mia_engine::session::now_ms(),
         };
-        runtime::sessions().insert(mia_engine::session::Session::new(info, None));
+        app()
+            .sessions()
+            .insert(mia_engine::session::Session::new(info, None, app().telemetry()));
         Ok(id)
     })
 }
@@ -314,12 +342,10 @@ fn prompt_of(lua: &Lua, prompt: LuaValue, what: &'static str) -> LuaResult<mia_e
 fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
     guarded("session_prompt", || {
         let prompt = prompt_of(lua, prompt, "mia.prompt")?;
-        let session = open_session(&id)?;
-        let (rt, queue) = runtime_and_queue()?;
-        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let turn = session.begin(cancel.clone()).map_err(lua_error)?;
-        stream_task::spawn_turn(&rt, agent_deps(queue), stream, session, turn, prompt, cancel.clone());
+        let stream = app()
+            .prompt(&id, prompt, new_stream, cancel.clone())
+            .map_err(lua_error)?;
         Ok(StreamHandle { id: stream, cancel })
     })
 }
@@ -335,7 +361,7 @@ fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Str
         let (rt, queue) = runtime_and_queue()?;
         let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let deps = agent_deps(queue.clone());
+        let deps = app().agent_deps(queue.clone());
         stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
             let report = mia_engine::agent::context::report(&deps, stream, &session, &prompt).await?;
             Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null))
@@ -388,18 +414,8 @@ fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
 /// arrives as an event, then an empty result. Refused while a turn runs.
 fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     guarded("session_compact", || {
-        let session = open_session(&id)?;
-        let (rt, queue) = runtime_and_queue()?;
-        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let turn = session.begin(cancel.clone()).map_err(lua_error)?;
-        let deps = agent_deps(queue.clone());
-        let token = cancel.clone();
-        stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
-            session.attach_store(runtime::store().await);
-            let result = mia_engine::agent::compact_session(&deps, stream, session, token, turn).await;
-            result.map(|()| serde_json::Value::Null)
-        });
+        let stream = app().compact(&id, new_stream, cancel.clone()).map_err(lua_error)?;
         Ok(StreamHandle { id: stream, cancel })
     })
 }
@@ -416,17 +432,19 @@ fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
                 mia_engine::session::SessionError::NoStore.to_string(),
             )
         };
-        let store = runtime::store().await.ok_or_else(no_store)?;
-        let session = mia_engine::session::Session::load(store, &id).await.map_err(|e| {
-            mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-        })?;
+        let store = app().store().await.ok_or_else(no_store)?;
+        let session = mia_engine::session::Session::load(store, &id, app().telemetry())
+            .await
+            .map_err(|e| {
+                mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
+            })?;
         let cost_usd = session.cost_usd().await;
         let value = serde_json::json!({
             "session": session.info(),
             "items": session.replay(),
             "cost_usd": cost_usd,
         });
-        runtime::sessions().insert(session);
+        app().sessions().insert(session);
         Ok(value)
     })
 }
@@ -435,7 +453,8 @@ fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// request would send (a Lua tool's `ctx.conversation()`); empty for an unknown id.
 fn session_messages(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("session_messages", move |_| async move {
-        let messages = runtime::sessions()
+        let messages = app()
+            .sessions()
             .get(&id)
             .map(|s| s.request_messages())
             .unwrap_or_default();
@@ -446,7 +465,7 @@ fn session_messages(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// `session_close(id)`: the core forgets the session (its turn, if any, is cancelled).
 fn session_close(_: &Lua, id: String) -> LuaResult<()> {
     guarded("session_close", || {
-        runtime::sessions().close(&id);
+        app().sessions().close(&id);
         Ok(())
     })
 }
@@ -471,16 +490,17 @@ fn run_tool(lua: &Lua, (name, args, root, times): (String, LuaValue, String, Opt
         let (rt, queue) = runtime_and_queue()?;
         let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let settings = runtime::agent_settings();
+        let settings = app().agent_settings();
         let env = mia_engine::tools::direct::DirectEnv {
-            registry: runtime::registry(),
+            registry: app().registry(),
             limits: mia_engine::tools::ToolLimits {
                 max_read_bytes: settings.max_read_bytes,
                 output_cap_bytes: settings.output_cap_bytes,
                 bash_timeout_ms: settings.bash_timeout_ms,
                 ..mia_engine::tools::ToolLimits::default()
             },
-            lua: mia_engine::calls::LuaBridge::new(queue.clone(), mia_engine::calls::pending()),
+            lua: mia_engine::calls::LuaBridge::new(queue.clone(), app().calls()),
+            telemetry: app().telemetry(),
             stream: id,
             abort: cancel.clone(),
         };
@@ -513,7 +533,7 @@ fn reply(lua: &Lua, (call, ok, value): (u64, bool, LuaValue)) -> LuaResult<bool>
                 other => format!("{other:?}"),
             })
         };
-        Ok(mia_engine::calls::pending().answer(call, result))
+        Ok(app().calls().answer(call, result))
     })
 }
 
@@ -527,7 +547,7 @@ fn register_tool(lua: &Lua, (spec, source): (LuaValue, String)) -> LuaResult<boo
             .from_value(LuaValue::String(lua.create_string(&source)?))
             .map_err(|e| NvimError::bad("mia.register_tool", "source", e))?;
         let tool = std::sync::Arc::new(mia_engine::tools::lua_tool::LuaTool { spec });
-        Ok(runtime::registry().register(tool, source))
+        Ok(app().registry().register(tool, source))
     })
 }
 
@@ -537,7 +557,7 @@ fn unregister_tool(lua: &Lua, (name, source): (String, String)) -> LuaResult<()>
         let source: mia_engine::tools::registry::ToolSource = lua
             .from_value(LuaValue::String(lua.create_string(&source)?))
             .map_err(|e| NvimError::bad("mia", "tool source", e))?;
-        runtime::registry().unregister(&name, source);
+        app().registry().unregister(&name, source);
         Ok(())
     })
 }
@@ -549,7 +569,7 @@ fn watch_tools(_: &Lua, (): ()) -> LuaResult<StreamHandle> {
         let (rt, queue) = runtime_and_queue()?;
         let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
         let cancel = CancellationToken::new();
-        let mut changes = runtime::registry().subscribe();
+        let mut changes = app().registry().subscribe();
         let stop = cancel.clone();
         rt.spawn(async move {
             use tokio::sync::broadcast::error::RecvError;
@@ -580,7 +600,7 @@ fn watch_tools(_: &Lua, (): ()) -> LuaResult<StreamHandle> {
 
 /// `tools()` -> every registered tool `{ name, description, parameters, source, effect }`.
 fn tools(lua: &Lua, (): ()) -> LuaResult<LuaValue> {
-    guarded("tools", || to_lua(lua, &runtime::registry().list()))
+    guarded("tools", || to_lua(lua, &app().registry().list()))
 }
 
 /// `mcp_status(servers)` -> each of `servers` (as `configure_agent` takes
@@ -592,7 +612,7 @@ fn mcp_status(lua: &Lua, servers: LuaValue) -> LuaResult<LuaValue> {
             LuaValue::Nil => Vec::new(),
             v => lua.from_value(v).map_err(|e| NvimError::bad("mia", "mcp servers", e))?,
         };
-        let list: Vec<serde_json::Value> = mia_engine::mcp::status(&specs)
+        let list: Vec<serde_json::Value> = mia_engine::mcp::status(&app().mcp(), &specs)
             .into_iter()
             .map(|(name, state)| {
                 let mut v = serde_json::to_value(state).unwrap_or_default();
@@ -609,7 +629,7 @@ fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
     guarded("configure_agent", || {
         let settings: mia_engine::agent::AgentSettings =
             lua.from_value(settings).map_err(|e| NvimError::config("agent", e))?;
-        runtime::configure_agent(settings);
+        app().configure_agent(settings);
         Ok(())
     })
 }
@@ -617,7 +637,7 @@ fn configure_agent(lua: &Lua, settings: LuaValue) -> LuaResult<()> {
 /// `ack()` -> urgent: clears the wake fd (called from the poll watcher, a
 /// fast event); true when a call into Lua waits in the queue.
 fn ack(_: &Lua, (): ()) -> LuaResult<bool> {
-    guarded("ack", || Ok(runtime::queue().map(|q| q.ack()).unwrap_or(false)))
+    guarded("ack", || Ok(app().queue().map(|q| q.ack()).unwrap_or(false)))
 }
 
 /// What `drain` returns: the events (or one piece's text), the next
@@ -643,7 +663,7 @@ type Drained = (
 /// JSON of a one-event list for the caller to decode.
 fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
     guarded("drain", || {
-        let queue = runtime::queue().map_err(|e| NvimError::Refused(e.to_string()))?;
+        let queue = app().queue().map_err(|e| NvimError::Refused(e.to_string()))?;
         let (events, next) = queue.drain_paced(std::time::Instant::now());
         let next_ms = next.map(|d| u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX));
         if events.is_empty() {
@@ -739,12 +759,9 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
 /// The longest note `exit_note` keeps.
 const MAX_EXIT_NOTE: usize = 8 * 1024;
 
-/// The write `exit_note` started, which `shutdown` lets finish (bounded).
-static EXIT_NOTE: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(None);
-
 /// How long `shutdown` waits for the exit note to be written.
 const EXIT_NOTE_WAIT: Duration = Duration::from_millis(500);
-/// How long leaving Neovim waits for the store's checkpoint (`runtime::checkpoint_store`).
+/// How long leaving Neovim waits for the store's checkpoint (`App::checkpoint_store`).
 const CHECKPOINT_AT_EXIT: Duration = Duration::from_millis(100);
 
 /// `exit_note(path, text)`: logs `text` and leaves it in `path` for the next
@@ -778,7 +795,7 @@ fn exit_note(_: &Lua, (path, text): (String, String)) -> LuaResult<()> {
                 );
             }
         });
-        *EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()) = Some(write);
+        *front().exit_note.lock().unwrap_or_else(|p| p.into_inner()) = Some(write);
         Ok(())
     })
 }
@@ -788,17 +805,13 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
     guarded("shutdown", || {
         let wait = Duration::from_millis(ms.unwrap_or(100)).min(MAX_SHUTDOWN);
         // Leaving Neovim: the session summary's write gets a short bound to land.
-        let note = EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let (Some(note), Ok(rt)) = (note, runtime::handle()) {
+        let note = front().exit_note.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(note), Ok(rt)) = (note, app().handle()) {
             // The timer is made inside the runtime: `timeout` built out here
             // panics (no reactor on the editor's thread) and loses the note.
             let _ = rt.block_on(async { tokio::time::timeout(EXIT_NOTE_WAIT, note).await });
         }
-        runtime::checkpoint_store(CHECKPOINT_AT_EXIT);
-        mia_engine::reaper::kill_all();
-        // Pending metrics and events get their own bound (on a thread; the runtime still runs).
-        mia_engine::telemetry::shutdown(mia_engine::telemetry::FLUSH_AT_EXIT);
-        runtime::shutdown(wait);
+        app().shutdown(CHECKPOINT_AT_EXIT, wait);
         logging::flush();
         Ok(())
     })
@@ -808,19 +821,19 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
 fn status(lua: &Lua, (): ()) -> LuaResult<LuaTable> {
     guarded("status", || {
         let t = lua.create_table()?;
-        t.set("runtime_started", runtime::started())?;
-        let providers = runtime::providers();
+        t.set("runtime_started", app().started())?;
+        let providers = app().providers();
         t.set("clients", providers.clients_built())?;
         t.set("providers", providers.names())?;
-        t.set("store_error", runtime::store_error())?;
-        t.set("store_unsaved", runtime::store_unsaved())?;
+        t.set("store_error", app().store_error())?;
+        t.set("store_unsaved", app().store_unsaved())?;
         Ok(t)
     })
 }
 
 /// `require("mia_core")`. Safe to run again over the same process (a
-/// `package.loaded` reset): the runtime, queue and logger are process-wide
-/// statics that are reused, not rebuilt.
+/// `package.loaded` reset): the app (runtime, queue...) and the logger are
+/// process-wide statics that are reused, not rebuilt.
 #[mlua::lua_module(name = "mia_core")]
 fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     let m = lua.create_table()?;

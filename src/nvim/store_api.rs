@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::error::NvimError;
 use super::{start_job, StreamHandle};
-use mia_engine::runtime;
+use crate::nvim::app;
 use mia_llm::error::{ErrorClass, LlmError};
 use mia_store::CostScope;
 
@@ -80,7 +80,8 @@ impl CostQuery {
 /// request lists it (name, description, schema). Runs on a worker: the
 /// registry's lock is never taken on the main thread for this.
 fn with_tools(system_chars: u64) -> u64 {
-    let tools: usize = runtime::registry()
+    let tools: usize = app()
+        .registry()
         .list()
         .iter()
         .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
@@ -94,7 +95,7 @@ pub fn costs(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
         .from_value(query)
         .map_err(|e| NvimError::argument_raw("mia.costs", "query", e))?;
     start_job("costs", move |providers| async move {
-        let store = runtime::store().await.ok_or_else(no_store)?;
+        let store = app().store().await.ok_or_else(no_store)?;
         let query = q.into_core()?;
         let report = store
             .cost_report(&query, providers.pricing(), mia_cost::now_ms())
@@ -113,15 +114,15 @@ struct ExportArgs {
     utc_offset_s: i32,
 }
 
-/// Finished exports whose chunks Lua has not taken yet, by export id.
-/// Handing Lua the whole text as one result would convert it all on the
-/// main thread at once (1.8 s for a million rows); Lua takes one chunk per
-/// tick instead ([`costs_export_take`]).
-static EXPORTS: std::sync::Mutex<Vec<(u64, std::collections::VecDeque<String>)>> = std::sync::Mutex::new(Vec::new());
+/// Finished exports whose chunks Lua has not taken yet, by export id (kept
+/// by the front-end, `Front::exports`). Handing Lua the whole text as one
+/// result would convert it all on the main thread at once (1.8 s for a
+/// million rows); Lua takes one chunk per tick instead ([`costs_export_take`]).
+pub(crate) type Exports = Vec<(u64, std::collections::VecDeque<String>)>;
 static NEXT_EXPORT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-fn exports() -> std::sync::MutexGuard<'static, Vec<(u64, std::collections::VecDeque<String>)>> {
-    EXPORTS.lock().unwrap_or_else(|p| p.into_inner())
+fn exports() -> std::sync::MutexGuard<'static, Exports> {
+    crate::nvim::front().exports.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `costs_export_take(id)` -> the export's next chunk of lines, or nil once
@@ -160,7 +161,7 @@ pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     };
     let (from_ms, to_ms) = export::range(q.since.as_deref(), q.until.as_deref(), q.utc_offset_s).map_err(invalid)?;
     start_job("costs_export", move |_| async move {
-        let store = runtime::store().await.ok_or_else(no_store)?;
+        let store = app().store().await.ok_or_else(no_store)?;
         let out = store
             .export_usage(ExportQuery { format, from_ms, to_ms })
             .await
@@ -200,7 +201,7 @@ struct ListQuery {
 pub fn sessions_list(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
     let q: ListQuery = lua.from_value(query).unwrap_or_default();
     start_job("sessions_list", move |_| async move {
-        let store = runtime::store().await.ok_or_else(no_store)?;
+        let store = app().store().await.ok_or_else(no_store)?;
         let page = store
             .list_sessions(q.cwd.as_deref(), q.cursor.as_deref(), q.limit.unwrap_or(50))
             .await
@@ -216,7 +217,7 @@ pub fn sessions_list(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
 /// `session_rename(id, title)` and `session_delete(id)` -> handles.
 pub fn session_rename(_: &Lua, (id, title): (String, String)) -> LuaResult<StreamHandle> {
     start_job("session_rename", move |_| async move {
-        let store = runtime::store().await.ok_or_else(no_store)?;
+        let store = app().store().await.ok_or_else(no_store)?;
         store.rename_session(&id, Some(&title)).await.map_err(store_error)?;
         Ok(json!(true))
     })
@@ -224,7 +225,7 @@ pub fn session_rename(_: &Lua, (id, title): (String, String)) -> LuaResult<Strea
 
 pub fn session_delete(_: &Lua, id: String) -> LuaResult<StreamHandle> {
     start_job("session_delete", move |_| async move {
-        let store = runtime::store().await.ok_or_else(no_store)?;
+        let store = app().store().await.ok_or_else(no_store)?;
         store.delete_session(&id).await.map_err(store_error)?;
         Ok(json!(true))
     })

@@ -83,7 +83,10 @@ def test_help_and_version_go_to_stdout_and_exit_0():
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"modle": "a/b"}, "`modle` is not an option"),
+        ({"modle": "a/b"}, "`modle` is not an option; did you mean `mode`, `model`, `modes`?"),
+        ({"checkpoints": {"max_mbb": 3}}, "`checkpoints.max_mbb` is not an option; did you mean `max_mb`?"),
+        ({"log_level": "debgu"}, 'did you mean "debug"?'),
+        ({"mcp": {"servers": {}}}, "`mcp` is a setup() option mia-acp does not support"),
         ({"model": "gpt"}, '`model` must be "provider/model"'),
         ({"providers": {"x": {"kind": "olama"}}}, "`providers.x.kind` must be one of"),
         ({"costs": {"daily_limit_usd": "ten"}}, "`costs.daily_limit_usd` must be a number"),

@@ -127,3 +127,16 @@ def test_the_names_setup_checks_without_the_library_are_the_cores(editor):
     # and once loaded, setup() checks against the core's own list
     with pytest.raises(NvimError, match=r"`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, azure_openai"):
         editor.lua("require('mia').setup({ providers = { x = { kind = 'olama' } } })")
+
+
+def test_setups_option_names_and_defaults_are_the_cores_configuration(editor):
+    # setup() fills its defaults without the library; once loaded, the core's
+    # configuration type (crates/engine/src/config.rs) must say the same
+    options = editor.lua("return require('mia.config').options")
+    editor.lua("require('mia')._core()")
+    keys = editor.lua("return require('mia.settings').shared().config_keys")
+    assert sorted(keys) == sorted(options)
+    core = editor.lua("return require('mia.settings').shared().config_defaults")
+    lua = editor.lua("require('mia.config').set({}); return require('mia.config').get()")
+    for key in ["model", "system", "log_level", "mode", "review", "chat", "checkpoints"]:
+        assert lua[key] == core[key], key

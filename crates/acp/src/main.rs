@@ -69,18 +69,18 @@ fn main() -> ExitCode {
     if let Some(file) = &config.log_file {
         mia_log::init(file, &config.log_level);
     }
-    mia_engine::runtime::configure(config.core.clone());
-    mia_engine::runtime::configure_agent(config.agent.clone());
-    let rt = match mia_engine::runtime::handle() {
+    let app = mia_engine::app::App::new();
+    app.configure(config.core.clone());
+    app.configure_agent(config.agent.clone());
+    let rt = match app.handle() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("mia-acp: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let result = rt.block_on(serve(config, rt.clone()));
-    mia_engine::runtime::checkpoint_store(Duration::from_millis(100));
-    mia_engine::runtime::shutdown(Duration::from_millis(100));
+    let result = rt.block_on(serve(app.clone(), config));
+    app.shutdown(Duration::from_millis(100), Duration::from_millis(100));
     mia_log::flush();
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -117,12 +117,6 @@ impl LuaBridge {
     }
 }
 
-/// The process-wide pending calls (for `nvim/`, which answers them).
-pub fn pending() -> Arc<PendingCalls> {
-    static PENDING: std::sync::OnceLock<Arc<PendingCalls>> = std::sync::OnceLock::new();
-    PENDING.get_or_init(|| Arc::new(PendingCalls::default())).clone()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,20 +34,8 @@ impl HookSwitch {
     }
 }
 
-static SWITCH: std::sync::OnceLock<HookSwitch> = std::sync::OnceLock::new();
-
-/// This process's switch, for the Neovim boundary to hand to every caller.
-pub fn switch() -> HookSwitch {
-    SWITCH.get_or_init(HookSwitch::default).clone()
-}
-
 /// Longest the hooks of one request may take on the main thread.
 const HOOK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Whether `pre_request` hooks are registered (Lua keeps this up to date).
-pub fn set_pre_request(on: bool) {
-    switch().set(on);
-}
 
 /// Who is asking: where a hook call is queued and what stops it.
 #[derive(Clone)]
@@ -60,6 +48,8 @@ pub struct Caller {
     pub hooks: HookSwitch,
     /// The chat session the request belongs to, if any (named in telemetry).
     pub session: Option<String>,
+    /// Where a failed request is counted.
+    pub telemetry: Arc<crate::telemetry::Hub>,
 }
 
 /// The call event's payload for a request.
@@ -137,7 +127,9 @@ pub async fn call_model(
                 .provider
                 .as_deref()
                 .unwrap_or_else(|| req.model.split('/').next().unwrap_or(""));
-            crate::telemetry::api_error(caller.session.as_deref(), provider, model, e.class.as_str(), e.status);
+            caller
+                .telemetry
+                .api_error(caller.session.as_deref(), provider, model, e.class.as_str(), e.status);
         }
     }
     result

@@ -14,33 +14,36 @@
 //! shared      → tools
 //! hooks       → calls, events, telemetry
 //! checkpoint  → git, session, tools
+//! config      → acp (mia-acp's memory default), checkpoint, shared
 //! tools       → calls, checkpoint, events, mcp, session, shared, telemetry
 //! session     → agent, checkpoint, telemetry, tools
-//! telemetry   → runtime, session, tools
+//! telemetry   → app, session, tools
 //! mcp         → acp, agent, reaper, tools
-//! agent       → calls, checkpoint, events, hooks, mcp, runtime, session, telemetry, tools
-//! stream_task → agent, calls, events, hooks, runtime, session
-//! acp         → agent, calls, events, hooks, mcp, reaper, runtime, session, shared, stream_task, tools
-//! runtime     → agent, events, session, telemetry, tools
+//! agent       → app, calls, checkpoint, events, hooks, mcp, session, telemetry, tools
+//! stream_task → agent, calls, events, hooks, session
+//! acp         → agent, app, calls, events, hooks, mcp, reaper, session, shared, stream_task, tools
+//! app         → acp, agent, calls, events, hooks, reaper, session, stream_task, telemetry, tools
 //! ```
 //!
 //! Inside one crate these are not enforced, and cycles remain (e.g. `tools`
-//! ↔ `session`, `telemetry` ↔ `runtime`); the crates around it are.
+//! ↔ `session`, `agent` ↔ `app`); the crates around it are.
 //!
-//! `runtime` holds the process-wide state (the tokio runtime, the event
-//! queue, providers, settings, the tool registry, the store); only the
-//! front-ends should reach into it and hand what a task needs to the core.
+//! `app` holds what a front-end runs with (the tokio runtime, the event
+//! queue, providers, settings, the tool registry, sessions, the store,
+//! pending calls): each front-end builds one `App` and hands it, or the part
+//! a task needs, to the core.
 
 pub mod acp;
 pub mod agent;
+pub mod app;
 pub mod calls;
 pub mod checkpoint;
+pub mod config;
 pub mod events;
 pub mod git;
 pub mod hooks;
 pub mod mcp;
 pub mod reaper;
-pub mod runtime;
 pub mod session;
 pub mod shared;
 pub mod stream_task;

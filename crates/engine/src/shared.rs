@@ -70,6 +70,11 @@ pub struct Shared {
     /// Tool sources from weakest to strongest: a later one replaces an
     /// earlier one's tool of the same name, never the reverse.
     pub tool_precedence: Vec<ToolSource>,
+    /// setup()'s option names (`crate::config::Config`'s keys but
+    /// mia-acp's own).
+    pub config_keys: Vec<&'static str>,
+    /// The configuration's defaults (`crate::config::Config::default`).
+    pub config_defaults: crate::config::Config,
 }
 
 const ARCHITECT_SYSTEM: &str =
@@ -157,6 +162,12 @@ impl Shared {
             user_mode_permissions: USER_MODE_PERMISSIONS,
             default_mode: DEFAULT_MODE,
             tool_precedence: ToolSource::PRECEDENCE.to_vec(),
+            config_keys: crate::config::Config::keys()
+                .iter()
+                .copied()
+                .filter(|k| !crate::config::ACP_ONLY_KEYS.contains(k))
+                .collect(),
+            config_defaults: crate::config::Config::default(),
         }
     }
 }

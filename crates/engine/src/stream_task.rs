@@ -32,6 +32,10 @@ pub struct ApiCall {
     pub session_id: Option<String>,
     /// Whether the request goes through the `pre_request` transform hooks.
     pub hooks: crate::hooks::HookSwitch,
+    /// Where a failed request is counted.
+    pub telemetry: Arc<crate::telemetry::Hub>,
+    /// The app's spend in memory, for when the store cannot be read.
+    pub ledger: Arc<mia_cost::ledger::Ledger>,
 }
 
 /// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
@@ -39,7 +43,7 @@ pub struct ApiCall {
 /// with a `cancelled` error event. The budgets are checked first (a reached
 /// hard limit sends nothing), the transform hooks run over the request, and
 /// the call's usage and cost are stored under `api.agent`, in the store
-/// `store` resolves to. Without one, the budgets count what this process
+/// `store` resolves to. Without one, the budgets count what this app
 /// has spent ([`mia_cost::ledger`]).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_stream(
@@ -62,6 +66,7 @@ pub fn spawn_stream(
             cancel: cancel.clone(),
             hooks: api.hooks.clone(),
             session: api.session_id.clone(),
+            telemetry: api.telemetry.clone(),
         };
         let work = async move { api_call(caller, providers, store.await, req, streaming, api).await };
         match supervise(work, &cancel).await {
@@ -89,7 +94,7 @@ async fn api_call(
     let session = api.session_id.as_deref().unwrap_or("");
     let store = store.as_deref();
     if api.budgets.has_limit() {
-        let (spend, _) = record::spend_now(store, session, day_start, day_end).await;
+        let (spend, _) = record::spend_now(store, &api.ledger, session, day_start, day_end).await;
         record::gate_spend(
             &api.budgets,
             spend,
@@ -109,15 +114,19 @@ async fn api_call(
     // crossed; with no warning set nothing reads it.
     let warn = api.budgets.has_warning();
     let before = if warn {
-        Some(record::spend_now(store, session, day_start, day_end).await.0)
+        Some(
+            record::spend_now(store, &api.ledger, session, day_start, day_end)
+                .await
+                .0,
+        )
     } else {
         None
     };
     let row = record::usage_row(api.session_id.as_deref(), None, &api.agent, &done, started_ms);
-    record::record_usage(store, row).await;
+    record::record_usage(store, &api.ledger, row).await;
     record::tell_saving(store, &caller.queue, stream);
     if let Some(b) = before {
-        let (after, _) = record::spend_now(store, session, day_start, day_end).await;
+        let (after, _) = record::spend_now(store, &api.ledger, session, day_start, day_end).await;
         for w in mia_cost::budget::crossed_warnings(&api.budgets, b, after) {
             let event = crate::events::MiaEvent::Warning { text: w.message };
             caller.queue.push(Event::Mia { stream, event });
@@ -142,6 +151,7 @@ pub fn spawn_turn(
 ) {
     rt.spawn(async move {
         let queue = deps.queue.clone();
+        let deps_store = deps.store.clone();
         // The store may still be opening: the run records its prompt once it is.
         let work = crate::agent::run(deps, stream, session.clone(), prompt, cancel);
         let outcome = match AssertUnwindSafe(work).catch_unwind().await {
@@ -159,7 +169,7 @@ pub fn spawn_turn(
         };
         // A run refused before it recorded anything stores its end all the same.
         if session.store().is_none() {
-            session.attach_store(crate::runtime::store().await);
+            session.attach_store(deps_store.get().await);
         }
         crate::agent::record_end(&session, &end).await;
         crate::agent::record::tell_saving(session.store().as_deref(), &queue, stream);

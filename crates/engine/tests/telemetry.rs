@@ -4,7 +4,8 @@
 //! OTEL_* variables, no prompt text by default, a flush at shutdown, and a
 //! dead collector that stays harmless.
 //!
-//! Export is process-wide, so the tests here take one lock.
+//! Each test builds its own app, whose telemetry is its own: they run in
+//! parallel, and none touches the process's environment.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,15 +13,14 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use mia_engine::telemetry::{self, OtlpConfig, TelemetryConfig};
+use mia_engine::app::App;
+use mia_engine::telemetry::{OtlpConfig, TelemetryConfig};
 use mia_store::UsageRow;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, AggregationTemporality};
 use prost::Message;
-
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 #[derive(Clone, Debug)]
 struct Received {
@@ -151,42 +151,45 @@ fn s(v: Option<&any_value::Value>) -> String {
 }
 
 /// Everything a recorded prompt does, once.
-fn one_prompt(session: &str) {
-    telemetry::session_started(session, "anthropic/claude-sonnet-4-5", "code", "mia");
-    telemetry::user_prompt(Some(session), "PROMPT-TEXT-THAT-MUST-NOT-LEAVE");
-    telemetry::tool_decision(Some(session), "edit_file", true, "user");
-    telemetry::tool_result(Some(session), "edit_file", true, 12);
-    telemetry::edit_decision(Some(session), "edit_file", true, "user", 5, 2);
-    telemetry::edit_decision(Some(session), "write_file", false, "user", 0, 0);
-    telemetry::usage(&row(session));
-    telemetry::api_error(Some(session), "anthropic", "claude-sonnet-4-5", "rate_limit", Some(429));
+fn one_prompt(app: &App, session: &str) {
+    let telemetry = app.telemetry();
+    telemetry.session_started(session, "anthropic/claude-sonnet-4-5", "code", "mia");
+    telemetry.user_prompt(Some(session), "PROMPT-TEXT-THAT-MUST-NOT-LEAVE");
+    telemetry.tool_decision(Some(session), "edit_file", true, "user");
+    telemetry.tool_result(Some(session), "edit_file", true, 12);
+    telemetry.edit_decision(Some(session), "edit_file", true, "user", 5, 2);
+    telemetry.edit_decision(Some(session), "write_file", false, "user", 0, 0);
+    telemetry.usage(&row(session));
+    telemetry.api_error(Some(session), "anthropic", "claude-sonnet-4-5", "rate_limit", Some(429));
 }
 
-/// What most tests start with: the telemetry lock (one configuration per
-/// process at a time), a collector and a data directory.
-fn one_sink() -> (std::sync::MutexGuard<'static, ()>, Sink, tempfile::TempDir) {
-    let one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    (one, Sink::start(), tempfile::tempdir().unwrap())
+/// What most tests start with: an app of their own, a collector and a data directory.
+fn one_sink() -> (Arc<App>, Sink, tempfile::TempDir) {
+    (App::new(), Sink::start(), tempfile::tempdir().unwrap())
 }
 
 #[test]
 fn metrics_and_events_reach_the_collector_with_the_issue_names() {
-    let (_one, sink, dir) = one_sink();
-    std::env::set_var("OTEL_RESOURCE_ATTRIBUTES", "team.id=payments,cost_center=cc-42");
-    std::env::set_var("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=env-secret");
-    let state = telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
-    std::env::remove_var("OTEL_RESOURCE_ATTRIBUTES");
-    std::env::remove_var("OTEL_EXPORTER_OTLP_HEADERS");
+    let (app, sink, dir) = one_sink();
+    let env = |k: &str| match k {
+        "OTEL_RESOURCE_ATTRIBUTES" => Some("team.id=payments,cost_center=cc-42".to_string()),
+        "OTEL_EXPORTER_OTLP_HEADERS" => Some("x-honeycomb-team=env-secret".to_string()),
+        _ => None,
+    };
+    let state = app
+        .telemetry()
+        .configure_with_env(&|| app.handle(), config(sink.endpoint(), dir.path()), &env)
+        .unwrap();
     assert!(state.starts_with("on:"), "{state}");
     assert!(!state.contains("secret") && !state.contains("from-setup"), "{state}");
 
-    one_prompt("s-1");
+    one_prompt(&app, "s-1");
     // Nothing is sent before the interval: the shutdown's flush sends it.
     let started = Instant::now();
-    telemetry::shutdown(Duration::from_millis(500));
+    app.telemetry().shutdown(Duration::from_millis(500));
     let took = started.elapsed();
     eprintln!("flush at shutdown: {} ms", took.as_millis());
-    assert!(!telemetry::enabled());
+    assert!(!app.telemetry().enabled());
 
     let metrics = sink.take("/v1/metrics");
     let logs = sink.take("/v1/logs");
@@ -330,12 +333,12 @@ fn metrics_and_events_reach_the_collector_with_the_issue_names() {
 
 #[test]
 fn prompts_are_exported_only_when_asked() {
-    let (_one, sink, dir) = one_sink();
+    let (app, sink, dir) = one_sink();
     let mut c = config(sink.endpoint(), dir.path());
     c.log_prompts = true;
-    telemetry::configure(c).unwrap();
-    telemetry::user_prompt(Some("s-2"), "please refactor");
-    telemetry::shutdown(Duration::from_millis(500));
+    app.configure_telemetry(c).unwrap();
+    app.telemetry().user_prompt(Some("s-2"), "please refactor");
+    app.telemetry().shutdown(Duration::from_millis(500));
     let text: String = sink
         .take("/v1/logs")
         .iter()
@@ -346,13 +349,13 @@ fn prompts_are_exported_only_when_asked() {
 
 #[test]
 fn gzip_bodies_are_marked_and_decode() {
-    let (_one, sink, dir) = one_sink();
+    let (app, sink, dir) = one_sink();
     let mut c = config(sink.endpoint(), dir.path());
     c.otlp.as_mut().unwrap().compression = Some("gzip".into());
-    let state = telemetry::configure(c).unwrap();
+    let state = app.configure_telemetry(c).unwrap();
     assert!(state.contains("(http/protobuf, gzip)"), "{state}");
-    one_prompt("s-gzip");
-    telemetry::shutdown(Duration::from_millis(500));
+    one_prompt(&app, "s-gzip");
+    app.telemetry().shutdown(Duration::from_millis(500));
     let got = sink.take("/v1/metrics");
     assert!(!got.is_empty());
     for r in &got {
@@ -379,53 +382,55 @@ fn gzip_bodies_are_marked_and_decode() {
 
 #[test]
 fn a_dead_collector_is_harmless_and_bounded() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let app = App::new();
     // A port nobody listens on.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let dir = tempfile::tempdir().unwrap();
-    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
+    app.configure_telemetry(config(format!("http://127.0.0.1:{port}"), dir.path()))
+        .unwrap();
     let started = Instant::now();
     for i in 0..2_000 {
-        one_prompt(&format!("s-{}", i % 20));
+        one_prompt(&app, &format!("s-{}", i % 20));
     }
     let per = started.elapsed() / 2_000;
     eprintln!("recording one prompt's telemetry: {} µs", per.as_micros());
     for _ in 0..5 {
-        telemetry::flush();
+        app.telemetry().flush();
     }
-    let st = telemetry::status().unwrap();
+    let st = app.telemetry().status().unwrap();
     assert!(st.enabled);
     assert!(st.exports_failed > 0, "{st:?}");
     assert_eq!(st.last_ok, Some(false));
     assert!(st.backlog_bytes <= 4 * 1024 * 1024, "{st:?}");
     let started = Instant::now();
-    telemetry::shutdown(Duration::from_millis(500));
+    app.telemetry().shutdown(Duration::from_millis(500));
     eprintln!("shutdown with the collector down: {} ms", started.elapsed().as_millis());
     // The bound holds (with room for a loaded machine): the flush never
     // keeps Neovim from quitting.
     assert!(started.elapsed() < Duration::from_secs(3));
-    let st = telemetry::status().unwrap();
+    let st = app.telemetry().status().unwrap();
     assert!(!st.enabled);
     assert!(st.last_result.unwrap().contains("connect"));
 }
 
 #[test]
 fn the_backlog_is_sent_once_the_collector_answers() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let app = App::new();
     // Down first: take a free port, then start the sink on it later.
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     drop(listener);
     let dir = tempfile::tempdir().unwrap();
-    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
-    one_prompt("early");
-    telemetry::flush();
-    let st = telemetry::status().unwrap();
+    app.configure_telemetry(config(format!("http://127.0.0.1:{port}"), dir.path()))
+        .unwrap();
+    one_prompt(&app, "early");
+    app.telemetry().flush();
+    let st = app.telemetry().status().unwrap();
     assert!(st.backlog > 0, "{st:?}");
     // The collector comes up on the same port.
     let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) else {
         eprintln!("port {port} was taken meanwhile; skipping the recovery half");
-        telemetry::shutdown(Duration::from_millis(500));
+        app.telemetry().shutdown(Duration::from_millis(500));
         return;
     };
     let got: Arc<Mutex<Vec<Received>>> = Arc::default();
@@ -436,8 +441,8 @@ fn the_backlog_is_sent_once_the_collector_answers() {
             std::thread::spawn(move || serve(conn, keep));
         }
     });
-    one_prompt("late");
-    telemetry::shutdown(Duration::from_millis(500));
+    one_prompt(&app, "late");
+    app.telemetry().shutdown(Duration::from_millis(500));
     let sessions: String = got
         .lock()
         .unwrap()
@@ -446,7 +451,7 @@ fn the_backlog_is_sent_once_the_collector_answers() {
         .collect();
     assert!(sessions.contains("early"), "the backlog was not sent again");
     assert!(sessions.contains("late"));
-    let st = telemetry::status().unwrap();
+    let st = app.telemetry().status().unwrap();
     assert_eq!(st.backlog, 0, "{st:?}");
 }
 
@@ -474,14 +479,15 @@ fn rss_kb() -> u64 {
 #[test]
 #[ignore]
 fn numbers_for_the_closing_note() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let app = App::new();
+    let hub = app.telemetry();
     let dir = tempfile::tempdir().unwrap();
     // Off: what a hook costs when nothing is configured.
     let n = 1_000_000;
     let r = row("off");
     let (t0, c0) = (Instant::now(), cpu_time());
     for _ in 0..n {
-        telemetry::usage(std::hint::black_box(&r));
+        hub.usage(std::hint::black_box(&r));
     }
     eprintln!(
         "off: usage() {:.1} ns wall, {:.1} ns CPU per call",
@@ -491,14 +497,14 @@ fn numbers_for_the_closing_note() {
 
     // On, against a sink: CPU per recorded request, bytes per request.
     let sink = Sink::start();
-    telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
+    app.configure_telemetry(config(sink.endpoint(), dir.path())).unwrap();
     let requests = 10_000;
     let (t0, c0) = (Instant::now(), cpu_time());
     for i in 0..requests {
-        telemetry::usage(&row(&format!("s-{}", i % 10)));
+        app.telemetry().usage(&row(&format!("s-{}", i % 10)));
     }
     let record_wall = t0.elapsed();
-    telemetry::flush();
+    app.telemetry().flush();
     let cpu = cpu_time() - c0;
     eprintln!(
         "on: usage() {:.2} µs wall per request (the caller's thread); {:.2} µs CPU per request, all threads, export included",
@@ -506,18 +512,19 @@ fn numbers_for_the_closing_note() {
         cpu.as_nanos() as f64 / 1e3 / requests as f64
     );
     let t0 = Instant::now();
-    telemetry::shutdown(Duration::from_millis(500));
+    app.telemetry().shutdown(Duration::from_millis(500));
     eprintln!("shutdown flush (after a flush): {} ms", t0.elapsed().as_millis());
     let sent: usize = sink.take("/v1/logs").iter().map(|r| r.body.len()).sum();
     eprintln!("events: {:.0} bytes per request", sent as f64 / requests as f64);
 
     // One request per 60 s interval: what one interval's metrics export weighs.
     let sink = Sink::start();
-    telemetry::configure(config(sink.endpoint(), dir.path())).unwrap();
-    telemetry::session_started("s-x", "anthropic/claude-sonnet-4-5", "code", "mia");
-    telemetry::usage(&row("s-x"));
+    app.configure_telemetry(config(sink.endpoint(), dir.path())).unwrap();
+    app.telemetry()
+        .session_started("s-x", "anthropic/claude-sonnet-4-5", "code", "mia");
+    app.telemetry().usage(&row("s-x"));
     let t0 = Instant::now();
-    telemetry::shutdown(Duration::from_millis(500));
+    app.telemetry().shutdown(Duration::from_millis(500));
     eprintln!(
         "shutdown flush with one request pending: {} ms",
         t0.elapsed().as_millis()
@@ -529,15 +536,16 @@ fn numbers_for_the_closing_note() {
     // An hour with the collector down: a request every 5 s in 20 sessions
     // (720), with tools and edits, and a metrics export every minute (60).
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    telemetry::configure(config(format!("http://127.0.0.1:{port}"), dir.path())).unwrap();
+    app.configure_telemetry(config(format!("http://127.0.0.1:{port}"), dir.path()))
+        .unwrap();
     let before = rss_kb();
     for minute in 0..60 {
         for i in 0..12 {
-            one_prompt(&format!("s-{}", (minute * 12 + i) % 20));
+            one_prompt(&app, &format!("s-{}", (minute * 12 + i) % 20));
         }
-        telemetry::flush();
+        app.telemetry().flush();
     }
-    let st = telemetry::status().unwrap();
+    let st = app.telemetry().status().unwrap();
     let after = rss_kb();
     eprintln!(
         "an hour down: RSS {before} -> {after} kB; backlog {} posts, {} bytes; dropped {}; failed exports {}",
@@ -545,6 +553,6 @@ fn numbers_for_the_closing_note() {
     );
     assert!(st.backlog_bytes <= 4 * 1024 * 1024);
     let t0 = Instant::now();
-    telemetry::shutdown(Duration::from_millis(500));
+    app.telemetry().shutdown(Duration::from_millis(500));
     eprintln!("shutdown with the collector down: {} ms", t0.elapsed().as_millis());
 }

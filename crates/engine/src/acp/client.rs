@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol as sdk;
@@ -143,6 +143,10 @@ struct Ready {
 /// One configured agent, started or not.
 pub struct AgentProc {
     pub spec: AgentSpec,
+    /// The app's agent settings: the user's deny rules in force apply to the agent's requests.
+    pub(super) settings: crate::app::SettingsCell,
+    /// The app's telemetry: the agent's edits are counted there.
+    pub(super) telemetry: Arc<crate::telemetry::Hub>,
     /// Where updates that arrive outside a turn go (commands, modes, status).
     pub stream: StreamId,
     pub(super) bridge: LuaBridge,
@@ -185,15 +189,18 @@ impl std::fmt::Debug for AgentProc {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<String, Arc<AgentProc>>> {
-    static AGENTS: OnceLock<Mutex<HashMap<String, Arc<AgentProc>>>> = OnceLock::new();
-    AGENTS.get_or_init(Default::default)
-}
+/// An app's external agents, by name.
+pub type Agents = Mutex<HashMap<String, Arc<AgentProc>>>;
 
 /// The agent named by `spec`, created on first use. A changed spec (a new
 /// `setup()`) replaces the old one, whose process ends.
-pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> StreamId) -> Arc<AgentProc> {
-    let mut map = registry().lock().unwrap_or_else(|p| p.into_inner());
+pub fn agent(
+    app: &crate::app::App,
+    spec: &AgentSpec,
+    bridge: &LuaBridge,
+    new_stream: impl FnOnce() -> StreamId,
+) -> Arc<AgentProc> {
+    let mut map = app.agents().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(a) = map.get(&spec.name) {
         if a.spec == *spec {
             return a.clone();
@@ -201,6 +208,8 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
     }
     let a = Arc::new(AgentProc {
         spec: spec.clone(),
+        settings: app.settings_cell(),
+        telemetry: app.telemetry(),
         stream: new_stream(),
         bridge: bridge.clone(),
         live: tokio::sync::Mutex::new(None),
@@ -219,13 +228,17 @@ pub fn agent(spec: &AgentSpec, bridge: &LuaBridge, new_stream: impl FnOnce() -> 
 }
 
 /// The agent called `name`, if it was ever used.
-pub fn existing(name: &str) -> Option<Arc<AgentProc>> {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()
+pub fn existing(app: &crate::app::App, name: &str) -> Option<Arc<AgentProc>> {
+    app.agents()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .cloned()
 }
 
 /// Ends every agent process (Neovim exits, or the agents were reconfigured).
-pub fn stop_all() {
-    registry().lock().unwrap_or_else(|p| p.into_inner()).clear();
+pub fn stop_all(app: &crate::app::App) {
+    app.agents().lock().unwrap_or_else(|p| p.into_inner()).clear();
 }
 
 /// One prompt of the chat to an agent.
@@ -241,6 +254,8 @@ pub struct AgentPrompt {
 /// What a turn needs besides the agent: the store and the budgets.
 pub struct TurnDeps {
     pub store: Option<Arc<Store>>,
+    /// The app's spend in memory, for when the store cannot be read.
+    pub ledger: Arc<mia_cost::ledger::Ledger>,
     pub budgets: mia_cost::budget::BudgetConfig,
 }
 
@@ -708,7 +723,9 @@ impl AgentProc {
         let (day_start, day_end) = crate::agent::record::local_day(started_ms, prompt.utc_offset_s);
         // Without a limit every turn proceeds: the spend is not needed.
         if deps.budgets.has_limit() {
-            let (spend, _) = crate::agent::record::spend_now(deps.store.as_deref(), &session, day_start, day_end).await;
+            let (spend, _) =
+                crate::agent::record::spend_now(deps.store.as_deref(), &deps.ledger, &session, day_start, day_end)
+                    .await;
             let gate = crate::agent::record::gate_spend(
                 &deps.budgets,
                 spend,
@@ -843,7 +860,7 @@ impl AgentProc {
         // The spend before and after the row tells which warning the turn
         // crossed; with no warning set nothing reads it.
         let before = if deps.budgets.has_warning() {
-            let (spend, _) = crate::agent::record::spend_now(store, session, day_start, day_end).await;
+            let (spend, _) = crate::agent::record::spend_now(store, &deps.ledger, session, day_start, day_end).await;
             Some(spend)
         } else {
             None
@@ -869,9 +886,9 @@ impl AgentProc {
             retries: 0,
             ..UsageRow::default()
         };
-        crate::agent::record::record_usage(store, row).await;
+        crate::agent::record::record_usage(store, &deps.ledger, row).await;
         let Some(b) = before else { return };
-        let (a, _) = crate::agent::record::spend_now(store, session, day_start, day_end).await;
+        let (a, _) = crate::agent::record::spend_now(store, &deps.ledger, session, day_start, day_end).await;
         for w in mia_cost::budget::crossed_warnings(&deps.budgets, b, a) {
             self.bridge.queue.push(Event::Mia {
                 stream,

@@ -67,7 +67,9 @@ impl AgentProc {
             .unwrap_or(&physical)
             .to_string_lossy()
             .to_string();
-        let hidden = crate::runtime::agent_settings().permissions.hidden_paths("", tool);
+        let hidden = crate::app::settings_in(&self.settings)
+            .permissions
+            .hidden_paths("", tool);
         if hidden(&rel) {
             return Err(invalid(format!(
                 "mia: `{rel}` is denied by a permission rule for {tool}; agents in mia's chat cannot reach it either"
@@ -193,6 +195,7 @@ impl AgentProc {
             call_id: format!("{}-write", self.spec.name),
             abort: self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             review: true,
+            telemetry: self.telemetry.clone(),
             ..ToolContext::new(self.current_stream(), root, agent, lua)
         };
         let proposal = landing::Proposal {

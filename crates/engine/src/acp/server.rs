@@ -10,7 +10,7 @@
 
 pub mod config;
 mod forward;
-mod memory;
+pub(crate) mod memory;
 mod switch_mode;
 
 use std::collections::HashMap;
@@ -56,6 +56,8 @@ pub struct Server {
     deps: AgentDeps,
     rt: tokio::runtime::Handle,
     sessions: Arc<Sessions>,
+    /// What this server runs with (its store, sessions, providers).
+    app: Arc<crate::app::App>,
     /// Prompts in flight, by stream.
     pending: Mutex<HashMap<StreamId, Pending>>,
     /// Which session each stream (turn, `/compact`) belongs to.
@@ -175,18 +177,22 @@ fn prompt_text(blocks: Vec<acp::ContentBlock>) -> String {
 }
 
 impl Server {
-    /// The server for `config`; the runtime's globals (providers, agent
-    /// settings, store) must already be configured from it.
-    pub fn new(config: AcpConfig, queue: Arc<EventQueue>, rt: tokio::runtime::Handle) -> Arc<Server> {
-        let sessions = crate::runtime::sessions();
+    /// The server for `config` on `app`, which must already be configured
+    /// from it (providers, agent settings).
+    pub fn new(
+        app: Arc<crate::app::App>,
+        config: AcpConfig,
+        queue: Arc<EventQueue>,
+        rt: tokio::runtime::Handle,
+    ) -> Arc<Server> {
+        let sessions = app.sessions();
         let registry = tool_registry(&sessions);
         let deps = AgentDeps {
-            providers: crate::runtime::providers(),
             registry,
-            queue,
+            // Its own calls: they are answered by this server, not by a UI.
             calls: Arc::new(crate::calls::PendingCalls::default()),
             settings: config.agent.clone(),
-            hooks: crate::hooks::switch(),
+            ..app.agent_deps(queue)
         };
         let bound = memory::MemoryBound::new(config.max_memory_mb);
         tracing::info!(
@@ -201,6 +207,7 @@ impl Server {
             deps,
             rt,
             sessions,
+            app,
             pending: Mutex::default(),
             streams: Mutex::default(),
             next_stream: AtomicU64::new(1),
@@ -254,7 +261,7 @@ impl Server {
             }
         };
         if let Some(old) = dropped {
-            crate::mcp::ensure_started_in(session_id, &old.registry, &[]).await;
+            crate::mcp::ensure_started_in(&self.app.mcp(), session_id, &old.registry, &[]).await;
         }
     }
 
@@ -340,8 +347,8 @@ impl Server {
             agent: "mia".into(),
             created_at_ms: crate::session::now_ms(),
         };
-        let store = crate::runtime::store().await;
-        self.sessions.insert(Session::new(info, store));
+        let store = self.app.store().await;
+        self.sessions.insert(Session::new(info, store, self.app.telemetry()));
         let response = from_json(json!({ "sessionId": id, "modes": self.modes_json(&self.config.mode) }))?;
         Ok((response, id))
     }
@@ -357,13 +364,13 @@ impl Server {
             }
             Some(s) => s,
             None => {
-                let store = crate::runtime::store().await.ok_or_else(|| {
+                let store = self.app.store().await.ok_or_else(|| {
                     rpc_error(
                         -32603,
                         "mia-acp: sessions need the store, and it could not be opened (see the log)",
                     )
                 })?;
-                let s = Session::load(store, &id)
+                let s = Session::load(store, &id, self.app.telemetry())
                     .await
                     .map_err(|e| invalid_params(for_client(&e.to_string())))?;
                 self.sessions.insert(s.clone());
@@ -384,7 +391,9 @@ impl Server {
     }
 
     async fn list_sessions(&self, req: acp::ListSessionsRequest) -> Result<acp::ListSessionsResponse, RpcError> {
-        let store = crate::runtime::store()
+        let store = self
+            .app
+            .store()
             .await
             .ok_or_else(|| rpc_error(-32603, "mia-acp: the session store could not be opened (see the log)"))?;
         let cwd = req.cwd.as_ref().map(|p| p.display().to_string());
@@ -606,7 +615,6 @@ impl Server {
                 let deps = self.deps_for(&id);
                 let session = session.clone();
                 self.rt.spawn(async move {
-                    session.attach_store(crate::runtime::store().await);
                     let model = session.info().model;
                     let result = crate::agent::compact_session(&deps, stream, session, cancel, turn).await;
                     let end = match result {
@@ -632,9 +640,12 @@ impl Server {
 }
 
 /// Serves ACP on stdin/stdout until the client closes stdin.
-pub async fn serve(config: AcpConfig, rt: tokio::runtime::Handle) -> Result<(), RpcError> {
-    let queue = Arc::new(EventQueue::new().map_err(|e| rpc_error(-32603, format!("mia-acp: {e}")))?);
-    let server = Server::new(config, queue.clone(), rt);
+pub async fn serve(app: Arc<crate::app::App>, config: AcpConfig) -> Result<(), RpcError> {
+    let rt = app
+        .handle()
+        .map_err(|e| rpc_error(-32603, format!("mia-acp: cannot start the runtime: {e}")))?;
+    let queue = app.queue().map_err(|e| rpc_error(-32603, format!("mia-acp: {e}")))?;
+    let server = Server::new(app, config, queue.clone(), rt);
     let (tx, mut rx) = mpsc::unbounded_channel();
     forward::pump(queue, tx);
     let (transport, writer) = stdio_lines(server.bound.clone());

@@ -120,6 +120,12 @@ pub struct AgentDeps {
     pub settings: AgentSettings,
     /// Whether requests go through the `pre_request` transform hooks.
     pub hooks: crate::hooks::HookSwitch,
+    /// Where the run records itself (opened at its first use).
+    pub store: Arc<crate::app::StoreSlot>,
+    /// Where the run's metrics and events go.
+    pub telemetry: Arc<crate::telemetry::Hub>,
+    /// The app's MCP servers (the run starts the configured ones).
+    pub mcp: Arc<crate::mcp::McpServers>,
 }
 
 /// Sends one ACP `session/update` to the UI.
@@ -217,7 +223,7 @@ impl RequestBase<'_> {
 async fn start_mcp(deps: &AgentDeps, stream: StreamId) {
     if !deps.settings.mcp.is_empty() {
         let scope = &deps.settings.mcp_scope;
-        for text in crate::mcp::ensure_started_in(scope, &deps.registry, &deps.settings.mcp).await {
+        for text in crate::mcp::ensure_started_in(&deps.mcp, scope, &deps.registry, &deps.settings.mcp).await {
             mia_event(&deps.queue, stream, MiaEvent::Warning { text });
         }
     }
@@ -408,7 +414,7 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> Result<TurnEnd, LlmError> {
     let info = session.info();
-    crate::telemetry::user_prompt(Some(&info.id), &prompt.content);
+    deps.telemetry.user_prompt(Some(&info.id), &prompt.content);
     // Until the prompt is recorded, a step may wait on the project's files
     // (another process can hold a read up): `:Mia stop` ends the turn all the same.
     let files = unless_cancelled(
@@ -468,6 +474,7 @@ pub async fn run(
             cancel: cancel.clone(),
             hooks: deps.hooks.clone(),
             session: Some(session.id()),
+            telemetry: deps.telemetry.clone(),
         };
         let mut turn = 0;
         // The model as the provider named it in its last answer (the footer shows it).
@@ -718,6 +725,8 @@ pub async fn compact_session(
     cancel: CancellationToken,
     turn: crate::session::Turn,
 ) -> Result<(), LlmError> {
+    // The store may still be opening: the compaction is recorded once it is.
+    session.attach_store(deps.store.get().await);
     let history = session.request_messages();
     if history.is_empty() {
         return Err(LlmError::new(
@@ -733,6 +742,7 @@ pub async fn compact_session(
         cancel,
         hooks: deps.hooks.clone(),
         session: Some(session.id()),
+        telemetry: deps.telemetry.clone(),
     };
     let model = session.info().model;
     let id = session.id();
@@ -740,7 +750,7 @@ pub async fn compact_session(
     let (messages, summary) = compaction::compact(&caller, &deps.providers, &model, &history, 0).await?;
     let message_id = crate::session::new_message_id(&id);
     let row = record::usage_row(Some(&id), Some(message_id.clone()), "compaction", &summary, started_ms);
-    record::record_usage(session.store().as_deref(), row).await;
+    record::record_usage(session.store().as_deref(), &deps.store.ledger(), row).await;
     if let Some(summary_message) = messages.first() {
         let parts = serde_json::to_value(&summary_message.parts).unwrap_or(json!([]));
         let row = crate::session::message_row(

@@ -138,11 +138,12 @@ pub fn usage_row(
 
 /// What the budgets count: the store's figures for `session` (none: `""`)
 /// and the local day `[day_start_ms, day_end_ms)`, and true; or, when there
-/// is no store or it cannot be read, what this process has spent
+/// is no store or it cannot be read, what this app has spent, from `ledger`
 /// ([`mia_cost::ledger`]), and false. Budgets never go unchecked for
 /// want of the store.
 pub async fn spend_now(
     store: Option<&mia_store::Store>,
+    ledger: &mia_cost::ledger::Ledger,
     session: &str,
     day_start_ms: i64,
     day_end_ms: i64,
@@ -159,14 +160,14 @@ pub async fn spend_now(
             Err(e) => tracing::warn!("reading the spend failed ({e}): budgets count this Neovim's calls only"),
         }
     }
-    (mia_cost::ledger::spend(session, day_start_ms, day_end_ms), false)
+    (ledger.spend(session, day_start_ms, day_end_ms), false)
 }
 
 /// Records one call's usage row in the store, if there is one, and in this
-/// process's ledger, which the budgets fall back on ([`spend_now`]).
-pub async fn record_usage(store: Option<&mia_store::Store>, row: UsageRow) {
+/// app's ledger, which the budgets fall back on ([`spend_now`]).
+pub async fn record_usage(store: Option<&mia_store::Store>, ledger: &mia_cost::ledger::Ledger, row: UsageRow) {
     if row.cost_known {
-        mia_cost::ledger::record(row.session_id.as_deref(), row.created_at_ms, row.total_usd);
+        ledger.record(row.session_id.as_deref(), row.created_at_ms, row.total_usd);
     }
     if let Some(store) = store {
         let agent = row.agent.clone();
@@ -213,15 +214,11 @@ pub async fn gate_spend(
     }
 }
 
-/// Says once per process that chats are not saved because the store could
+/// Says once per app that chats are not saved because the store could
 /// not be opened (its error names the file and what to do); without a data
 /// directory there is nothing to say.
-fn warn_unsaved(queue: &crate::events::EventQueue, stream: StreamId) {
-    static WARNED: AtomicBool = AtomicBool::new(false);
-    let Some(why) = crate::runtime::store_error() else {
-        return;
-    };
-    if !WARNED.swap(true, Ordering::Relaxed) {
+fn warn_unsaved(store: &crate::app::StoreSlot, queue: &crate::events::EventQueue, stream: StreamId) {
+    if let Some(why) = store.unsaved_warning() {
         let text = format!("mia: chats and costs are not being saved: {why} (then restart Neovim)");
         mia_event(queue, stream, MiaEvent::Warning { text });
     }
@@ -249,6 +246,8 @@ pub fn tell_saving(store: Option<&mia_store::Store>, queue: &crate::events::Even
 /// anything the turn adds, and a run settles before it returns.
 pub struct Recorder {
     session: Arc<Session>,
+    /// The app's spend in memory, for when the store cannot be read.
+    ledger: Arc<mia_cost::ledger::Ledger>,
     /// Storing the session row and the prompt (and, for a session that was
     /// stored before, reading what it has cost): until [`Recorder::settle`].
     pending: Option<tokio::task::JoinHandle<f64>>,
@@ -292,6 +291,7 @@ impl Recorder {
             session_id,
             offset_s: prompt.utc_offset_s,
             budgets: deps.settings.costs,
+            ledger: deps.store.ledger(),
             session_cost_usd: 0.0,
         };
         let new = session.is_new();
@@ -317,11 +317,12 @@ impl Recorder {
         // In the log at once (the request carries it); stored beside it.
         let row = session.append_local(row);
         let (stored, recorded, queue) = (session.clone(), r.recorded.clone(), deps.queue.clone());
+        let slot = deps.store.clone();
         r.pending = Some(tokio::spawn(async move {
             if stored.store().is_none() {
-                stored.attach_store(crate::runtime::store().await);
+                stored.attach_store(slot.get().await);
                 if stored.store().is_none() {
-                    warn_unsaved(&queue, stream);
+                    warn_unsaved(&slot, &queue, stream);
                 }
             }
             // Both writes are queued before either is awaited: the store's
@@ -448,7 +449,14 @@ impl Recorder {
     /// the store said so.
     async fn spend(&self) -> (Spend, bool) {
         let (start, end) = local_day(now_ms(), self.offset_s);
-        spend_now(self.session.store().as_deref(), &self.session_id, start, end).await
+        spend_now(
+            self.session.store().as_deref(),
+            &self.ledger,
+            &self.session_id,
+            start,
+            end,
+        )
+        .await
     }
 
     /// Checks the budgets before a request; a reached limit asks the user
@@ -483,7 +491,7 @@ impl Recorder {
             done,
             started_ms,
         );
-        record_usage(self.session.store().as_deref(), row).await;
+        record_usage(self.session.store().as_deref(), &self.ledger, row).await;
         self.tell_saving(deps, stream);
         let (after, stored) = self.spend().await;
         if stored {

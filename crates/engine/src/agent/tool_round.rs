@@ -153,7 +153,7 @@ pub async fn run(
         let sid = (!session_id.is_empty()).then_some(session_id);
         match decision.action {
             Action::Allow => {
-                crate::telemetry::tool_decision(sid, &call.name, true, "config");
+                deps.telemetry.tool_decision(sid, &call.name, true, "config");
                 approved.push((call, tool, checked, false))
             }
             // An edit the rules would ask about is shown as a diff when it is
@@ -166,7 +166,7 @@ pub async fn run(
                 approved.push((call, tool, checked, !accepted_file));
             }
             Action::Deny => {
-                crate::telemetry::tool_decision(sid, &call.name, false, "config");
+                deps.telemetry.tool_decision(sid, &call.name, false, "config");
                 results.insert(
                     call.id.clone(),
                     ToolOutput::error(format!(
@@ -209,7 +209,7 @@ pub async fn run(
                     Ok(Err(_)) => Ok(None),
                     Err(e) => Err(e),
                 };
-                crate::telemetry::tool_decision(
+                deps.telemetry.tool_decision(
                     sid,
                     &call.name,
                     matches!(&choice, Ok(Some(a)) if a == "allow_once" || a == "allow_always"),
@@ -272,6 +272,7 @@ pub async fn run(
         let call_id = call.id.clone();
         let message_id = message_id.clone();
         let ctx = ToolContext {
+            telemetry: deps.telemetry.clone(),
             stream,
             session_id: session_id.to_string(),
             message_id: message_id.clone(),
@@ -324,7 +325,7 @@ pub async fn run(
         } else {
             ToolStatus::Done
         };
-        crate::telemetry::tool_result(
+        deps.telemetry.tool_result(
             (!session_id.is_empty()).then_some(session_id),
             &call.name,
             status == ToolStatus::Done,

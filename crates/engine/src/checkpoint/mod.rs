@@ -43,14 +43,10 @@ pub struct CheckpointSettings {
     pub max_scan_files: usize,
 }
 
+/// The defaults are the configuration's (`crate::config::CheckpointsConfig`).
 impl Default for CheckpointSettings {
     fn default() -> Self {
-        CheckpointSettings {
-            max_age_days: 30,
-            max_bytes: 512 * 1024 * 1024,
-            max_file_bytes: 4 * 1024 * 1024,
-            max_scan_files: 20_000,
-        }
+        crate::config::CheckpointsConfig::default().into()
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::catalog::{check_prompt_args, prompt_text, resource_attachment};
-use super::{client_for, ensure_started, lock, start_these, McpServerSpec, ServerState, Slot, STARTING};
+use super::{client_for, ensure_started, start_these, McpServerSpec, McpServers, ServerState, Slot};
 use crate::tools::registry::{Registry, ToolSource};
 
 /// Longest wait for a stopped server's process to exit.
@@ -32,10 +32,15 @@ fn spec_of<'a>(specs: &'a [McpServerSpec], server: &str) -> Result<&'a McpServer
 
 /// Stops server `name` (its process ends), starts it again and registers
 /// its tools anew. Answers the new state, or why it did not start.
-pub async fn restart(registry: &Arc<Registry>, specs: &[McpServerSpec], name: &str) -> Result<ServerState, String> {
+pub async fn restart(
+    servers: &Arc<McpServers>,
+    registry: &Arc<Registry>,
+    specs: &[McpServerSpec],
+    name: &str,
+) -> Result<ServerState, String> {
     let spec = spec_of(specs, name)?.clone();
-    let _one = STARTING.lock().await;
-    let old = lock().remove(name);
+    let _one = servers.starting.lock().await;
+    let old = servers.lock().remove(name);
     if let Some(slot) = old {
         if let ServerState::Ready { tools, .. } = &slot.state {
             for t in tools {
@@ -46,7 +51,7 @@ pub async fn restart(registry: &Arc<Registry>, specs: &[McpServerSpec], name: &s
             client.shut_down(STOP_WAIT).await;
         }
     }
-    lock().insert(
+    servers.lock().insert(
         name.to_string(),
         Slot {
             spec: spec.clone(),
@@ -54,8 +59,8 @@ pub async fn restart(registry: &Arc<Registry>, specs: &[McpServerSpec], name: &s
             client: None,
         },
     );
-    start_these("", registry, vec![spec]).await;
-    let state = lock().get(name).map(|s| s.state.clone());
+    start_these(servers, "", registry, vec![spec]).await;
+    let state = servers.lock().get(name).map(|s| s.state.clone());
     match state {
         Some(ServerState::Failed { reason }) => Err(reason),
         Some(state) => Ok(state),
@@ -65,10 +70,15 @@ pub async fn restart(registry: &Arc<Registry>, specs: &[McpServerSpec], name: &s
 
 /// Starts the configured servers not started yet, then answers `server`'s
 /// state: an error when it failed to start.
-async fn ready(registry: &Arc<Registry>, specs: &[McpServerSpec], server: &str) -> Result<ServerState, String> {
+async fn ready(
+    servers: &Arc<McpServers>,
+    registry: &Arc<Registry>,
+    specs: &[McpServerSpec],
+    server: &str,
+) -> Result<ServerState, String> {
     spec_of(specs, server)?;
-    ensure_started(registry, specs).await;
-    let state = lock().get(server).map(|s| s.state.clone());
+    ensure_started(servers, registry, specs).await;
+    let state = servers.lock().get(server).map(|s| s.state.clone());
     match state {
         Some(ServerState::Failed { reason }) => Err(format!("MCP server `{server}` did not start: {reason}")),
         Some(state @ ServerState::Ready { .. }) => Ok(state),
@@ -80,6 +90,7 @@ async fn ready(registry: &Arc<Registry>, specs: &[McpServerSpec], server: &str) 
 /// attached to a message ([`resource_attachment`]). The first that cannot
 /// be read fails them all, naming it.
 pub async fn read_resource(
+    servers: &Arc<McpServers>,
     registry: &Arc<Registry>,
     specs: &[McpServerSpec],
     mentions: &[(String, String)],
@@ -93,8 +104,8 @@ pub async fn read_resource(
     let mut parts = Vec::new();
     for (server, uri) in mentions {
         let read = async {
-            ready(registry, specs, server).await?;
-            let client = client_for(server, server, &Arc::downgrade(registry)).await?;
+            ready(servers, registry, specs, server).await?;
+            let client = client_for(servers, server, server, &Arc::downgrade(registry)).await?;
             client.read_resource(uri).await
         };
         let contents = read.await.map_err(|e| format!("cannot read @{server}:{uri}: {e}"))?;
@@ -106,13 +117,14 @@ pub async fn read_resource(
 /// Gets prompt `name` of `server` with `args` (its required arguments
 /// checked first) and answers its messages as one user message ([`prompt_text`]).
 pub async fn get_prompt(
+    servers: &Arc<McpServers>,
     registry: &Arc<Registry>,
     specs: &[McpServerSpec],
     server: &str,
     name: &str,
     args: Map<String, Value>,
 ) -> Result<String, String> {
-    let ServerState::Ready { prompts, .. } = ready(registry, specs, server).await? else {
+    let ServerState::Ready { prompts, .. } = ready(servers, registry, specs, server).await? else {
         return Err(format!("MCP server `{server}` is not ready"));
     };
     let def = prompts
@@ -120,7 +132,7 @@ pub async fn get_prompt(
         .find(|p| p.name == name)
         .ok_or_else(|| format!("MCP server `{server}` has no prompt `{name}`"))?;
     check_prompt_args(def, &args).map_err(|e| format!("/{server}:{name}: {e}"))?;
-    let client = client_for(server, server, &Arc::downgrade(registry)).await?;
+    let client = client_for(servers, server, server, &Arc::downgrade(registry)).await?;
     let messages = client.get_prompt(name, args).await?;
     let text = prompt_text(&messages);
     if text.trim().is_empty() {

@@ -349,21 +349,24 @@ struct Slot {
     client: Option<Arc<McpClient>>,
 }
 
-fn servers() -> &'static Mutex<BTreeMap<String, Slot>> {
-    static S: std::sync::OnceLock<Mutex<BTreeMap<String, Slot>>> = std::sync::OnceLock::new();
-    S.get_or_init(Default::default)
+/// An app's MCP servers: each server's slot by its map key ([`slot_key`]),
+/// `setup()`'s and every scope's.
+#[derive(Default)]
+pub struct McpServers {
+    slots: Mutex<BTreeMap<String, Slot>>,
+    /// One at a time: two turns starting together start each server once.
+    starting: tokio::sync::Mutex<()>,
 }
 
-fn lock() -> std::sync::MutexGuard<'static, BTreeMap<String, Slot>> {
-    servers().lock().unwrap_or_else(|p| p.into_inner())
+impl McpServers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
-
-/// One at a time: two turns starting together start each server once.
-static STARTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Each configured server's state, by name.
-pub fn status(specs: &[McpServerSpec]) -> Vec<(String, ServerState)> {
-    let slots = lock();
+pub fn status(servers: &McpServers, specs: &[McpServerSpec]) -> Vec<(String, ServerState)> {
+    let slots = servers.lock();
     specs
         .iter()
         .map(|s| {
@@ -398,8 +401,12 @@ fn scope_of(key: &str) -> &str {
 /// Starts every configured server not started yet and registers its tools;
 /// answers one warning per server that failed to start now (its tools are
 /// missing; the turn goes on). Servers no longer configured are dropped.
-pub async fn ensure_started(registry: &Arc<Registry>, specs: &[McpServerSpec]) -> Vec<String> {
-    ensure_started_in("", registry, specs).await
+pub async fn ensure_started(
+    servers: &Arc<McpServers>,
+    registry: &Arc<Registry>,
+    specs: &[McpServerSpec],
+) -> Vec<String> {
+    ensure_started_in(servers, "", registry, specs).await
 }
 
 /// [`ensure_started`] for the servers of one `scope` (a mia-acp session,
@@ -407,10 +414,15 @@ pub async fn ensure_started(registry: &Arc<Registry>, specs: &[McpServerSpec]) -
 /// and from other scopes' (two sessions may each have an `everything` of
 /// their own), and only servers of `scope` that `specs` no longer holds are
 /// dropped. `registry` is the scope's own.
-pub async fn ensure_started_in(scope: &str, registry: &Arc<Registry>, specs: &[McpServerSpec]) -> Vec<String> {
-    let _one = STARTING.lock().await;
+pub async fn ensure_started_in(
+    servers: &Arc<McpServers>,
+    scope: &str,
+    registry: &Arc<Registry>,
+    specs: &[McpServerSpec],
+) -> Vec<String> {
+    let _one = servers.starting.lock().await;
     let todo: Vec<McpServerSpec> = {
-        let mut slots = lock();
+        let mut slots = servers.lock();
         let gone: Vec<String> = slots
             .iter()
             .filter(|(key, slot)| {
@@ -444,12 +456,17 @@ pub async fn ensure_started_in(scope: &str, registry: &Arc<Registry>, specs: &[M
         }
         todo
     };
-    start_these(scope, registry, todo).await
+    start_these(servers, scope, registry, todo).await
 }
 
 /// Starts `todo` (their slots already say `Starting`), registers their
 /// tools and sets their slots' state; one warning per server that failed.
-async fn start_these(scope: &str, registry: &Arc<Registry>, todo: Vec<McpServerSpec>) -> Vec<String> {
+async fn start_these(
+    servers: &Arc<McpServers>,
+    scope: &str,
+    registry: &Arc<Registry>,
+    todo: Vec<McpServerSpec>,
+) -> Vec<String> {
     let started = futures_util::future::join_all(todo.iter().map(start)).await;
     let mut warnings = Vec::new();
     for (spec, outcome) in todo.into_iter().zip(started) {
@@ -457,11 +474,11 @@ async fn start_these(scope: &str, registry: &Arc<Registry>, todo: Vec<McpServerS
             Ok((client, defs, resources, prompts)) => {
                 let client = Arc::new(client);
                 let key = slot_key(scope, &spec.name);
-                follow_tool_changes(registry, &key, &client);
-                if let Some(slot) = lock().get_mut(&key) {
+                follow_tool_changes(servers, registry, &key, &client);
+                if let Some(slot) = servers.lock().get_mut(&key) {
                     slot.client = Some(client);
                 }
-                let (tools, skipped) = register_tools(registry, &key, &spec, defs);
+                let (tools, skipped) = register_tools(servers, registry, &key, &spec, defs);
                 ServerState::Ready {
                     tools,
                     skipped,
@@ -482,7 +499,7 @@ async fn start_these(scope: &str, registry: &Arc<Registry>, todo: Vec<McpServerS
                 ServerState::Failed { reason }
             }
         };
-        if let Some(slot) = lock().get_mut(&slot_key(scope, &spec.name)) {
+        if let Some(slot) = servers.lock().get_mut(&slot_key(scope, &spec.name)) {
             slot.state = state;
         }
     }
@@ -495,12 +512,13 @@ async fn start_these(scope: &str, registry: &Arc<Registry>, todo: Vec<McpServerS
 /// is not valid, or that another server of the same scope already holds,
 /// is left out, with the reason.
 fn register_tools(
+    servers: &Arc<McpServers>,
     registry: &Arc<Registry>,
     key: &str,
     spec: &McpServerSpec,
     defs: Vec<McpToolDef>,
 ) -> (Vec<String>, Vec<String>) {
-    let mut slots = lock();
+    let mut slots = servers.lock();
     let taken: std::collections::BTreeSet<String> = slots
         .iter()
         .filter(|(other, _)| *other != key && scope_of(other) == scope_of(key))
@@ -535,6 +553,7 @@ fn register_tools(
             effect: def.effect(),
             def,
             registry: Arc::downgrade(registry),
+            servers: servers.clone(),
             path_rules: spec.path_rules,
         };
         registry.register(Arc::new(tool), ToolSource::Mcp);
@@ -560,7 +579,8 @@ fn register_tools(
 /// Reads the server's tool list again each time it says it changed, for as
 /// long as `client` lives, and puts the new list in the registry (`key` is
 /// the server's map key).
-fn follow_tool_changes(registry: &Arc<Registry>, key: &str, client: &Arc<McpClient>) {
+fn follow_tool_changes(servers: &Arc<McpServers>, registry: &Arc<Registry>, key: &str, client: &Arc<McpClient>) {
+    let servers = servers.clone();
     let changed = client.tools_changed();
     let weak = Arc::downgrade(client);
     let registry = registry.clone();
@@ -574,7 +594,7 @@ fn follow_tool_changes(registry: &Arc<Registry>, key: &str, client: &Arc<McpClie
             }
             let listed = client.list_tools().await;
             let spec = {
-                let slots = lock();
+                let slots = servers.lock();
                 match slots.get(&key) {
                     // Only the slot's own client speaks for the server.
                     Some(slot) if slot.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) => slot.spec.clone(),
@@ -585,7 +605,7 @@ fn follow_tool_changes(registry: &Arc<Registry>, key: &str, client: &Arc<McpClie
             let server = &spec.name;
             match listed {
                 Ok(defs) => {
-                    register_tools(&registry, &key, &spec, defs);
+                    register_tools(&servers, &registry, &key, &spec, defs);
                     tracing::info!("MCP server `{server}` changed its tools");
                 }
                 Err(e) => tracing::warn!("MCP server `{server}` changed its tools, but reading them failed: {e}"),
@@ -624,9 +644,14 @@ async fn start(spec: &McpServerSpec) -> Result<Started, String> {
 }
 
 /// The live client of `server` (its map key is `key`), restarting it when its process is gone.
-async fn client_for(server: &str, key: &str, registry: &std::sync::Weak<Registry>) -> Result<Arc<McpClient>, String> {
+async fn client_for(
+    servers: &Arc<McpServers>,
+    server: &str,
+    key: &str,
+    registry: &std::sync::Weak<Registry>,
+) -> Result<Arc<McpClient>, String> {
     let (client, spec) = {
-        let slots = lock();
+        let slots = servers.lock();
         let slot = slots
             .get(key)
             .ok_or_else(|| format!("MCP server `{server}` is no longer configured"))?;
@@ -641,9 +666,9 @@ async fn client_for(server: &str, key: &str, registry: &std::sync::Weak<Registry
             .map_err(|e| format!("MCP server `{server}` could not be restarted: {e}"))?,
     );
     if let Some(registry) = registry.upgrade() {
-        follow_tool_changes(&registry, key, &c);
+        follow_tool_changes(servers, &registry, key, &c);
     }
-    if let Some(slot) = lock().get_mut(key) {
+    if let Some(slot) = servers.lock().get_mut(key) {
         slot.client = Some(c.clone());
     }
     Ok(c)
@@ -659,6 +684,8 @@ pub struct McpTool {
     def: McpToolDef,
     /// The registry it is in: a restarted server's changes go there.
     registry: std::sync::Weak<Registry>,
+    /// The servers it is one of.
+    servers: Arc<McpServers>,
     path_rules: bool,
 }
 
@@ -696,15 +723,16 @@ impl Tool for McpTool {
         let key = self.key.clone();
         let tool = self.def.name.clone();
         let registry = self.registry.clone();
+        let servers = self.servers.clone();
         Box::pin(async move {
             let timeout = {
-                let slots = lock();
+                let slots = servers.lock();
                 slots
                     .get(&key)
                     .map(|s| s.spec.timeout_ms)
                     .unwrap_or_else(default_timeout)
             };
-            let client = match client_for(&server, &key, &registry).await {
+            let client = match client_for(&servers, &server, &key, &registry).await {
                 Ok(c) => c,
                 Err(e) => return ToolOutput::error(e),
             };
@@ -722,7 +750,7 @@ impl Tool for McpTool {
                 Err(e) => {
                     let crashed = client.is_closed();
                     if crashed {
-                        if let Some(slot) = lock().get_mut(&key) {
+                        if let Some(slot) = servers.lock().get_mut(&key) {
                             slot.client = None;
                         }
                         ToolOutput::error(format!(
@@ -790,14 +818,20 @@ mod tests {
             serde_json::from_value(json!({ "name": name, "command": ["/nonexistent/mcp-scope-test"] })).unwrap()
         };
         let r = Arc::new(Registry::default());
-        ensure_started_in("scope-test-a", &r, &[broken("scopetest")]).await;
-        ensure_started_in("scope-test-b", &r, &[broken("scopetest")]).await;
+        let servers = Arc::new(McpServers::default());
+        ensure_started_in(&servers, "scope-test-a", &r, &[broken("scopetest")]).await;
+        ensure_started_in(&servers, "scope-test-b", &r, &[broken("scopetest")]).await;
         // b's list changes (nothing now): a's server stays.
-        ensure_started_in("scope-test-b", &r, &[]).await;
-        let keys: Vec<String> = lock().keys().filter(|k| k.contains("scope-test-")).cloned().collect();
+        ensure_started_in(&servers, "scope-test-b", &r, &[]).await;
+        let keys: Vec<String> = servers
+            .lock()
+            .keys()
+            .filter(|k| k.contains("scope-test-"))
+            .cloned()
+            .collect();
         assert_eq!(keys, vec![slot_key("scope-test-a", "scopetest")]);
-        ensure_started_in("scope-test-a", &r, &[]).await;
-        assert!(!lock().keys().any(|k| k.contains("scope-test-")));
+        ensure_started_in(&servers, "scope-test-a", &r, &[]).await;
+        assert!(!servers.lock().keys().any(|k| k.contains("scope-test-")));
     }
 
     #[test]

@@ -75,6 +75,8 @@ struct State {
 pub struct Session {
     /// Set once the store is open (it opens on the runtime, after the session exists).
     store: OnceLock<Arc<Store>>,
+    /// The app's telemetry (a mode change is remembered there).
+    telemetry: Arc<crate::telemetry::Hub>,
     state: Mutex<State>,
     /// What the model read and wrote, and the files the user accepted every edit to.
     pub files: Arc<crate::tools::landing::FileLedger>,
@@ -179,14 +181,15 @@ impl Session {
     }
 
     /// A new, empty session (stored at its first prompt).
-    pub fn new(info: SessionInfo, store: Option<Arc<Store>>) -> Arc<Session> {
-        crate::telemetry::session_started(&info.id, &info.model, &info.mode, &info.agent);
+    pub fn new(info: SessionInfo, store: Option<Arc<Store>>, telemetry: Arc<crate::telemetry::Hub>) -> Arc<Session> {
+        telemetry.session_started(&info.id, &info.model, &info.mode, &info.agent);
         let cell = OnceLock::new();
         if let Some(store) = store {
             let _ = cell.set(store);
         }
         Arc::new(Session {
             store: cell,
+            telemetry,
             files: Arc::default(),
             scan_cache: Arc::default(),
             state: Mutex::new(State {
@@ -199,7 +202,11 @@ impl Session {
     }
 
     /// A stored session with its whole log (`session/load`).
-    pub async fn load(store: Arc<Store>, id: &str) -> Result<Arc<Session>, SessionError> {
+    pub async fn load(
+        store: Arc<Store>,
+        id: &str,
+        telemetry: Arc<crate::telemetry::Hub>,
+    ) -> Result<Arc<Session>, SessionError> {
         let row = store
             .session(id)
             .await?
@@ -218,6 +225,7 @@ impl Session {
         let _ = cell.set(store);
         Ok(Arc::new(Session {
             store: cell,
+            telemetry,
             files: Arc::default(),
             scan_cache: Arc::default(),
             state: Mutex::new(State {
@@ -255,7 +263,7 @@ impl Session {
     pub fn update_info(&self, mode: Option<&str>, model: Option<&str>, title: Option<&str>) {
         let mut s = self.lock();
         if let Some(mode) = mode.filter(|m| !m.is_empty()) {
-            crate::telemetry::session_mode(&s.info.id, mode);
+            self.telemetry.session_mode(&s.info.id, mode);
             s.info.mode = mode.to_string();
         }
         if let Some(model) = model.filter(|m| !m.is_empty()) {
@@ -555,7 +563,7 @@ mod tests {
 
     #[test]
     fn requests_use_the_summary_and_the_log_keeps_everything() {
-        let s = Session::new(info("s1"), None);
+        let s = Session::new(info("s1"), None, Arc::default());
         block_on(async {
             for (role, t) in [
                 (Role::User, "alpha?"),
@@ -578,7 +586,7 @@ mod tests {
     fn a_prompt_is_sent_before_it_is_stored_and_takes_the_stores_number() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open(&dir.path().join("mia.sqlite3")).unwrap());
-        let s = Session::new(info("s4"), None);
+        let s = Session::new(info("s4"), None, Arc::default());
         let texts = |s: &Session| -> Vec<String> { s.request_messages().iter().map(Message::plain_text).collect() };
         let prompt = s.append_local(text_row(&s, Role::User, "first?"));
         // The next request carries it before any store is there.
@@ -600,7 +608,7 @@ mod tests {
 
     #[test]
     fn a_second_turn_is_refused_while_one_runs() {
-        let s = Session::new(info("s2"), None);
+        let s = Session::new(info("s2"), None, Arc::default());
         let turn = s.begin(CancellationToken::new()).unwrap();
         assert!(matches!(s.begin(CancellationToken::new()), Err(SessionError::Busy)));
         drop(turn);
@@ -609,7 +617,7 @@ mod tests {
 
     #[test]
     fn rows_without_parts_are_never_sent() {
-        let s = Session::new(info("s3"), None);
+        let s = Session::new(info("s3"), None, Arc::default());
         block_on(async {
             s.append(text_row(&s, Role::User, "q")).await;
             let mut end = message_row(

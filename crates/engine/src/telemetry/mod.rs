@@ -32,11 +32,16 @@ pub use config::{OtlpConfig, Protocol, Settings, TelemetryConfig};
 
 use mia_store::UsageRow;
 
-/// True while an exporter is configured: the only thing a hook reads when off.
-static ON: AtomicBool = AtomicBool::new(false);
-static ACTIVE: RwLock<Option<Arc<Telemetry>>> = RwLock::new(None);
-/// The last configuration's status, kept after `shutdown` for `:checkhealth`.
-static LAST: Mutex<Option<Arc<client::Status>>> = Mutex::new(None);
+/// One app's telemetry: the exporter in force, if any. Every hook is a
+/// method; when export is off a hook reads one atomic and returns.
+#[derive(Default)]
+pub struct Hub {
+    /// True while an exporter is configured: the only thing a hook reads when off.
+    on: AtomicBool,
+    active: RwLock<Option<Arc<Telemetry>>>,
+    /// The last configuration's status, kept after `shutdown` for `:checkhealth`.
+    last: Mutex<Option<Arc<client::Status>>>,
+}
 
 /// How many sessions' attributes are remembered (model, mode...) for the
 /// events that do not carry them; cleared when full.
@@ -81,32 +86,55 @@ struct Telemetry {
     status: Arc<client::Status>,
 }
 
-/// Starts (or restarts, or stops) export from `config`, the `telemetry`
-/// section of `setup()` merged with the `OTEL_*` variables. Returns the
-/// state line `:checkhealth` shows. An error names the setting to fix.
-///
-/// Called on Neovim's main thread, so it touches neither disk nor network:
-/// the install id is read, and the HTTP client or gRPC channel built, off
-/// it (first export); an exporter being replaced flushes on a thread of its
-/// own.
-pub fn configure(config: TelemetryConfig) -> Result<String, String> {
-    let settings = config::resolve(config, &|k| std::env::var(k).ok())?;
-    stop(Duration::from_millis(500), false);
-    let Some(settings) = settings else {
-        return Ok("off".into());
-    };
-    let rt = crate::runtime::handle().map_err(|e| format!("mia: telemetry: cannot start the runtime: {e}"))?;
-    let state = settings.describe();
-    let telemetry = Arc::new(start(settings, rt.clone())?);
-    *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.status.clone());
-    *ACTIVE.write().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.clone());
-    ON.store(true, Ordering::Release);
-    // The install id is ready before the first metric needs it.
-    rt.spawn_blocking(move || {
-        telemetry.user_id();
-    });
-    tracing::info!("telemetry: {state}");
-    Ok(state)
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").field("on", &self.enabled()).finish()
+    }
+}
+
+impl Hub {
+    /// Starts (or restarts, or stops) export from `config`, the `telemetry`
+    /// section of `setup()` merged with the `OTEL_*` variables. Returns the
+    /// state line `:checkhealth` shows. An error names the setting to fix.
+    ///
+    /// Called on Neovim's main thread, so it touches neither disk nor network:
+    /// the install id is read, and the HTTP client or gRPC channel built, off
+    /// it (first export); an exporter being replaced flushes on a thread of its
+    /// own.
+    pub fn configure(
+        &self,
+        runtime: &dyn Fn() -> std::io::Result<tokio::runtime::Handle>,
+        config: TelemetryConfig,
+    ) -> Result<String, String> {
+        self.configure_with_env(runtime, config, &|k| std::env::var(k).ok())
+    }
+
+    /// [`Self::configure`] with the `OTEL_*` variables read from `env`
+    /// (the process's environment is the only one in use; tests give their own).
+    pub fn configure_with_env(
+        &self,
+        runtime: &dyn Fn() -> std::io::Result<tokio::runtime::Handle>,
+        config: TelemetryConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<String, String> {
+        let settings = config::resolve(config, env)?;
+        self.stop(Duration::from_millis(500), false);
+        let Some(settings) = settings else {
+            return Ok("off".into());
+        };
+        let rt = runtime().map_err(|e| format!("mia: telemetry: cannot start the runtime: {e}"))?;
+        let state = settings.describe();
+        let telemetry = Arc::new(start(settings, rt.clone())?);
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.status.clone());
+        *self.active.write().unwrap_or_else(|p| p.into_inner()) = Some(telemetry.clone());
+        self.on.store(true, Ordering::Release);
+        // The install id is ready before the first metric needs it.
+        rt.spawn_blocking(move || {
+            telemetry.user_id();
+        });
+        tracing::info!("telemetry: {state}");
+        Ok(state)
+    }
 }
 
 fn start(s: Settings, rt: tokio::runtime::Handle) -> Result<Telemetry, String> {
@@ -257,69 +285,71 @@ fn start(s: Settings, rt: tokio::runtime::Handle) -> Result<Telemetry, String> {
     })
 }
 
-fn active() -> Option<Arc<Telemetry>> {
-    if !ON.load(Ordering::Acquire) {
-        return None;
+impl Hub {
+    fn active(&self) -> Option<Arc<Telemetry>> {
+        if !self.on.load(Ordering::Acquire) {
+            return None;
+        }
+        self.active.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
-    ACTIVE.read().unwrap_or_else(|p| p.into_inner()).clone()
-}
 
-/// True when export is configured (one atomic load).
-pub fn enabled() -> bool {
-    ON.load(Ordering::Acquire)
-}
+    /// True when export is configured (one atomic load).
+    pub fn enabled(&self) -> bool {
+        self.on.load(Ordering::Acquire)
+    }
 
-/// Flushes what is pending and stops export, waiting at most `bound`
-/// (the SDK's shutdown blocks, so it runs on a thread of its own; its
-/// errors are logged, never raised). For Neovim's exit and reconfiguration.
-pub fn shutdown(bound: Duration) {
-    stop(bound, true);
-}
+    /// Flushes what is pending and stops export, waiting at most `bound`
+    /// (the SDK's shutdown blocks, so it runs on a thread of its own; its
+    /// errors are logged, never raised). For Neovim's exit and reconfiguration.
+    pub fn shutdown(&self, bound: Duration) {
+        self.stop(bound, true);
+    }
 
-/// Stops the running exporter. Its flush runs on a thread of its own,
-/// bounded by `bound`; only Neovim's exit (`wait`) waits for it.
-fn stop(bound: Duration, wait: bool) {
-    ON.store(false, Ordering::Release);
-    let Some(t) = ACTIVE.write().unwrap_or_else(|p| p.into_inner()).take() else {
-        return;
-    };
-    let started = std::time::Instant::now();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("mia-telemetry-flush".into())
-        .spawn(move || {
-            t.status.set_deadline(started + bound);
-            let half = bound / 2;
-            if let Some(m) = &t.meters {
-                if let Err(e) = m.shutdown_with_timeout(half) {
-                    tracing::warn!("telemetry: metrics flush at exit: {e}");
+    /// Stops the running exporter. Its flush runs on a thread of its own,
+    /// bounded by `bound`; only Neovim's exit (`wait`) waits for it.
+    fn stop(&self, bound: Duration, wait: bool) {
+        self.on.store(false, Ordering::Release);
+        let Some(t) = self.active.write().unwrap_or_else(|p| p.into_inner()).take() else {
+            return;
+        };
+        let started = std::time::Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("mia-telemetry-flush".into())
+            .spawn(move || {
+                t.status.set_deadline(started + bound);
+                let half = bound / 2;
+                if let Some(m) = &t.meters {
+                    if let Err(e) = m.shutdown_with_timeout(half) {
+                        tracing::warn!("telemetry: metrics flush at exit: {e}");
+                    }
                 }
-            }
-            if let Some(l) = &t.logs {
-                if let Err(e) = l.shutdown_with_timeout(half) {
-                    tracing::warn!("telemetry: events flush at exit: {e}");
+                if let Some(l) = &t.logs {
+                    if let Err(e) = l.shutdown_with_timeout(half) {
+                        tracing::warn!("telemetry: events flush at exit: {e}");
+                    }
                 }
-            }
-            let _ = tx.send(());
-        });
-    if !wait {
-        tracing::info!("telemetry: the previous exporter flushes in the background");
-        return;
+                let _ = tx.send(());
+            });
+        if !wait {
+            tracing::info!("telemetry: the previous exporter flushes in the background");
+            return;
+        }
+        if spawned.is_ok() && rx.recv_timeout(bound).is_err() {
+            tracing::warn!(
+                "telemetry: the flush at exit took longer than {} ms; left behind",
+                bound.as_millis()
+            );
+        }
+        tracing::info!("telemetry: stopped in {} ms", started.elapsed().as_millis());
     }
-    if spawned.is_ok() && rx.recv_timeout(bound).is_err() {
-        tracing::warn!(
-            "telemetry: the flush at exit took longer than {} ms; left behind",
-            bound.as_millis()
-        );
-    }
-    tracing::info!("telemetry: stopped in {} ms", started.elapsed().as_millis());
-}
 
-/// What `:checkhealth mia` shows: whether export is on, where to (no
-/// header values), and the last export's result.
-pub fn status() -> Option<ExportStatus> {
-    let s = LAST.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-    Some(s.snapshot(enabled()))
+    /// What `:checkhealth mia` shows: whether export is on, where to (no
+    /// header values), and the last export's result.
+    pub fn status(&self) -> Option<ExportStatus> {
+        let s = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        Some(s.snapshot(self.enabled()))
+    }
 }
 
 impl Telemetry {
@@ -384,203 +414,213 @@ impl Telemetry {
     }
 }
 
-/// A session started (or was opened) with this model and mode.
-pub fn session_started(session: &str, model_spec: &str, mode: &str, agent: &str) {
-    let Some(t) = active() else { return };
-    let (provider, model) = model_spec.split_once('/').unwrap_or(("", model_spec));
-    t.remember(session, |c| {
-        c.provider = provider.to_string();
-        c.model = model.to_string();
-        c.mode = mode.to_string();
-        c.agent = agent.to_string();
-    });
-    let c = t.ctx(Some(session));
-    if let Some(i) = &t.instruments {
-        i.sessions.add(1, &t.common(Some(session), &c));
-    }
-}
-
-/// The session's mode changed (later metrics carry the new one).
-pub fn session_mode(session: &str, mode: &str) {
-    let Some(t) = active() else { return };
-    t.remember(session, |c| c.mode = mode.to_string());
-}
-
-/// One provider call's usage row, as the store records it: cost, tokens,
-/// the GenAI metrics and a `mia.api_request` event. Whatever cost the row
-/// carries is exported (local price math or a gateway's own figure).
-pub fn usage(row: &UsageRow) {
-    let Some(t) = active() else { return };
-    let session = row.session_id.as_deref();
-    if let Some(id) = session {
-        t.remember(id, |c| {
-            c.model = row.model.clone();
-            c.provider = row.provider.clone();
-            c.agent = row.agent.clone();
+impl Hub {
+    /// A session started (or was opened) with this model and mode.
+    pub fn session_started(&self, session: &str, model_spec: &str, mode: &str, agent: &str) {
+        let Some(t) = self.active() else { return };
+        let (provider, model) = model_spec.split_once('/').unwrap_or(("", model_spec));
+        t.remember(session, |c| {
+            c.provider = provider.to_string();
+            c.model = model.to_string();
+            c.mode = mode.to_string();
+            c.agent = agent.to_string();
         });
-    }
-    let mut c = t.ctx(session);
-    c.model = row.model.clone();
-    c.provider = row.provider.clone();
-    c.agent = row.agent.clone();
-    let common = t.common(session, &c);
-    let types = [
-        ("input", row.input_tokens),
-        ("output", row.output_tokens),
-        ("cache_read", row.cache_read_tokens),
-        ("cache_write", row.cache_write_tokens),
-        ("reasoning", row.reasoning_tokens),
-    ];
-    if let Some(i) = &t.instruments {
-        if row.cost_known {
-            // `source`: "gateway" when an LLM gateway priced the call, else "local".
-            let mut a = common.clone();
-            a.push(KeyValue::new("source", row.cost_source.as_str()));
-            i.cost.add(row.total_usd.max(0.0), &a);
+        let c = t.ctx(Some(session));
+        if let Some(i) = &t.instruments {
+            i.sessions.add(1, &t.common(Some(session), &c));
         }
-        for (kind, n) in types {
-            if n == 0 {
-                continue;
-            }
-            let mut a = common.clone();
-            a.push(KeyValue::new("type", kind));
-            i.tokens.add(n, &a);
+    }
+
+    /// The session's mode changed (later metrics carry the new one).
+    pub fn session_mode(&self, session: &str, mode: &str) {
+        let Some(t) = self.active() else { return };
+        t.remember(session, |c| c.mode = mode.to_string());
+    }
+
+    /// One provider call's usage row, as the store records it: cost, tokens,
+    /// the GenAI metrics and a `mia.api_request` event. Whatever cost the row
+    /// carries is exported (local price math or a gateway's own figure).
+    pub fn usage(&self, row: &UsageRow) {
+        let Some(t) = self.active() else { return };
+        let session = row.session_id.as_deref();
+        if let Some(id) = session {
+            t.remember(id, |c| {
+                c.model = row.model.clone();
+                c.provider = row.provider.clone();
+                c.agent = row.agent.clone();
+            });
         }
-        let genai = |extra: Option<&'static str>| {
-            let mut a = vec![
-                KeyValue::new("gen_ai.operation.name", "chat"),
-                KeyValue::new("gen_ai.provider.name", row.provider.clone()),
-                KeyValue::new("gen_ai.request.model", row.model.clone()),
-            ];
-            if let Some(kind) = extra {
-                a.push(KeyValue::new("gen_ai.token.type", kind));
+        let mut c = t.ctx(session);
+        c.model = row.model.clone();
+        c.provider = row.provider.clone();
+        c.agent = row.agent.clone();
+        let common = t.common(session, &c);
+        let types = [
+            ("input", row.input_tokens),
+            ("output", row.output_tokens),
+            ("cache_read", row.cache_read_tokens),
+            ("cache_write", row.cache_write_tokens),
+            ("reasoning", row.reasoning_tokens),
+        ];
+        if let Some(i) = &t.instruments {
+            if row.cost_known {
+                // `source`: "gateway" when an LLM gateway priced the call, else "local".
+                let mut a = common.clone();
+                a.push(KeyValue::new("source", row.cost_source.as_str()));
+                i.cost.add(row.total_usd.max(0.0), &a);
             }
-            a.extend(common.iter().cloned());
-            a
-        };
-        // The convention's token types are input and output; cache reads and
-        // writes are input the provider billed apart, so they count as input.
-        let input = row.input_tokens + row.cache_read_tokens + row.cache_write_tokens;
-        i.genai_tokens.record(input, &genai(Some("input")));
-        i.genai_tokens.record(row.output_tokens, &genai(Some("output")));
-        i.genai_duration
-            .record(row.duration_ms.max(0) as f64 / 1000.0, &genai(None));
+            for (kind, n) in types {
+                if n == 0 {
+                    continue;
+                }
+                let mut a = common.clone();
+                a.push(KeyValue::new("type", kind));
+                i.tokens.add(n, &a);
+            }
+            let genai = |extra: Option<&'static str>| {
+                let mut a = vec![
+                    KeyValue::new("gen_ai.operation.name", "chat"),
+                    KeyValue::new("gen_ai.provider.name", row.provider.clone()),
+                    KeyValue::new("gen_ai.request.model", row.model.clone()),
+                ];
+                if let Some(kind) = extra {
+                    a.push(KeyValue::new("gen_ai.token.type", kind));
+                }
+                a.extend(common.iter().cloned());
+                a
+            };
+            // The convention's token types are input and output; cache reads and
+            // writes are input the provider billed apart, so they count as input.
+            let input = row.input_tokens + row.cache_read_tokens + row.cache_write_tokens;
+            i.genai_tokens.record(input, &genai(Some("input")));
+            i.genai_tokens.record(row.output_tokens, &genai(Some("output")));
+            i.genai_duration
+                .record(row.duration_ms.max(0) as f64 / 1000.0, &genai(None));
+        }
+        let n = |v: u64| AnyValue::Int(v.min(i64::MAX as u64) as i64);
+        let mut attrs = vec![
+            (
+                "cost_usd",
+                AnyValue::Double(if row.cost_known { row.total_usd } else { 0.0 }),
+            ),
+            ("cost_known", AnyValue::Boolean(row.cost_known)),
+            ("cost_source", AnyValue::from(row.cost_source.as_str())),
+            ("input_tokens", n(row.input_tokens)),
+            ("output_tokens", n(row.output_tokens)),
+            ("cache_read_tokens", n(row.cache_read_tokens)),
+            ("cache_write_tokens", n(row.cache_write_tokens)),
+            ("reasoning_tokens", n(row.reasoning_tokens)),
+            ("duration_ms", AnyValue::Int(row.duration_ms.max(0))),
+            ("retries", AnyValue::Int(i64::from(row.retries))),
+            ("status", AnyValue::from("ok")),
+        ];
+        if row.estimated {
+            attrs.push(("estimated", AnyValue::Boolean(true)));
+        }
+        t.event("mia.api_request", attrs, &common);
     }
-    let n = |v: u64| AnyValue::Int(v.min(i64::MAX as u64) as i64);
-    let mut attrs = vec![
-        (
-            "cost_usd",
-            AnyValue::Double(if row.cost_known { row.total_usd } else { 0.0 }),
-        ),
-        ("cost_known", AnyValue::Boolean(row.cost_known)),
-        ("cost_source", AnyValue::from(row.cost_source.as_str())),
-        ("input_tokens", n(row.input_tokens)),
-        ("output_tokens", n(row.output_tokens)),
-        ("cache_read_tokens", n(row.cache_read_tokens)),
-        ("cache_write_tokens", n(row.cache_write_tokens)),
-        ("reasoning_tokens", n(row.reasoning_tokens)),
-        ("duration_ms", AnyValue::Int(row.duration_ms.max(0))),
-        ("retries", AnyValue::Int(i64::from(row.retries))),
-        ("status", AnyValue::from("ok")),
-    ];
-    if row.estimated {
-        attrs.push(("estimated", AnyValue::Boolean(true)));
-    }
-    t.event("mia.api_request", attrs, &common);
-}
 
-/// A provider call failed (after mia's retries) with this error class.
-pub fn api_error(session: Option<&str>, provider: &str, model: &str, class: &str, status: Option<u16>) {
-    let Some(t) = active() else { return };
-    let mut c = t.ctx(session);
-    if !provider.is_empty() {
-        c.provider = provider.to_string();
+    /// A provider call failed (after mia's retries) with this error class.
+    pub fn api_error(&self, session: Option<&str>, provider: &str, model: &str, class: &str, status: Option<u16>) {
+        let Some(t) = self.active() else { return };
+        let mut c = t.ctx(session);
+        if !provider.is_empty() {
+            c.provider = provider.to_string();
+        }
+        if !model.is_empty() {
+            c.model = model.to_string();
+        }
+        let common = t.common(session, &c);
+        let mut attrs = vec![("class", AnyValue::from(class.to_string()))];
+        if let Some(s) = status {
+            attrs.push(("status_code", AnyValue::Int(i64::from(s))));
+        }
+        t.event("mia.api_error", attrs, &common);
     }
-    if !model.is_empty() {
-        c.model = model.to_string();
+
+    /// A tool finished: its name, `ok`/`error`, how long it ran. No content.
+    pub fn tool_result(&self, session: Option<&str>, name: &str, ok: bool, duration_ms: u64) {
+        let Some(t) = self.active() else { return };
+        let c = t.ctx(session);
+        let common = t.common(session, &c);
+        let attrs = vec![
+            ("tool_name", AnyValue::from(name.to_string())),
+            ("status", AnyValue::from(if ok { "ok" } else { "error" })),
+            ("duration_ms", AnyValue::Int(duration_ms.min(i64::MAX as u64) as i64)),
+        ];
+        t.event("mia.tool_result", attrs, &common);
     }
-    let common = t.common(session, &c);
-    let mut attrs = vec![("class", AnyValue::from(class.to_string()))];
-    if let Some(s) = status {
-        attrs.push(("status_code", AnyValue::Int(i64::from(s))));
+
+    /// A permission decision on a tool call: `accept` or `reject`, and who
+    /// decided (`config` for a rule, `user` for an answer).
+    pub fn tool_decision(&self, session: Option<&str>, name: &str, accept: bool, source: &str) {
+        let Some(t) = self.active() else { return };
+        let c = t.ctx(session);
+        let common = t.common(session, &c);
+        let decision = if accept { "accept" } else { "reject" };
+        let attrs = vec![
+            ("tool_name", AnyValue::from(name.to_string())),
+            ("decision", AnyValue::from(decision)),
+            ("source", AnyValue::from(source.to_string())),
+        ];
+        t.event("mia.tool_decision", attrs, &common);
     }
-    t.event("mia.api_error", attrs, &common);
-}
 
-/// A tool finished: its name, `ok`/`error`, how long it ran. No content.
-pub fn tool_result(session: Option<&str>, name: &str, ok: bool, duration_ms: u64) {
-    let Some(t) = active() else { return };
-    let c = t.ctx(session);
-    let common = t.common(session, &c);
-    let attrs = vec![
-        ("tool_name", AnyValue::from(name.to_string())),
-        ("status", AnyValue::from(if ok { "ok" } else { "error" })),
-        ("duration_ms", AnyValue::Int(duration_ms.min(i64::MAX as u64) as i64)),
-    ];
-    t.event("mia.tool_result", attrs, &common);
-}
-
-/// A permission decision on a tool call: `accept` or `reject`, and who
-/// decided (`config` for a rule, `user` for an answer).
-pub fn tool_decision(session: Option<&str>, name: &str, accept: bool, source: &str) {
-    let Some(t) = active() else { return };
-    let c = t.ctx(session);
-    let common = t.common(session, &c);
-    let decision = if accept { "accept" } else { "reject" };
-    let attrs = vec![
-        ("tool_name", AnyValue::from(name.to_string())),
-        ("decision", AnyValue::from(decision)),
-        ("source", AnyValue::from(source.to_string())),
-    ];
-    t.event("mia.tool_decision", attrs, &common);
-}
-
-/// A proposed edit was accepted or rejected, by the user (`source` =
-/// `user`, in a review) or by the rules (`config`); accepted edits count
-/// their added and removed lines.
-pub fn edit_decision(session: Option<&str>, tool: &str, accept: bool, source: &str, added: u64, removed: u64) {
-    let Some(t) = active() else { return };
-    let c = t.ctx(session);
-    let common = t.common(session, &c);
-    if let Some(i) = &t.instruments {
-        let mut a = common.clone();
-        a.push(KeyValue::new("tool_name", tool.to_string()));
-        a.push(KeyValue::new("decision", if accept { "accept" } else { "reject" }));
-        a.push(KeyValue::new("source", source.to_string()));
-        i.edit_decisions.add(1, &a);
-        if accept {
-            for (kind, n) in [("added", added), ("removed", removed)] {
-                if n > 0 {
-                    let mut a = common.clone();
-                    a.push(KeyValue::new("type", kind));
-                    i.lines.add(n, &a);
+    /// A proposed edit was accepted or rejected, by the user (`source` =
+    /// `user`, in a review) or by the rules (`config`); accepted edits count
+    /// their added and removed lines.
+    pub fn edit_decision(
+        &self,
+        session: Option<&str>,
+        tool: &str,
+        accept: bool,
+        source: &str,
+        added: u64,
+        removed: u64,
+    ) {
+        let Some(t) = self.active() else { return };
+        let c = t.ctx(session);
+        let common = t.common(session, &c);
+        if let Some(i) = &t.instruments {
+            let mut a = common.clone();
+            a.push(KeyValue::new("tool_name", tool.to_string()));
+            a.push(KeyValue::new("decision", if accept { "accept" } else { "reject" }));
+            a.push(KeyValue::new("source", source.to_string()));
+            i.edit_decisions.add(1, &a);
+            if accept {
+                for (kind, n) in [("added", added), ("removed", removed)] {
+                    if n > 0 {
+                        let mut a = common.clone();
+                        a.push(KeyValue::new("type", kind));
+                        i.lines.add(n, &a);
+                    }
                 }
             }
         }
     }
-}
 
-/// The user sent a prompt: its length always, its text only with
-/// `log_prompts = true` (bounded).
-pub fn user_prompt(session: Option<&str>, text: &str) {
-    let Some(t) = active() else { return };
-    let c = t.ctx(session);
-    let common = t.common(session, &c);
-    let mut attrs = vec![("prompt_length", AnyValue::Int(text.chars().count() as i64))];
-    if t.log_prompts {
-        let cut: String = text.chars().take(MAX_PROMPT_CHARS).collect();
-        attrs.push(("prompt", AnyValue::from(cut)));
+    /// The user sent a prompt: its length always, its text only with
+    /// `log_prompts = true` (bounded).
+    pub fn user_prompt(&self, session: Option<&str>, text: &str) {
+        let Some(t) = self.active() else { return };
+        let c = t.ctx(session);
+        let common = t.common(session, &c);
+        let mut attrs = vec![("prompt_length", AnyValue::Int(text.chars().count() as i64))];
+        if t.log_prompts {
+            let cut: String = text.chars().take(MAX_PROMPT_CHARS).collect();
+            attrs.push(("prompt", AnyValue::from(cut)));
+        }
+        t.event("mia.user_prompt", attrs, &common);
     }
-    t.event("mia.user_prompt", attrs, &common);
-}
 
-/// Forces the pending metrics and events out now (tests, benchmarks).
-pub fn flush() {
-    let Some(t) = active() else { return };
-    if let Some(m) = &t.meters {
-        let _ = m.force_flush();
-    }
-    if let Some(l) = &t.logs {
-        let _ = l.force_flush();
+    /// Forces the pending metrics and events out now (tests, benchmarks).
+    pub fn flush(&self) {
+        let Some(t) = self.active() else { return };
+        if let Some(m) = &t.meters {
+            let _ = m.force_flush();
+        }
+        if let Some(l) = &t.logs {
+            let _ = l.force_flush();
+        }
     }
 }

@@ -48,6 +48,8 @@ pub struct DirectEnv {
     pub registry: Arc<Registry>,
     pub limits: ToolLimits,
     pub lua: LuaBridge,
+    /// Where edit decisions are counted.
+    pub telemetry: Arc<crate::telemetry::Hub>,
     /// The id the run's calls into Neovim are made under.
     pub stream: u64,
     pub abort: CancellationToken,
@@ -72,6 +74,7 @@ pub async fn run_direct(env: DirectEnv, run: DirectRun) -> Result<DirectOutput, 
         call_id: format!("run-{}", env.stream),
         abort: env.abort,
         limits: env.limits,
+        telemetry: env.telemetry,
         ..ToolContext::new(env.stream, run.root, agent, env.lua)
     };
     let started = Instant::now();
@@ -118,6 +121,7 @@ mod tests {
 
     fn env(registry: Registry) -> DirectEnv {
         DirectEnv {
+            telemetry: Arc::default(),
             registry: Arc::new(registry),
             limits: ToolLimits::default(),
             lua: LuaBridge::new(Arc::new(EventQueue::new().unwrap()), Arc::default()),

@@ -153,7 +153,8 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
             }
             Verdict::Accept { .. } => {}
             Verdict::Reject { reason } => {
-                crate::telemetry::edit_decision(Some(&ctx.session_id), tool, false, "user", 0, 0);
+                ctx.telemetry
+                    .edit_decision(Some(&ctx.session_id), tool, false, "user", 0, 0);
                 return rejected(tool, &p.name, reason);
             }
         }
@@ -183,7 +184,8 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
     match super::builtin::write_through_editor(ctx, &p.path, &text, base.as_deref(), ctx.review, &p.name).await {
         Ok(EditorWrite::Written) => {}
         Ok(EditorWrite::Rejected(reason)) => {
-            crate::telemetry::edit_decision(Some(&ctx.session_id), tool, false, "user", 0, 0);
+            ctx.telemetry
+                .edit_decision(Some(&ctx.session_id), tool, false, "user", 0, 0);
             return rejected(tool, &p.name, Some(reason));
         }
         Ok(EditorWrite::NoBuffer) => {
@@ -206,10 +208,11 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
     if let Some(scope) = &scope {
         scope.ledger.saw(&p.path);
     }
-    if crate::telemetry::enabled() {
+    if ctx.telemetry.enabled() {
         let (added, removed) = line_changes(base.as_deref().unwrap_or(""), &text);
         let source = if ctx.review { "user" } else { "config" };
-        crate::telemetry::edit_decision(Some(&ctx.session_id), tool, true, source, added, removed);
+        ctx.telemetry
+            .edit_decision(Some(&ctx.session_id), tool, true, source, added, removed);
     }
     if modified {
         let mut quoted: String = text.chars().take(MODIFIED_QUOTE_CHARS).collect();

@@ -180,6 +180,8 @@ pub struct ToolContext {
     /// The permissions in effect for this tool in this mode
     /// ([`permissions::PermissionConfig::effective`]); null outside a turn.
     pub permissions: Value,
+    /// Where edit decisions are counted (off by default).
+    pub telemetry: Arc<crate::telemetry::Hub>,
 }
 
 impl ToolContext {
@@ -205,6 +207,7 @@ impl ToolContext {
             edits: None,
             review: false,
             permissions: Value::Null,
+            telemetry: Arc::default(),
         }
     }
 }

@@ -12,39 +12,14 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use crate::agent::AgentSettings;
-use crate::shared::{builtin_modes, DEFAULT_MODE, USER_MODE_PERMISSIONS};
+use crate::checkpoint::CheckpointSettings;
+use crate::config::Config;
+use crate::shared::{builtin_modes, USER_MODE_PERMISSIONS};
 use mia_llm::providers::CoreConfig;
 
-/// Options the plugin reads that only matter inside Neovim: accepted (one
-/// file may serve both) and ignored.
-const EDITOR_ONLY: [&str; 4] = ["chat", "review", "review_keys", "agents"];
-
-/// Every top-level option mia-acp understands.
-const KNOWN: [&str; 18] = [
-    "model",
-    "providers",
-    "timeouts",
-    "retry",
-    "limits",
-    "permissions",
-    "tools",
-    "costs",
-    "pricing",
-    "data_dir",
-    "log_file",
-    "log_level",
-    "system",
-    "mode",
-    "modes",
-    "checkpoints",
-    "acp",
-    "$schema",
-];
-
-const DEFAULT_SYSTEM: &str = "You are mia, a concise and precise coding assistant. Answer in Markdown.";
-
-/// Most sessions one `session/list` page holds unless `acp.list_page_size` says otherwise.
-const DEFAULT_PAGE: usize = 50;
+/// setup() options mia-acp has no use for and cannot ignore silently
+/// (its MCP servers are the ones the client sends).
+const NOT_IN_ACP: [&str; 4] = ["http", "mcp", "rules", "telemetry"];
 
 /// A mode as the client lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -138,18 +113,23 @@ impl AcpConfig {
 
     /// Checks `value` (the JSON of `setup()`'s options) and builds the configuration.
     pub fn from_value(value: Value) -> Result<AcpConfig, ConfigError> {
+        // The type checks the names and types of every option and gives the
+        // defaults; what follows checks the sections' content. The options
+        // that only matter inside Neovim (chat, review, review_keys, agents)
+        // are accepted and ignored; the ones mia-acp does not implement are
+        // refused, not ignored: the user would think them in force.
+        let config = Config::from_json(value.clone()).map_err(|e| ConfigError(e.to_string()))?;
         let Value::Object(opts) = value else {
             return Err(fail("(top level)", "must be a JSON object of setup() options", &value));
         };
-        for key in opts.keys() {
-            if !KNOWN.contains(&key.as_str()) && !EDITOR_ONLY.contains(&key.as_str()) {
+        for key in NOT_IN_ACP {
+            if opts.contains_key(key) {
                 return Err(ConfigError(format!(
-                    "`{key}` is not an option (known: {})",
-                    KNOWN[..KNOWN.len() - 1].join(", ")
+                    "`{key}` is a setup() option mia-acp does not support (see :h mia-acp); remove it from the file"
                 )));
             }
         }
-        let model = string_opt(&opts, "model", "model")?.unwrap_or_else(|| "anthropic/claude-sonnet-4-5".into());
+        let model = config.model.clone();
         match model.split_once('/') {
             Some((p, m)) if !p.is_empty() && !m.is_empty() => {}
             _ => {
@@ -163,7 +143,7 @@ impl AcpConfig {
         let providers = providers(&opts)?;
         let modes_json = object(&opts, "modes")?.cloned().unwrap_or_default();
         let (modes, policies, prompts, mode_tools, switching) = modes(&modes_json)?;
-        let mode = string_opt(&opts, "mode", "mode")?.unwrap_or_else(|| DEFAULT_MODE.to_string());
+        let mode = config.mode.clone();
         if !modes.iter().any(|m| m.id == mode) {
             let ids: Vec<&str> = modes.iter().map(|m| m.id.as_str()).collect();
             return Err(fail(
@@ -236,63 +216,17 @@ impl AcpConfig {
                 return Err(fail(&format!("tools.{key}"), "must be a positive whole number", v));
             }
         }
-        let checkpoints = object(&opts, "checkpoints")?.cloned().unwrap_or_default();
-        for (key, v) in &checkpoints {
-            if !["max_age_days", "max_mb", "max_file_kb", "max_scan_files"].contains(&key.as_str()) {
-                return Err(fail(
-                    &format!("checkpoints.{key}"),
-                    "is not a checkpoint option (max_age_days, max_mb, max_file_kb, max_scan_files)",
-                    v,
-                ));
-            }
-            if !v.as_u64().is_some_and(|n| n > 0 && n < 1 << 31) {
-                return Err(fail(
-                    &format!("checkpoints.{key}"),
-                    "must be a positive whole number",
-                    v,
-                ));
-            }
-        }
-        let cp = |k: &str, d: u64| checkpoints.get(k).and_then(Value::as_u64).unwrap_or(d);
-        let data_dir = match string_opt(&opts, "data_dir", "data_dir")? {
+        let checkpoints: CheckpointSettings = config.checkpoints.into();
+        let data_dir = match config.data_dir.clone() {
             Some(d) if d.is_empty() => return Err(fail("data_dir", "must be a directory", &json!(d))),
             Some(d) => Some(PathBuf::from(d)),
             None => default_data_dir(),
         };
-        let log_level = string_opt(&opts, "log_level", "log_level")?.unwrap_or_else(|| "info".into());
-        if !["error", "warn", "info", "debug", "trace"].contains(&log_level.as_str()) {
-            return Err(fail(
-                "log_level",
-                "must be one of error, warn, info, debug, trace",
-                &json!(log_level),
-            ));
-        }
-        let log_file = string_opt(&opts, "log_file", "log_file")?
-            .map(PathBuf::from)
-            .or_else(default_log_file);
-        let system = string_opt(&opts, "system", "system")?.unwrap_or_else(|| DEFAULT_SYSTEM.to_string());
-        let acp = object(&opts, "acp")?.cloned().unwrap_or_default();
-        let mut page_size = DEFAULT_PAGE;
-        let mut max_memory_mb = super::memory::DEFAULT_MB;
-        for (key, v) in &acp {
-            match (key.as_str(), v.as_u64()) {
-                ("list_page_size", Some(n)) if (1..=1000).contains(&n) => page_size = n as usize,
-                ("list_page_size", _) => {
-                    return Err(fail("acp.list_page_size", "must be a whole number from 1 to 1000", v))
-                }
-                ("max_memory_mb", Some(n)) if (128..=65_536).contains(&n) => max_memory_mb = n,
-                ("max_memory_mb", _) => {
-                    return Err(fail("acp.max_memory_mb", "must be a whole number from 128 to 65536", v))
-                }
-                _ => {
-                    return Err(fail(
-                        &format!("acp.{key}"),
-                        "is not an mia-acp option (list_page_size, max_memory_mb)",
-                        v,
-                    ))
-                }
-            }
-        }
+        let log_level = config.log_level.name().to_string();
+        let log_file = config.log_file.clone().map(PathBuf::from).or_else(default_log_file);
+        let system = config.system.clone();
+        let page_size = usize::try_from(config.acp.list_page_size).unwrap_or(usize::MAX);
+        let max_memory_mb = config.acp.max_memory_mb;
         for key in ["timeouts", "retry", "limits", "pricing"] {
             object(&opts, key)?;
         }
@@ -316,10 +250,10 @@ impl AcpConfig {
             "costs": costs,
             "data_dir": data_dir,
             "checkpoints": {
-                "max_age_days": cp("max_age_days", 30),
-                "max_bytes": cp("max_mb", 512) * 1024 * 1024,
-                "max_file_bytes": cp("max_file_kb", 4096) * 1024,
-                "max_scan_files": cp("max_scan_files", 20000),
+                "max_age_days": checkpoints.max_age_days,
+                "max_bytes": checkpoints.max_bytes,
+                "max_file_bytes": checkpoints.max_file_bytes,
+                "max_scan_files": checkpoints.max_scan_files,
             },
         });
         for (key, v) in &tools {
@@ -524,14 +458,16 @@ mod tests {
         let ids: Vec<_> = c.modes.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, vec!["ask", "architect", "code"]);
         assert_eq!(c.mode, "ask");
-        assert_eq!(c.page_size, DEFAULT_PAGE);
+        assert_eq!(c.page_size, 50);
         assert_eq!(c.max_memory_mb, super::super::memory::DEFAULT_MB);
     }
 
     #[test]
     fn errors_name_the_option_at_fault() {
         assert!(err(json!({ "model": "gpt" })).contains("`model` must be \"provider/model\""));
-        assert!(err(json!({ "modle": "a/b" })).contains("`modle` is not an option"));
+        assert!(
+            err(json!({ "modle": "a/b" })).contains("`modle` is not an option; did you mean `mode`, `model`, `modes`?")
+        );
         assert!(err(json!({ "providers": { "x": { "kind": "olama" } } })).contains(
             "`providers.x.kind` must be one of anthropic, openai, gemini, openai_compatible, azure_openai, ollama"
         ));
@@ -540,6 +476,8 @@ mod tests {
         assert!(err(json!({ "costs": { "daily_limit_usd": -1 } })).contains("`costs.daily_limit_usd`"));
         assert!(err(json!({ "mode": "yolo" })).contains("`mode` must be one of ask, architect, code"));
         assert!(err(json!({ "acp": { "list_page_size": 0 } })).contains("`acp.list_page_size`"));
+        assert!(err(json!({ "mcp": { "servers": {} } })).contains("`mcp` is a setup() option mia-acp does not support"));
+        assert!(AcpConfig::from_value(json!({ "chat": { "size": 40 }, "review": "hunks" })).is_ok());
         assert!(err(json!({ "acp": { "max_memory_mb": 64 } })).contains("`acp.max_memory_mb` must be a whole number"));
         let c = AcpConfig::from_value(json!({ "acp": { "max_memory_mb": 2048 } })).unwrap();
         assert_eq!(c.max_memory_mb, 2048);
