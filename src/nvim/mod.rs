@@ -404,6 +404,21 @@ fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
     })
 }
 
+/// `session_switch_mode(id?, mode, previous)` -> update: mia's own agent
+/// switches to `mode` and announces it as an external agent does, with
+/// ACP's `current_mode_update` (`_meta.mia.previousModeId`: the mode it
+/// left), which the chat draws as it draws an external agent's. Without a
+/// session yet (nothing sent), the chat's mode `previous` is the one left.
+fn session_switch_mode(lua: &Lua, (id, mode, previous): (Option<String>, String, String)) -> LuaResult<LuaValue> {
+    guarded("session_switch_mode", || {
+        let update = match id {
+            Some(id) => open_session(&id)?.switch_mode(&mode),
+            None => mia_engine::session::updates::mode_switched(&mode, &previous),
+        };
+        to_lua(lua, &update)
+    })
+}
+
 /// `session_compact(id)` -> handle: `/compact`. Its `compaction_update`
 /// arrives as an event, then an empty result. Refused while a turn runs.
 fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
@@ -854,6 +869,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("session_new", lua.create_function(session_new)?)?;
     m.set("session_prompt", lua.create_function(session_prompt)?)?;
     m.set("session_set", lua.create_function(session_set)?)?;
+    m.set("session_switch_mode", lua.create_function(session_switch_mode)?)?;
     m.set("session_context", lua.create_function(session_context)?)?;
     m.set("model_info", lua.create_function(model_info)?)?;
     m.set("session_compact", lua.create_function(session_compact)?)?;
