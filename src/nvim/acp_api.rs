@@ -69,6 +69,7 @@ pub(super) fn agent_prompt(lua: &Lua, (spec, prompt): (LuaValue, LuaValue)) -> L
         rt.spawn(async move {
             let deps = TurnDeps {
                 store: app().store().await,
+                ledger: app().store_slot().ledger(),
                 budgets,
             };
             agent.prompt(deps, id, prompt, token).await;

@@ -28,16 +28,35 @@ use mia_llm::message::ChatRequest;
 use mia_llm::providers::CoreConfig;
 use mia_log::{self as logging, version};
 
-/// This Neovim's app: the one handle the editor's front-end holds. A static,
-/// not mlua's app data: `require("mia_core")` may run again over the same
-/// process (a `package.loaded` reset) and must find the same runtime and
-/// event queue (whose wake descriptor Neovim's loop watches), and the
-/// runtime's tasks outlive any one borrow of the Lua state.
-static APP: std::sync::OnceLock<std::sync::Arc<App>> = std::sync::OnceLock::new();
+/// The editor's front-end: the one handle to its app, and what only the
+/// editor keeps beside it.
+pub(crate) struct Front {
+    app: std::sync::Arc<App>,
+    /// The write `exit_note` started, which `shutdown` lets finish (bounded).
+    exit_note: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Finished exports whose chunks Lua has not taken yet (`store_api`).
+    pub(crate) exports: std::sync::Mutex<store_api::Exports>,
+}
 
-/// This Neovim's app (built, starting nothing, on first use).
+/// This Neovim's front-end. A static, not mlua's app data:
+/// `require("mia_core")` may run again over the same process (a
+/// `package.loaded` reset) and must find the same runtime and event queue
+/// (whose wake descriptor Neovim's loop watches), and the runtime's tasks
+/// outlive any one borrow of the Lua state.
+static FRONT: std::sync::OnceLock<Front> = std::sync::OnceLock::new();
+
+/// This Neovim's front-end (built, starting nothing, on first use).
+pub(crate) fn front() -> &'static Front {
+    FRONT.get_or_init(|| Front {
+        app: App::new(),
+        exit_note: std::sync::Mutex::default(),
+        exports: std::sync::Mutex::default(),
+    })
+}
+
+/// This Neovim's app.
 pub(crate) fn app() -> &'static std::sync::Arc<App> {
-    APP.get_or_init(App::new)
+    &front().app
 }
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
@@ -203,6 +222,7 @@ fn start_request(lua: &Lua, request: LuaValue, opts: LuaValue, streaming: bool) 
         session_id: opts.session_id.filter(|s| !s.is_empty()),
         hooks: app().hooks(),
         telemetry: app().telemetry(),
+        ledger: app().store_slot().ledger(),
     };
     let (rt, queue) = runtime_and_queue()?;
     let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
@@ -778,9 +798,6 @@ fn drain(lua: &Lua, (): ()) -> LuaResult<Drained> {
 /// The longest note `exit_note` keeps.
 const MAX_EXIT_NOTE: usize = 8 * 1024;
 
-/// The write `exit_note` started, which `shutdown` lets finish (bounded).
-static EXIT_NOTE: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(None);
-
 /// How long `shutdown` waits for the exit note to be written.
 const EXIT_NOTE_WAIT: Duration = Duration::from_millis(500);
 /// How long leaving Neovim waits for the store's checkpoint (`App::checkpoint_store`).
@@ -817,7 +834,7 @@ fn exit_note(_: &Lua, (path, text): (String, String)) -> LuaResult<()> {
                 );
             }
         });
-        *EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()) = Some(write);
+        *front().exit_note.lock().unwrap_or_else(|p| p.into_inner()) = Some(write);
         Ok(())
     })
 }
@@ -827,7 +844,7 @@ fn shutdown(_: &Lua, ms: Option<u64>) -> LuaResult<()> {
     guarded("shutdown", || {
         let wait = Duration::from_millis(ms.unwrap_or(100)).min(MAX_SHUTDOWN);
         // Leaving Neovim: the session summary's write gets a short bound to land.
-        let note = EXIT_NOTE.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let note = front().exit_note.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let (Some(note), Ok(rt)) = (note, app().handle()) {
             // The timer is made inside the runtime: `timeout` built out here
             // panics (no reactor on the editor's thread) and loses the note.

@@ -113,15 +113,15 @@ struct ExportArgs {
     utc_offset_s: i32,
 }
 
-/// Finished exports whose chunks Lua has not taken yet, by export id.
-/// Handing Lua the whole text as one result would convert it all on the
-/// main thread at once (1.8 s for a million rows); Lua takes one chunk per
-/// tick instead ([`costs_export_take`]).
-static EXPORTS: std::sync::Mutex<Vec<(u64, std::collections::VecDeque<String>)>> = std::sync::Mutex::new(Vec::new());
+/// Finished exports whose chunks Lua has not taken yet, by export id (kept
+/// by the front-end, `Front::exports`). Handing Lua the whole text as one
+/// result would convert it all on the main thread at once (1.8 s for a
+/// million rows); Lua takes one chunk per tick instead ([`costs_export_take`]).
+pub(crate) type Exports = Vec<(u64, std::collections::VecDeque<String>)>;
 static NEXT_EXPORT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
-fn exports() -> std::sync::MutexGuard<'static, Vec<(u64, std::collections::VecDeque<String>)>> {
-    EXPORTS.lock().unwrap_or_else(|p| p.into_inner())
+fn exports() -> std::sync::MutexGuard<'static, Exports> {
+    crate::nvim::front().exports.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// `costs_export_take(id)` -> the export's next chunk of lines, or nil once

@@ -394,6 +394,8 @@ pub struct StoreSlot {
     warned: std::sync::atomic::AtomicBool,
     /// Where the usage the store records is exported too.
     telemetry: Arc<Hub>,
+    /// What this app has spent, for when the store cannot be read.
+    ledger: Arc<mia_cost::ledger::Ledger>,
 }
 
 impl StoreSlot {
@@ -404,6 +406,7 @@ impl StoreSlot {
             error: OnceLock::new(),
             warned: Default::default(),
             telemetry,
+            ledger: Arc::default(),
         }
     }
 
@@ -436,6 +439,12 @@ impl StoreSlot {
     /// Opens the store on this thread unless it is open (for `prewarm`'s blocking task).
     async fn open_here(&self) {
         self.store.get_or_init(|| async { self.open() }).await;
+    }
+
+    /// What this app has spent, kept beside the store: the budgets' figures
+    /// when the store cannot be read.
+    pub fn ledger(&self) -> Arc<mia_cost::ledger::Ledger> {
+        self.ledger.clone()
     }
 
     /// The store if it was opened already.

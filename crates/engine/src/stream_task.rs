@@ -34,6 +34,8 @@ pub struct ApiCall {
     pub hooks: crate::hooks::HookSwitch,
     /// Where a failed request is counted.
     pub telemetry: Arc<crate::telemetry::Hub>,
+    /// The app's spend in memory, for when the store cannot be read.
+    pub ledger: Arc<mia_cost::ledger::Ledger>,
 }
 
 /// Starts streaming `req` on `rt` (or sending it whole when `streaming` is
@@ -41,7 +43,7 @@ pub struct ApiCall {
 /// with a `cancelled` error event. The budgets are checked first (a reached
 /// hard limit sends nothing), the transform hooks run over the request, and
 /// the call's usage and cost are stored under `api.agent`, in the store
-/// `store` resolves to. Without one, the budgets count what this process
+/// `store` resolves to. Without one, the budgets count what this app
 /// has spent ([`mia_cost::ledger`]).
 #[allow(clippy::too_many_arguments)]
 pub fn spawn_stream(
@@ -92,7 +94,7 @@ async fn api_call(
     let session = api.session_id.as_deref().unwrap_or("");
     let store = store.as_deref();
     if api.budgets.has_limit() {
-        let (spend, _) = record::spend_now(store, session, day_start, day_end).await;
+        let (spend, _) = record::spend_now(store, &api.ledger, session, day_start, day_end).await;
         record::gate_spend(
             &api.budgets,
             spend,
@@ -112,15 +114,19 @@ async fn api_call(
     // crossed; with no warning set nothing reads it.
     let warn = api.budgets.has_warning();
     let before = if warn {
-        Some(record::spend_now(store, session, day_start, day_end).await.0)
+        Some(
+            record::spend_now(store, &api.ledger, session, day_start, day_end)
+                .await
+                .0,
+        )
     } else {
         None
     };
     let row = record::usage_row(api.session_id.as_deref(), None, &api.agent, &done, started_ms);
-    record::record_usage(store, row).await;
+    record::record_usage(store, &api.ledger, row).await;
     record::tell_saving(store, &caller.queue, stream);
     if let Some(b) = before {
-        let (after, _) = record::spend_now(store, session, day_start, day_end).await;
+        let (after, _) = record::spend_now(store, &api.ledger, session, day_start, day_end).await;
         for w in mia_cost::budget::crossed_warnings(&api.budgets, b, after) {
             let event = crate::events::MiaEvent::Warning { text: w.message };
             caller.queue.push(Event::Mia { stream, event });

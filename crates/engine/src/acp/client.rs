@@ -254,6 +254,8 @@ pub struct AgentPrompt {
 /// What a turn needs besides the agent: the store and the budgets.
 pub struct TurnDeps {
     pub store: Option<Arc<Store>>,
+    /// The app's spend in memory, for when the store cannot be read.
+    pub ledger: Arc<mia_cost::ledger::Ledger>,
     pub budgets: mia_cost::budget::BudgetConfig,
 }
 
@@ -721,7 +723,9 @@ impl AgentProc {
         let (day_start, day_end) = crate::agent::record::local_day(started_ms, prompt.utc_offset_s);
         // Without a limit every turn proceeds: the spend is not needed.
         if deps.budgets.has_limit() {
-            let (spend, _) = crate::agent::record::spend_now(deps.store.as_deref(), &session, day_start, day_end).await;
+            let (spend, _) =
+                crate::agent::record::spend_now(deps.store.as_deref(), &deps.ledger, &session, day_start, day_end)
+                    .await;
             let gate = crate::agent::record::gate_spend(
                 &deps.budgets,
                 spend,
@@ -856,7 +860,7 @@ impl AgentProc {
         // The spend before and after the row tells which warning the turn
         // crossed; with no warning set nothing reads it.
         let before = if deps.budgets.has_warning() {
-            let (spend, _) = crate::agent::record::spend_now(store, session, day_start, day_end).await;
+            let (spend, _) = crate::agent::record::spend_now(store, &deps.ledger, session, day_start, day_end).await;
             Some(spend)
         } else {
             None
@@ -882,9 +886,9 @@ impl AgentProc {
             retries: 0,
             ..UsageRow::default()
         };
-        crate::agent::record::record_usage(store, row).await;
+        crate::agent::record::record_usage(store, &deps.ledger, row).await;
         let Some(b) = before else { return };
-        let (a, _) = crate::agent::record::spend_now(store, session, day_start, day_end).await;
+        let (a, _) = crate::agent::record::spend_now(store, &deps.ledger, session, day_start, day_end).await;
         for w in mia_cost::budget::crossed_warnings(&deps.budgets, b, a) {
             self.bridge.queue.push(Event::Mia {
                 stream,

@@ -750,7 +750,7 @@ pub async fn compact_session(
     let (messages, summary) = compaction::compact(&caller, &deps.providers, &model, &history, 0).await?;
     let message_id = crate::session::new_message_id(&id);
     let row = record::usage_row(Some(&id), Some(message_id.clone()), "compaction", &summary, started_ms);
-    record::record_usage(session.store().as_deref(), row).await;
+    record::record_usage(session.store().as_deref(), &deps.store.ledger(), row).await;
     if let Some(summary_message) = messages.first() {
         let parts = serde_json::to_value(&summary_message.parts).unwrap_or(json!([]));
         let row = crate::session::message_row(

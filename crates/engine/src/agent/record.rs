@@ -138,11 +138,12 @@ pub fn usage_row(
 
 /// What the budgets count: the store's figures for `session` (none: `""`)
 /// and the local day `[day_start_ms, day_end_ms)`, and true; or, when there
-/// is no store or it cannot be read, what this process has spent
+/// is no store or it cannot be read, what this app has spent, from `ledger`
 /// ([`mia_cost::ledger`]), and false. Budgets never go unchecked for
 /// want of the store.
 pub async fn spend_now(
     store: Option<&mia_store::Store>,
+    ledger: &mia_cost::ledger::Ledger,
     session: &str,
     day_start_ms: i64,
     day_end_ms: i64,
@@ -159,14 +160,14 @@ pub async fn spend_now(
             Err(e) => tracing::warn!("reading the spend failed ({e}): budgets count this Neovim's calls only"),
         }
     }
-    (mia_cost::ledger::spend(session, day_start_ms, day_end_ms), false)
+    (ledger.spend(session, day_start_ms, day_end_ms), false)
 }
 
 /// Records one call's usage row in the store, if there is one, and in this
-/// process's ledger, which the budgets fall back on ([`spend_now`]).
-pub async fn record_usage(store: Option<&mia_store::Store>, row: UsageRow) {
+/// app's ledger, which the budgets fall back on ([`spend_now`]).
+pub async fn record_usage(store: Option<&mia_store::Store>, ledger: &mia_cost::ledger::Ledger, row: UsageRow) {
     if row.cost_known {
-        mia_cost::ledger::record(row.session_id.as_deref(), row.created_at_ms, row.total_usd);
+        ledger.record(row.session_id.as_deref(), row.created_at_ms, row.total_usd);
     }
     if let Some(store) = store {
         let agent = row.agent.clone();
@@ -246,6 +247,8 @@ pub fn tell_saving(store: Option<&mia_store::Store>, queue: &crate::events::Even
 /// anything the turn adds, and a run settles before it returns.
 pub struct Recorder {
     session: Arc<Session>,
+    /// The app's spend in memory, for when the store cannot be read.
+    ledger: Arc<mia_cost::ledger::Ledger>,
     /// Storing the session row and the prompt (and, for a session that was
     /// stored before, reading what it has cost): until [`Recorder::settle`].
     pending: Option<tokio::task::JoinHandle<f64>>,
@@ -289,6 +292,7 @@ impl Recorder {
             session_id,
             offset_s: prompt.utc_offset_s,
             budgets: deps.settings.costs,
+            ledger: deps.store.ledger(),
             session_cost_usd: 0.0,
         };
         let new = session.is_new();
@@ -446,7 +450,14 @@ impl Recorder {
     /// the store said so.
     async fn spend(&self) -> (Spend, bool) {
         let (start, end) = local_day(now_ms(), self.offset_s);
-        spend_now(self.session.store().as_deref(), &self.session_id, start, end).await
+        spend_now(
+            self.session.store().as_deref(),
+            &self.ledger,
+            &self.session_id,
+            start,
+            end,
+        )
+        .await
     }
 
     /// Checks the budgets before a request; a reached limit asks the user
@@ -481,7 +492,7 @@ impl Recorder {
             done,
             started_ms,
         );
-        record_usage(self.session.store().as_deref(), row).await;
+        record_usage(self.session.store().as_deref(), &self.ledger, row).await;
         self.tell_saving(deps, stream);
         let (after, stored) = self.spend().await;
         if stored {
