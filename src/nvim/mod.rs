@@ -296,6 +296,11 @@ fn lua_error(e: impl std::fmt::Display) -> LuaError {
     LuaError::RuntimeError(e.to_string())
 }
 
+/// mia's own agent, behind the one agent interface external agents share.
+fn own() -> mia_engine::agent::iface::Agent {
+    mia_engine::agent::iface::Agent::Own(app().clone())
+}
+
 fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
     app().session(id).map_err(lua_error)
 }
@@ -357,8 +362,15 @@ fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Stre
     guarded("session_prompt", || {
         let prompt = prompt_of(lua, prompt, "mia.prompt")?;
         let cancel = CancellationToken::new();
-        let stream = app()
-            .prompt(&id, prompt, new_stream, cancel.clone())
+        let stream = own()
+            .prompt(
+                mia_engine::agent::iface::Prompt::Own {
+                    session_id: id,
+                    prompt: Box::new(prompt),
+                },
+                new_stream,
+                cancel.clone(),
+            )
             .map_err(lua_error)?;
         Ok(StreamHandle { id: stream, cancel })
     })
@@ -431,11 +443,11 @@ fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
 /// session yet (nothing sent), the chat's mode `previous` is the one left.
 fn session_switch_mode(lua: &Lua, (id, mode, previous): (Option<String>, String, String)) -> LuaResult<LuaValue> {
     guarded("session_switch_mode", || {
-        let update = match id {
-            Some(id) => open_session(&id)?.switch_mode(&mode),
-            None => mia_engine::session::updates::mode_switched(&mode, &previous),
-        };
-        to_lua(lua, &update)
+        match own().set_mode(id.as_deref(), &mode, &previous).map_err(lua_error)? {
+            mia_engine::agent::iface::ModeSwitch::Announced(update) => to_lua(lua, update.as_ref()),
+            // (mia's own agent always announces at once.)
+            mia_engine::agent::iface::ModeSwitch::Asked(_) => Ok(LuaValue::Nil),
+        }
     })
 }
 
@@ -453,28 +465,11 @@ fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// the stored session, now owned by the core, and every update it sent
 /// (ACP's `session/load` replay), in order.
 fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
+    let loaded = own().load(id, None);
     start_job("session_open", move |_| async move {
-        let no_store = || {
-            mia_llm::error::LlmError::new(
-                mia_llm::error::ErrorClass::InvalidRequest,
-                None,
-                mia_engine::session::SessionError::NoStore.to_string(),
-            )
-        };
-        let store = app().store().await.ok_or_else(no_store)?;
-        let session = mia_engine::session::Session::load(store, &id, app().telemetry())
+        loaded
             .await
-            .map_err(|e| {
-                mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-            })?;
-        let cost_usd = session.cost_usd().await;
-        let value = serde_json::json!({
-            "session": session.info(),
-            "items": session.replay(),
-            "cost_usd": cost_usd,
-        });
-        app().sessions().insert(session);
-        Ok(value)
+            .map_err(|e| mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string()))
     })
 }
 

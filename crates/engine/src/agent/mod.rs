@@ -6,6 +6,7 @@
 
 mod compaction;
 pub mod context;
+pub mod iface;
 mod live;
 pub mod mentions;
 pub mod record;
