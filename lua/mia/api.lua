@@ -351,11 +351,7 @@ function M.set_mode(id)
   if not modes.by_id[id] then
     error(string.format("mia: unknown mode `%s`. Modes: %s", tostring(id), table.concat(modes.order, ", ")), 0)
   end
-  local chat = require("mia.chat")
-  local previous = chat.mode()
-  chat.set_mode(id)
-  vim.api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = id, previousModeId = previous } })
-  vim.cmd.redrawstatus({ bang = true })
+  require("mia.chat").set_mode(id)
 end
 
 --- The external agent's settings (ACP's SessionConfigOption list: `{ id,

@@ -81,13 +81,15 @@ function M.session_id()
   return session.id
 end
 
---- Sets the chat's mode (see mia.set_mode, which validates and announces
---- it); the core's session uses it from its next request, also mid-answer.
+--- Sets the chat's mode (see mia.set_mode, which validates it); the core's
+--- session uses it from its next request, also mid-answer. mia's own agent
+--- announces the switch with a `current_mode_update`, drawn as an external
+--- agent's is.
 function M.set_mode(id)
+  local previous = M.mode()
+  local update = require("mia.core").call(core().session_switch_mode, session.id, id, previous)
   session.mode = id
-  if session.id then
-    require("mia.core").call(core().session_set, session.id, { mode = id })
-  end
+  M._agent_update(update)
 end
 
 --- True once the session holds something a request would send.
@@ -236,6 +238,15 @@ end
 
 --- Draws one update of the chat's session and keeps the statusline's figures.
 local function on_update(u)
+  if u.sessionUpdate == "current_mode_update" then
+    -- Any agent's switch, mia's own included (`_meta.mia.previousModeId`:
+    -- the mode it left, when the agent says).
+    local meta = type(u._meta) == "table" and type(u._meta.mia) == "table" and u._meta.mia or {}
+    local data = { modeId = u.currentModeId, previousModeId = meta.previousModeId }
+    api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = data })
+    vim.cmd.redrawstatus({ bang = true })
+    return
+  end
   local buf = M.buffer()
   if u.sessionUpdate == "usage_update" then
     local meta = type(u._meta) == "table" and type(u._meta.mia) == "table" and u._meta.mia or {}
@@ -274,11 +285,6 @@ local function on_update(u)
   if u.sessionUpdate == "config_option_update" then
     -- The core keeps the options (`:Mia mode` lists them); others may hook.
     api.nvim_exec_autocmds("User", { pattern = "MiaConfigOptionsChanged", data = { configOptions = u.configOptions } })
-    vim.cmd.redrawstatus({ bang = true })
-    return
-  end
-  if u.sessionUpdate == "current_mode_update" then
-    api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = { modeId = u.currentModeId } })
     vim.cmd.redrawstatus({ bang = true })
     return
   end

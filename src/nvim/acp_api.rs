@@ -11,19 +11,25 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::error::NvimError;
-use super::{guarded, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
+use super::{guarded, lua_error, runtime_and_queue, to_lua, StreamHandle, NEXT_STREAM};
 use crate::nvim::app;
-use mia_engine::acp::client::{self, AcpClientError, AgentPrompt, AgentSpec, TurnDeps};
+use mia_engine::acp::client::{self, AgentPrompt, AgentSpec};
 use mia_engine::acp::client_sessions::{self, Ask};
 use mia_engine::acp::session_list;
+use mia_engine::agent::iface::{self, Agent};
 use mia_llm::error::{ErrorClass, LlmError};
-
-fn job_error(e: AcpClientError) -> LlmError {
-    LlmError::new(ErrorClass::InvalidRequest, None, e.to_string())
-}
 
 fn spec_of(lua: &Lua, spec: LuaValue) -> LuaResult<AgentSpec> {
     lua.from_value(spec).map_err(|e| NvimError::config("agent", e).into())
+}
+
+/// The external agent `spec` names, behind the one agent interface.
+fn external(spec: &AgentSpec) -> LuaResult<Agent> {
+    Ok(Agent::External(app().clone(), agent_of(spec)?))
+}
+
+fn agent_error(e: iface::AgentError) -> LlmError {
+    LlmError::new(ErrorClass::InvalidRequest, None, e.to_string())
 }
 
 fn agent_of(spec: &AgentSpec) -> LuaResult<std::sync::Arc<client::AgentProc>> {
@@ -56,20 +62,15 @@ pub(super) fn agent_prompt(lua: &Lua, (spec, prompt): (LuaValue, LuaValue)) -> L
         let prompt: AgentPrompt = lua
             .from_value(prompt)
             .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "agent prompt", e)))?;
-        let (rt, _) = runtime_and_queue()?;
-        let agent = agent_of(&spec)?;
-        let id = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
+        let agent = external(&spec)?;
         let cancel = CancellationToken::new();
-        let budgets = app().agent_settings().costs;
-        let token = cancel.clone();
-        rt.spawn(async move {
-            let deps = TurnDeps {
-                store: app().store().await,
-                ledger: app().store_slot().ledger(),
-                budgets,
-            };
-            agent.prompt(deps, id, prompt, token).await;
-        });
+        let id = agent
+            .prompt(
+                iface::Prompt::External(prompt),
+                || NEXT_STREAM.fetch_add(1, Ordering::Relaxed),
+                cancel.clone(),
+            )
+            .map_err(lua_error)?;
         Ok(StreamHandle { id, cancel })
     })
 }
@@ -86,13 +87,13 @@ pub(super) fn agent_info(lua: &Lua, name: String) -> LuaResult<LuaValue> {
 /// `agent_set_mode(spec, mode)` -> handle whose result is empty (or an error).
 pub(super) fn agent_set_mode(lua: &Lua, (spec, mode): (LuaValue, String)) -> LuaResult<StreamHandle> {
     let spec = spec_of(lua, spec)?;
-    let agent = agent_of(&spec)?;
+    let asked = match external(&spec)?.set_mode(None, &mode, "").map_err(lua_error)? {
+        iface::ModeSwitch::Asked(asked) => asked,
+        // (An external agent is always asked; nothing to wait for otherwise.)
+        iface::ModeSwitch::Announced(_) => Box::pin(async { Ok(()) }),
+    };
     super::start_job("agent_set_mode", move |_| async move {
-        agent
-            .set_mode(mode)
-            .await
-            .map(|()| serde_json::Value::Null)
-            .map_err(|e| mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string()))
+        asked.await.map(|()| serde_json::Value::Null).map_err(agent_error)
     })
 }
 
@@ -174,10 +175,8 @@ pub(super) fn sessions_everywhere(lua: &Lua, query: LuaValue) -> LuaResult<Strea
 /// agent's own stream, as `agent_connect` returned it).
 pub(super) fn agent_load(lua: &Lua, (spec, id, cwd): (LuaValue, String, Option<String>)) -> LuaResult<StreamHandle> {
     let spec = spec_of(lua, spec)?;
-    let agent = agent_of(&spec)?;
-    super::start_job("agent_load", move |_| async move {
-        agent.load_session(id, cwd.map(PathBuf::from)).await.map_err(job_error)
-    })
+    let loaded = external(&spec)?.load(id, cwd.map(PathBuf::from));
+    super::start_job("agent_load", move |_| async move { loaded.await.map_err(agent_error) })
 }
 
 /// `agent_set_config(spec, config_id, value)` -> handle whose result is the
@@ -190,10 +189,11 @@ pub(super) fn agent_set_config(
     let value: Value = lua
         .from_value(value)
         .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "config value", e)))?;
-    let agent = agent_of(&spec)?;
-    super::start_job("agent_set_config", move |_| async move {
-        agent.set_config_option(config_id, value).await.map_err(job_error)
-    })
+    let set = external(&spec)?.set_config_option(config_id, value);
+    super::start_job(
+        "agent_set_config",
+        move |_| async move { set.await.map_err(agent_error) },
+    )
 }
 
 /// `agent_probe(spec, timeout_ms)` -> handle whose result is what the agent

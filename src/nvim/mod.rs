@@ -282,8 +282,13 @@ fn health_check(_: &Lua, provider: String) -> LuaResult<StreamHandle> {
 }
 
 /// A failure whose message says it all, as Lua sees it.
-fn lua_error(e: impl std::fmt::Display) -> LuaError {
+pub(super) fn lua_error(e: impl std::fmt::Display) -> LuaError {
     NvimError::Failed(e.to_string()).into()
+}
+
+/// mia's own agent, behind the one agent interface external agents share.
+fn own() -> mia_engine::agent::iface::Agent {
+    mia_engine::agent::iface::Agent::Own(app().clone())
 }
 
 fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
@@ -343,8 +348,15 @@ fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<Stre
     guarded("session_prompt", || {
         let prompt = prompt_of(lua, prompt, "mia.prompt")?;
         let cancel = CancellationToken::new();
-        let stream = app()
-            .prompt(&id, prompt, new_stream, cancel.clone())
+        let stream = own()
+            .prompt(
+                mia_engine::agent::iface::Prompt::Own {
+                    session_id: id,
+                    prompt: Box::new(prompt),
+                },
+                new_stream,
+                cancel.clone(),
+            )
             .map_err(lua_error)?;
         Ok(StreamHandle { id: stream, cancel })
     })
@@ -410,6 +422,21 @@ fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
     })
 }
 
+/// `session_switch_mode(id?, mode, previous)` -> update: mia's own agent
+/// switches to `mode` and announces it as an external agent does, with
+/// ACP's `current_mode_update` (`_meta.mia.previousModeId`: the mode it
+/// left), which the chat draws as it draws an external agent's. Without a
+/// session yet (nothing sent), the chat's mode `previous` is the one left.
+fn session_switch_mode(lua: &Lua, (id, mode, previous): (Option<String>, String, String)) -> LuaResult<LuaValue> {
+    guarded("session_switch_mode", || {
+        match own().set_mode(id.as_deref(), &mode, &previous).map_err(lua_error)? {
+            mia_engine::agent::iface::ModeSwitch::Announced(update) => to_lua(lua, update.as_ref()),
+            // (mia's own agent always announces at once.)
+            mia_engine::agent::iface::ModeSwitch::Asked(_) => Ok(LuaValue::Nil),
+        }
+    })
+}
+
 /// `session_compact(id)` -> handle: `/compact`. Its `compaction_update`
 /// arrives as an event, then an empty result. Refused while a turn runs.
 fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
@@ -424,28 +451,11 @@ fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
 /// the stored session, now owned by the core, and every update it sent
 /// (ACP's `session/load` replay), in order.
 fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
+    let loaded = own().load(id, None);
     start_job("session_open", move |_| async move {
-        let no_store = || {
-            mia_llm::error::LlmError::new(
-                mia_llm::error::ErrorClass::InvalidRequest,
-                None,
-                mia_engine::session::SessionError::NoStore.to_string(),
-            )
-        };
-        let store = app().store().await.ok_or_else(no_store)?;
-        let session = mia_engine::session::Session::load(store, &id, app().telemetry())
+        loaded
             .await
-            .map_err(|e| {
-                mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string())
-            })?;
-        let cost_usd = session.cost_usd().await;
-        let value = serde_json::json!({
-            "session": session.info(),
-            "items": session.replay(),
-            "cost_usd": cost_usd,
-        });
-        app().sessions().insert(session);
-        Ok(value)
+            .map_err(|e| mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string()))
     })
 }
 
@@ -847,6 +857,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("session_new", lua.create_function(session_new)?)?;
     m.set("session_prompt", lua.create_function(session_prompt)?)?;
     m.set("session_set", lua.create_function(session_set)?)?;
+    m.set("session_switch_mode", lua.create_function(session_switch_mode)?)?;
     m.set("session_context", lua.create_function(session_context)?)?;
     m.set("model_info", lua.create_function(model_info)?)?;
     m.set("session_compact", lua.create_function(session_compact)?)?;

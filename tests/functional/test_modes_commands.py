@@ -46,6 +46,21 @@ def test_a_mode_switch_mid_run_takes_effect_at_the_next_request(ed, server):
     assert "architect mode" in second["body"]["messages"][0]["content"]
 
 
+def test_mias_own_agent_announces_a_mode_switch_as_a_session_update_the_chat_shows(ed):
+    # A tool switches the mode mid-turn; the agent announces the switch at
+    # its next request with ACP's current_mode_update, naming the mode it
+    # left, as :Mia mode's own announcement does.
+    ed.lua("""_G.changes = {}
+      vim.api.nvim_create_autocmd('User', { pattern = 'MiaModeChanged', callback = function(a) table.insert(_G.changes, a.data) end })
+      require('mia').register_tool({ name = 'go_architect', description = 'switch',
+        execute = function() require('mia').set_mode('architect'); return 'switched' end })""")
+    ed.nvim.command("Mia prompt tool go_architect {}")
+    ed.wait("require('mia.chat').state() == 'done'")
+    switched = {"modeId": "architect", "previousModeId": "ask"}
+    assert ed.lua("return _G.changes") == [switched, switched]
+    assert ed.lua("return require('mia').statusline()").startswith("mia architect ")
+
+
 @pytest.mark.parametrize("option,mode,reply", [
     (1, "code", "The user approved the plan (allow_always); mode is now code."),
     (2, "ask", "The user approved the plan (allow_once); mode is now ask."),

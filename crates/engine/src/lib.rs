@@ -19,7 +19,7 @@
 //! session     → agent, checkpoint, telemetry, tools
 //! telemetry   → app, session, tools
 //! mcp         → acp, agent, reaper, tools
-//! agent       → app, calls, checkpoint, events, hooks, mcp, session, telemetry, tools
+//! agent       → acp, app, calls, checkpoint, events, hooks, mcp, session, telemetry, tools
 //! stream_task → agent, calls, events, hooks, session
 //! acp         → agent, app, calls, events, hooks, mcp, reaper, session, shared, stream_task, tools
 //! app         → acp, agent, calls, events, hooks, reaper, session, stream_task, telemetry, tools

@@ -6,6 +6,7 @@
 
 mod compaction;
 pub mod context;
+pub mod iface;
 mod live;
 pub mod mentions;
 pub mod record;
@@ -484,7 +485,7 @@ pub async fn run(
             // The mode and model may change while the run goes on (`session_set`); each request uses the current ones.
             let info = session.info();
             if info.mode != agent.mode {
-                update(&deps.queue, stream, updates::current_mode(&info.mode));
+                update(&deps.queue, stream, updates::mode_switched(&info.mode, &agent.mode));
             }
             agent.mode = info.mode.clone();
             let model = info.model.clone();

@@ -274,6 +274,16 @@ impl Session {
         }
     }
 
+    /// Switches the session to `mode` (from its next request, the turn in
+    /// flight included) and returns the `current_mode_update` that
+    /// announces it, naming the mode it left. A switch to the mode it is in
+    /// is announced too: the user asked for it.
+    pub fn switch_mode(&self, mode: &str) -> agent_client_protocol_schema::v1::SessionUpdate {
+        let previous = self.info().mode;
+        self.update_info(Some(mode), None, None);
+        updates::mode_switched(mode, &previous)
+    }
+
     /// Marks a turn in flight; refused while another one runs.
     pub fn begin(self: &Arc<Self>, cancel: CancellationToken) -> Result<Turn, SessionError> {
         let mut s = self.lock();

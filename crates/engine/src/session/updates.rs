@@ -209,6 +209,16 @@ pub fn current_mode(mode: &str) -> acp::SessionUpdate {
     acp::SessionUpdate::CurrentModeUpdate(acp::CurrentModeUpdate::new(mode.to_string()))
 }
 
+/// mia's own agent switched to `mode` (the user asked, or the next request
+/// of a turn runs in a mode switched meanwhile): ACP's `current_mode_update`,
+/// as an external agent announces its switch, with the mode it left in
+/// `_meta.mia.previousModeId` (the chat's `User MiaModeChanged` carries it).
+pub fn mode_switched(mode: &str, previous: &str) -> acp::SessionUpdate {
+    acp::SessionUpdate::CurrentModeUpdate(
+        acp::CurrentModeUpdate::new(mode.to_string()).meta(mia_meta(json!({ "previousModeId": previous }))),
+    )
+}
+
 /// What one provider call cost: ACP's `usage_update` (tokens in the context,
 /// the session's cost so far) with the call's own figures in `_meta.mia`.
 pub fn usage(
