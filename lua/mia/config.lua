@@ -167,7 +167,7 @@ local function defaults()
     data_dir = vim.fn.stdpath("data") .. "/mia",
     log_file = vim.fn.stdpath("log") .. "/mia.log",
     log_level = "info",
-    system = "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.",
+    system = "You are mia, a concise and precise coding assistant inside the user's editor. Answer in Markdown.",
     chat = { position = "right", size = 0, synmaxcol = 1000, syntax = "mia_chat" },
     permissions = { rules = {} },
     mode = M._names().default_mode,

@@ -21,9 +21,10 @@ use serde_json::{Map, Value};
 pub const DEFAULT_MODEL: &str = "anthropic/claude-sonnet-4-5";
 
 /// The system prompt when `system` is not set (Neovim's `:Mia prompt`, the
-/// chat, and mia-acp's sessions).
+/// chat, and mia-acp's sessions): one prompt for both front-ends, so it
+/// names no editor (mia-acp runs in Zed and others).
 pub const DEFAULT_SYSTEM: &str =
-    "You are mia, a concise and precise coding assistant inside Neovim. Answer in Markdown.";
+    "You are mia, a concise and precise coding assistant inside the user's editor. Answer in Markdown.";
 
 /// A JSON object whose entries a front-end checks (see the module doc).
 pub type Section = Option<Map<String, Value>>;
