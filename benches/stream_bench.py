@@ -33,7 +33,12 @@ shows it (a decoration provider's on_end), p50/p99/max over every key.
 With --against OTHER_LIB, every stream also runs through a second TUI that
 loaded OTHER_LIB ("mia_against"), taking turns with the others, so two
 builds compare side by side in one run; each stream also reports the whole
-Neovim process's CPU (the main thread and mia's runtime threads).
+Neovim process's CPU (the main thread and mia's runtime threads). The
+second TUI's main thread reads higher for the same work: with the same
+library on both sides (--against the --lib itself), 88.8 ms against 60.7
+at 50 Hz, per-frame work and the other threads alike. So compare the two
+sides by their frames' work and their other threads, or against such an
+A/A run, not by the main thread's total.
 Then: the first turn in a fresh Neovim (`:Mia prompt` to the answer's end),
 idle CPU for 10 s with and without mia loaded, the time setup() adds
 to startup, the .so size, and (with --build-time) a clean release build.
