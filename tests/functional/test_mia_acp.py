@@ -106,6 +106,24 @@ def test_a_bad_config_is_one_clear_error_naming_the_option(tmp_path, options, me
     assert "sk-test-do-not-print" not in r.stderr
 
 
+def test_a_config_that_is_a_fifo_or_huge_or_has_an_endless_key_is_refused_at_once(tmp_path):
+    """--config's file comes from wherever the editor's settings point: a
+    FIFO fails instead of waiting for a writer, a file past 4 MiB is not
+    read, and a key as long as the file is cut in the one-line error."""
+    need_binary()
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.json"
+    huge.write_text('{"model": "' + "a" * (5 * 1024 * 1024) + '"}')
+    long_key = tmp_path / "long.json"
+    long_key.write_text(json.dumps({"k" * 200_000: 1}))
+    for path, said in [(fifo, "not a regular file"), (huge, "more than the"), (long_key, "is not an option")]:
+        r = subprocess.run([str(BIN), "--config", str(path)], capture_output=True, text=True, timeout=10,
+                           stdin=subprocess.DEVNULL)
+        assert r.returncode != 0 and said in r.stderr, (path, r.stderr[:300])
+        assert len(r.stderr.strip().splitlines()) == 1 and len(r.stderr) < 1000, (path, len(r.stderr))
+
+
 def test_a_missing_config_file_names_the_file(tmp_path):
     need_binary()
     r = subprocess.run([str(BIN), "--config", str(tmp_path / "nope.json")], capture_output=True, text=True, timeout=10)

@@ -282,7 +282,12 @@ impl Config {
         }
         serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
-            explain(&path, &e.into_inner().to_string())
+            let err = explain(&path, &e.into_inner().to_string());
+            // A key or value can be as long as the file: the message is one line.
+            ConfigError {
+                path: shorten(err.path, MAX_PATH_CHARS),
+                message: shorten(err.message, MAX_MESSAGE_CHARS),
+            }
         })
     }
 
@@ -316,10 +321,23 @@ pub fn closest<'a>(name: &str, known: &[&'a str]) -> Vec<&'a str> {
     let mut out: Vec<&str> = known
         .iter()
         .copied()
-        .filter(|k| strsim::levenshtein(&lower, k) <= 2)
+        // Lengths 3 apart are never 2 edits apart: no distance over a long name.
+        .filter(|k| lower.len().abs_diff(k.len()) <= 2 && strsim::levenshtein(&lower, k) <= 2)
         .collect();
     out.sort_unstable();
     out
+}
+
+/// Longest key path and message a [`ConfigError`] shows, in characters.
+const MAX_PATH_CHARS: usize = 120;
+const MAX_MESSAGE_CHARS: usize = 600;
+
+/// `s` cut to `max` characters, an ellipsis marking the cut.
+fn shorten(s: String, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s,
+    }
 }
 
 /// Turns serde's message at `path` into the user's: an unknown key or value
@@ -463,6 +481,21 @@ mod tests {
     fn null_is_an_unset_option() {
         let c = Config::from_json(json!({ "model": null, "checkpoints": { "max_mb": null } })).unwrap();
         assert_eq!(c, Config::default());
+    }
+
+    #[test]
+    fn a_key_as_long_as_the_file_is_shown_cut_to_one_line() {
+        let long = "x".repeat(200_000);
+        let e = Config::from_json(json!({ long.clone(): 1 })).unwrap_err();
+        assert!(e.path.starts_with("xxxx") && e.path.ends_with('…'), "{}", e.path);
+        assert_eq!(e.path.chars().count(), MAX_PATH_CHARS + 1);
+        let e = Config::from_json(json!({ "log_level": long })).unwrap_err();
+        assert_eq!(e.path, "log_level");
+        assert!(
+            e.message.chars().count() <= MAX_MESSAGE_CHARS + 1,
+            "{}",
+            e.message.len()
+        );
     }
 
     #[test]

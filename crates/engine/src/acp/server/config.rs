@@ -96,11 +96,18 @@ fn xdg(var: &str, fallback: &str) -> Option<PathBuf> {
     }
 }
 
+/// Largest `--config` file read.
+const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
 impl AcpConfig {
-    /// Reads and checks `file`.
+    /// Reads and checks `file` (a regular file of at most 4 MiB).
     pub fn from_file(file: &Path) -> Result<AcpConfig, ConfigError> {
-        let text = std::fs::read_to_string(file)
+        // A regular file of bounded size: a FIFO or device named by mistake
+        // fails at once instead of blocking or filling memory.
+        let bytes = crate::tools::paths::read_regular(file, MAX_CONFIG_BYTES)
             .map_err(|e| ConfigError(format!("cannot read the configuration file {}: {e}", file.display())))?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| ConfigError(format!("{} is not UTF-8 text", file.display())))?;
         let value: Value = serde_json::from_str(&text)
             .map_err(|e| ConfigError(format!("{} is not valid JSON: {e}", file.display())))?;
         AcpConfig::from_value(value)
