@@ -4,7 +4,7 @@
 
 local M = {}
 
-local ui = require("mia.review.ui")
+local buffers = require("mia.buffers")
 
 local api = vim.api
 
@@ -73,9 +73,9 @@ end
 local function reload(restored)
   local kept = {}
   for _, f in ipairs(restored) do
-    local want = vim.fn.resolve(vim.fn.fnamemodify(tostring(f.path), ":p"))
+    local want = buffers.real_path(tostring(f.path))
     for _, b in ipairs(api.nvim_list_bufs()) do
-      if api.nvim_buf_is_loaded(b) and ui.real_name(b) == want then
+      if api.nvim_buf_is_loaded(b) and buffers.real_name(b) == want then
         if vim.bo[b].modified then
           kept[#kept + 1] = vim.fn.fnamemodify(want, ":.")
         elseif f.deleted then

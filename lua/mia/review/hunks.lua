@@ -6,6 +6,7 @@
 
 local M = {}
 
+local buffers = require("mia.buffers")
 local diff = require("mia.review.diff")
 local reply = require("mia.review.reply")
 local ui = require("mia.review.ui")
@@ -18,14 +19,7 @@ local pending = {}
 
 --- The buffer of `path`, loaded, and shown in a window that is not the chat.
 local function target_buffer(path)
-  local want = vim.fn.resolve(vim.fn.fnamemodify(path, ":p"))
-  local buf
-  for _, b in ipairs(api.nvim_list_bufs()) do
-    if api.nvim_buf_is_loaded(b) and ui.real_name(b) == want then
-      buf = b
-      break
-    end
-  end
+  local buf = buffers.loaded(buffers.real_path(path))
   if not buf then
     buf = vim.fn.bufadd(path)
     vim.fn.bufload(buf)

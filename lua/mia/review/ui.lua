@@ -1,6 +1,5 @@
 --- What the review's modes share about the editor: the chat's window (a
---- float goes over it, a file never into it), a buffer's real file name,
---- the review keys.
+--- float goes over it, a file never into it) and the review keys.
 
 local M = {}
 
@@ -18,16 +17,6 @@ function M.chat_win()
     end
   end
   return nil
-end
-
---- Buffer `b`'s file, absolute with links resolved (how a path of the
---- core's is matched to a buffer), or nil for a buffer without a name.
-function M.real_name(b)
-  local name = api.nvim_buf_get_name(b)
-  if name == "" then
-    return nil
-  end
-  return vim.fn.resolve(vim.fn.fnamemodify(name, ":p"))
 end
 
 --- The review keys (`setup({ review_keys = ... })`).

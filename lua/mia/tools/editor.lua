@@ -5,32 +5,18 @@
 local M = {}
 
 local api = vim.api
-
---- A buffer's file with links resolved, as the core's canonical paths are.
-local function real_name(b)
-  local name = api.nvim_buf_get_name(b)
-  if name == "" then
-    return nil
-  end
-  return vim.fn.resolve(vim.fn.fnamemodify(name, ":p"))
-end
+local buffers = require("mia.buffers")
 
 --- The loaded buffer of the call's path. The core has already checked the
 --- path against the rules and resolved it (ctx.subject.path), so every
 --- spelling of a file finds the same buffer.
 local function buffer_by_path(path, ctx)
-  local want = ctx and ctx.subject and ctx.subject.path or vim.fn.resolve(vim.fn.fnamemodify(path, ":p"))
-  for _, b in ipairs(api.nvim_list_bufs()) do
-    if api.nvim_buf_is_loaded(b) and real_name(b) == want then
-      return b
-    end
-  end
-  return nil
+  return buffers.loaded(ctx and ctx.subject and ctx.subject.path or buffers.real_path(path))
 end
 
 --- True when buffer `b`'s file is inside the project root.
 local function inside_root(b, root)
-  local name = real_name(b)
+  local name = buffers.real_name(b)
   local real_root = vim.fn.resolve(root)
   return name ~= nil and (name == real_root or vim.startswith(name, real_root .. "/"))
 end
