@@ -319,6 +319,8 @@ fn block(part: &Part) -> Option<Value> {
             ..
         } if !sig.is_empty() => Some(json!({ "type": "thinking", "thinking": text, "signature": sig })),
         Part::Reasoning { .. } => None,
+        // OpenAI's encrypted reasoning means nothing to Anthropic.
+        Part::EncryptedReasoning { .. } => None,
     }
 }
 

@@ -54,6 +54,24 @@ impl WireFormat for Azure {
         Self::with_version(p, &["deployments", model, "chat", "completions"])
     }
 
+    fn speaks_responses(&self) -> bool {
+        true
+    }
+
+    /// Azure's v1 API, `{base}/openai/v1/responses`: the deployment goes in
+    /// the body's `model`, and no `api-version` is needed (one configured in
+    /// `providers.NAME.api_version` is still sent, e.g. `"preview"`).
+    fn responses_url(&self, p: &ResolvedProvider) -> String {
+        let url = format!("{}/openai/v1/responses", p.base_url);
+        match (&p.api_version, reqwest::Url::parse(&url)) {
+            (Some(version), Ok(mut parsed)) => {
+                parsed.query_pairs_mut().append_pair("api-version", version);
+                parsed.to_string()
+            }
+            _ => url,
+        }
+    }
+
     fn request_body(&self, _p: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> Value {
         // Azure's current API versions take OpenAI's newer token field.
         let opts = OpenAiOptions {

@@ -60,6 +60,8 @@ pub fn message_text(m: &Message) -> String {
                 out.push_str(&arguments.to_string());
             }
             Part::ToolResult { content, .. } => out.push_str(content),
+            // Opaque to mia; the provider counts it (its usage reports it).
+            Part::EncryptedReasoning { .. } => {}
             Part::Image { .. } => {}
         }
         out.push('\n');
@@ -72,14 +74,14 @@ pub fn message_text(m: &Message) -> String {
 /// falls back to the estimate and says why.
 pub async fn count_tokens(providers: &Providers, req: &ChatRequest) -> Result<Option<u64>, LlmError> {
     let (provider, model) = providers.resolve(&req.model)?;
-    let Some(count) = provider.kind.format().count_request(&provider, &model, req) else {
+    let Some(count) = provider.format().count_request(&provider, &model, req) else {
         return Ok(None);
     };
     let field = count.field;
     let client = providers.client(&provider.name)?;
     let wire = WireRequest {
         url: count.url,
-        headers: provider.kind.format().headers(&provider),
+        headers: provider.format().headers(&provider),
         body: Some(count.body),
     };
     let response = http::send(

@@ -51,6 +51,9 @@ pub enum DecodeEvent {
     },
     /// Anthropic `redacted_thinking` data, kept only to be sent back.
     RedactedReasoning(String),
+    /// An OpenAI Responses reasoning item's `encrypted_content`, kept only
+    /// to be sent back ([`Part::EncryptedReasoning`]).
+    EncryptedReasoning(String),
     /// The model said why it stopped (finish_reason, stop_reason, finishReason).
     Finish(StopReason),
     /// The wire format's own end marker (`[DONE]`, `message_stop`).
@@ -120,7 +123,7 @@ fn carried_bytes(event: &DecodeEvent) -> usize {
         DecodeEvent::Delta(Delta::ToolCallDelta { arguments_delta, .. }) => arguments_delta.len(),
         DecodeEvent::Delta(Delta::ToolCallEnd { arguments, .. }) => json_len(arguments),
         DecodeEvent::Signature { signature, .. } => signature.len(),
-        DecodeEvent::RedactedReasoning(data) => data.len(),
+        DecodeEvent::RedactedReasoning(data) | DecodeEvent::EncryptedReasoning(data) => data.len(),
         DecodeEvent::Delta(Delta::Usage { .. } | Delta::Retry { .. })
         | DecodeEvent::Finish(_)
         | DecodeEvent::Terminal
@@ -193,6 +196,9 @@ pub struct Accumulator {
     pub reasoning: String,
     pub reasoning_signature: Option<String>,
     pub redacted_reasoning: Vec<String>,
+    /// Encrypted reasoning items, each with the number of tool calls that
+    /// came before it, so the message keeps them where they were.
+    pub encrypted_reasoning: Vec<(usize, String)>,
     pub tool_calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
     pub stop_reason: Option<StopReason>,
@@ -226,6 +232,9 @@ impl Accumulator {
                 }
             }
             DecodeEvent::RedactedReasoning(data) => self.redacted_reasoning.push(data.clone()),
+            DecodeEvent::EncryptedReasoning(data) => {
+                self.encrypted_reasoning.push((self.tool_calls.len(), data.clone()))
+            }
             DecodeEvent::Delta(Delta::ToolCallEnd { id, arguments }) => {
                 if let Some(call) = self.tool_calls.iter_mut().find(|c| &c.id == id) {
                     call.arguments = arguments.clone();
@@ -240,7 +249,9 @@ impl Accumulator {
         }
     }
 
-    /// The answer as an assistant message: reasoning first, then text, then tool calls.
+    /// The answer as an assistant message: reasoning first, then text, then
+    /// tool calls; an encrypted reasoning item stays before the tool calls
+    /// that followed it in the stream (the order OpenAI expects it back in).
     pub fn message(&self) -> Message {
         let mut parts = Vec::new();
         if !self.reasoning.is_empty() || self.reasoning_signature.is_some() {
@@ -257,18 +268,31 @@ impl Accumulator {
                 redacted: true,
             });
         }
+        let encrypted = |calls_before: usize| {
+            self.encrypted_reasoning
+                .iter()
+                .filter(move |(n, _)| *n == calls_before)
+                .map(|(_, data)| Part::EncryptedReasoning { data: data.clone() })
+        };
+        parts.extend(encrypted(0));
         if !self.text.is_empty() {
             parts.push(Part::Text {
                 text: self.text.clone(),
             });
         }
-        for call in &self.tool_calls {
+        for (i, call) in self.tool_calls.iter().enumerate() {
+            if i > 0 {
+                parts.extend(encrypted(i));
+            }
             parts.push(Part::ToolCall {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
                 signature: call.signature.clone(),
             });
+        }
+        if !self.tool_calls.is_empty() {
+            parts.extend(encrypted(self.tool_calls.len()));
         }
         Message {
             role: Role::Assistant,

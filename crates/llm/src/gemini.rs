@@ -260,8 +260,8 @@ fn part(p: &Part, call_names: &HashMap<&str, &str>) -> Option<Value> {
             };
             Some(json!({ "functionResponse": { "name": name, "response": response } }))
         }
-        // Anthropic's encrypted thinking means nothing to Gemini.
-        Part::Reasoning { redacted: true, .. } => None,
+        // Anthropic's and OpenAI's encrypted reasoning mean nothing to Gemini.
+        Part::Reasoning { redacted: true, .. } | Part::EncryptedReasoning { .. } => None,
         // Thought text is replayed as the unsigned thought part Gemini sent
         // (the Gen AI SDKs append whole model turns, thought parts included,
         // to chat history, so Gemini accepts it). Its signature travels on a

@@ -82,7 +82,7 @@ pub async fn send(
         }
         Ok(Ok(r)) => r,
     };
-    let format = provider.kind.format();
+    let format = provider.format();
     limits.observe(&provider.name, response.headers(), format.rate_limit_headers());
     let status = response.status();
     if status.is_success() {

@@ -21,6 +21,7 @@ pub mod openai;
 pub mod prompt_tools;
 pub mod providers;
 pub mod ratelimit;
+pub mod responses;
 pub mod secret_env;
 pub mod stream;
 pub mod tls;
@@ -40,7 +41,7 @@ use stream::FrameDecoder;
 
 /// Builds the HTTP request for `provider`'s wire format.
 fn prepare(provider: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> WireRequest {
-    let format = provider.kind.format();
+    let format = provider.format();
     let mut body = format.request_body(provider, model, req, stream);
     if let (Some(Value::Object(extra)), Value::Object(target)) = (&req.extra_body, &mut body) {
         for (k, v) in extra {
@@ -279,7 +280,7 @@ async fn attempt_once(
                 format!("{}: the response is not valid JSON ({e}).", provider.name),
             )
         })?;
-        let mut events = provider.kind.format().parse_response(&provider.name, &json)?;
+        let mut events = provider.format().parse_response(&provider.name, &json)?;
         if let Some(x) = extractor.as_mut() {
             let mut read = Vec::new();
             for e in events {
@@ -378,7 +379,7 @@ async fn decode_stream(
     acc: &mut Accumulator,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<(), LlmError> {
-    let mut decoder = provider.kind.format().decoder(provider);
+    let mut decoder = provider.format().decoder(provider);
     let mut read = Vec::new();
     // No content type at all is read as SSE (what every provider sends);
     // one that names another format is refused, never guessed at.
@@ -464,7 +465,7 @@ async fn decode_stream(
 }
 
 async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> Result<Vec<String>, LlmError> {
-    let format = provider.kind.format();
+    let format = provider.format();
     let client = providers.client(&provider.name)?;
     let wire = WireRequest {
         url: format.models_url(provider),

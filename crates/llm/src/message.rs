@@ -49,6 +49,16 @@ pub enum Part {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         redacted: bool,
     },
+    /// One reasoning item of OpenAI's Responses API in stateless use
+    /// (`store: false`): the model's reasoning as OpenAI encrypted it
+    /// (`encrypted_content`), opaque to mia. It must go back with the rest
+    /// of the turn on the next request, or the model loses the reasoning
+    /// behind its tool calls; every other wire format leaves it out (it
+    /// means nothing to them). Its readable summary is a separate
+    /// [`Part::Reasoning`].
+    EncryptedReasoning {
+        data: String,
+    },
 }
 
 /// A message as Lua writes it: `{ role, content = "text" }` or `{ role, parts = {...} }`.

@@ -67,6 +67,10 @@ impl WireFormat for OpenAi {
         wire::url(p, "/chat/completions")
     }
 
+    fn speaks_responses(&self) -> bool {
+        true
+    }
+
     fn request_body(&self, _p: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> Value {
         request_body(req, model, self.options, stream)
     }

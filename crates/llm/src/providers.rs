@@ -99,6 +99,22 @@ pub struct ProviderConfig {
     /// then travel in the system prompt ([`super::prompt_tools`]).
     #[serde(default = "yes")]
     pub native_tools: bool,
+    /// Which of OpenAI's APIs a provider of kind `openai`, `azure_openai` or
+    /// `openai_compatible` speaks; unset, kind `openai` picks per model
+    /// ([`super::responses::prefers_responses`]) and the others use Chat
+    /// Completions.
+    #[serde(default)]
+    pub api: Option<Api>,
+}
+
+/// OpenAI's two chat APIs: `providers.NAME.api`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// Chat Completions (`/chat/completions`).
+    Chat,
+    /// The Responses API (`/responses`, [`super::responses`]).
+    Responses,
 }
 
 fn yes() -> bool {
@@ -310,6 +326,20 @@ pub struct ResolvedProvider {
     pub models: Vec<String>,
     pub api_version: Option<String>,
     pub native_tools: bool,
+    /// The API this request speaks: the configured `api`, else the kind's
+    /// choice for the model.
+    pub api: Api,
+}
+
+impl ResolvedProvider {
+    /// The wire format of this provider's chat requests: its kind's own,
+    /// or the Responses API when `api` says so.
+    pub fn format(&self) -> &'static dyn WireFormat {
+        match self.api {
+            Api::Responses => &super::responses::Responses,
+            Api::Chat => self.kind.format(),
+        }
+    }
 }
 
 /// `<redacted>` for a set secret, for `Debug` output.
@@ -329,6 +359,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("prompt_caching", &self.prompt_caching)
             .field("api_version", &self.api_version)
             .field("native_tools", &self.native_tools)
+            .field("api", &self.api)
             .finish()
     }
 }
@@ -346,6 +377,7 @@ impl std::fmt::Debug for ResolvedProvider {
             .field("models", &self.models)
             .field("api_version", &self.api_version)
             .field("native_tools", &self.native_tools)
+            .field("api", &self.api)
             .finish()
     }
 }
@@ -385,6 +417,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
                 prompt_caching: false,
                 api_version: None,
                 native_tools: true,
+                api: None,
             };
             Some((b.name.to_string(), entry))
         })
@@ -483,6 +516,21 @@ impl Providers {
             (None, Some(var)) => std::env::var(var).ok().filter(|v| !v.is_empty()),
             (None, None) => None,
         };
+        let api = match cfg.api {
+            Some(Api::Responses) if !cfg.kind.format().speaks_responses() => {
+                return Err(LlmError::new(
+                    ErrorClass::InvalidRequest,
+                    Some(name),
+                    format!(
+                        "providers.{name}.api = \"responses\" needs kind openai, azure_openai or openai_compatible (it is {}); remove `api` or change the kind.",
+                        cfg.kind.name()
+                    ),
+                ));
+            }
+            Some(api) => api,
+            None if cfg.kind.name() == "openai" && super::responses::prefers_responses(model_id) => Api::Responses,
+            None => Api::Chat,
+        };
         let needs_key = !cfg.kind.format().key_optional() || cfg.api_key_env.is_some();
         if needs_key && api_key.is_none() {
             let fix = match &cfg.api_key_env {
@@ -507,6 +555,7 @@ impl Providers {
                 models: cfg.models.clone(),
                 api_version: cfg.api_version.clone(),
                 native_tools: cfg.native_tools,
+                api,
             },
             model_id.to_string(),
         ))
@@ -674,6 +723,7 @@ mod tests {
             prompt_caching: false,
             api_version: None,
             native_tools: true,
+            api: None,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();

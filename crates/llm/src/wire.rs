@@ -85,6 +85,19 @@ pub trait WireFormat: Send + Sync {
     /// Where a chat request for `model` goes.
     fn chat_url(&self, p: &ResolvedProvider, model: &str, stream: bool) -> String;
 
+    /// Whether this kind also serves OpenAI's Responses API
+    /// (`providers.NAME.api = "responses"`, [`super::responses`]).
+    fn speaks_responses(&self) -> bool {
+        false
+    }
+
+    /// Where a Responses API request goes, for a kind that
+    /// [speaks it](WireFormat::speaks_responses): `{base}/responses` unless
+    /// the kind addresses it otherwise.
+    fn responses_url(&self, p: &ResolvedProvider) -> String {
+        url(p, "/responses")
+    }
+
     /// The body of a chat request (before `extra_body` is merged in).
     fn request_body(&self, p: &ResolvedProvider, model: &str, req: &ChatRequest, stream: bool) -> Value;
 

@@ -25,7 +25,7 @@ fn transcript(messages: &[Message]) -> String {
                     format!("[tool result: {short}]")
                 }
                 Part::Image { .. } => "[image]".to_string(),
-                Part::Reasoning { .. } => continue,
+                Part::Reasoning { .. } | Part::EncryptedReasoning { .. } => continue,
             };
             out.push_str(&format!("{who}: {text}\n"));
         }

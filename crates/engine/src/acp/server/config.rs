@@ -335,6 +335,26 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
             }
         };
         let base_url = string_opt(p, "base_url", &format!("{path}.base_url"))?;
+        if let Some(api) = string_opt(p, "api", &format!("{path}.api"))? {
+            let named = kind.as_deref().or_else(|| builtins.get(name).map(|b| b.kind.name()));
+            let speaks = named
+                .and_then(mia_llm::providers::ProviderKind::named)
+                .is_some_and(|k| k.format().speaks_responses());
+            if api != "chat" && api != "responses" {
+                return Err(fail(
+                    &format!("{path}.api"),
+                    "must be \"chat\" or \"responses\"",
+                    &json!(api),
+                ));
+            }
+            if !speaks {
+                return Err(fail(
+                    &format!("{path}.api"),
+                    "is for kinds openai, azure_openai and openai_compatible",
+                    &json!(api),
+                ));
+            }
+        }
         let needs_url = kind
             .as_deref()
             .and_then(mia_llm::providers::ProviderKind::named)
