@@ -11,6 +11,7 @@
 --- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
 --- @field native_tools? boolean false for a server or model that refuses `tools`: tools go in the system prompt (default true).
 --- @field api_version? string Azure OpenAI only: the `api-version` query parameter (default "2024-10-21").
+--- @field api? "chat"|"responses" OpenAI's API to speak (kinds openai, azure_openai, openai_compatible); unset: kind openai picks per model, the others "chat".
 
 --- @class mia.AgentConfig An external agent speaking the Agent Client Protocol over stdio (`:Mia agent NAME`)
 --- @field command string[] The program and its arguments, e.g. { "claude-agent-acp" } or { "node", "/path/agent.js" }
@@ -314,6 +315,13 @@ local function validate(opts)
     check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)
     check_type(path .. ".api_version", p.api_version, "string", true)
     check_type(path .. ".native_tools", p.native_tools, "boolean", true)
+    -- the kinds whose wire format speaks both of OpenAI's APIs (WireFormat::speaks_responses)
+    local kind = p.kind or (builtin[name] and name)
+    if p.api ~= nil and p.api ~= "chat" and p.api ~= "responses" then
+      fail(path .. ".api", 'must be "chat" or "responses"', p.api)
+    elseif p.api and not vim.tbl_contains({ "openai", "azure_openai", "openai_compatible" }, kind) then
+      fail(path .. ".api", "is for kinds openai, azure_openai and openai_compatible, not " .. tostring(kind), p.api)
+    end
   end
   check_type("retry", opts.retry, "table", true)
   local retryable = { "rate_limit", "server_error", "network_error", "timeout" }

@@ -42,6 +42,7 @@ function M.core()
       api_key = p.api_key,
       prompt_caching = p.prompt_caching,
       api_version = p.api_version,
+      api = p.api,
     }
     if p.native_tools ~= nil then
       entry.native_tools = p.native_tools
