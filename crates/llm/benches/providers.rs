@@ -1,6 +1,7 @@
 //! Provider pipeline benchmarks (numbers for closing notes, not tests):
-//! - decode throughput of each wire decoder over the recorded real streams
-//!   in ../shared/fixtures/recorded, fed in pseudo-random 1–64-byte chunks;
+//! - decode throughput of each wire decoder (OpenAI's Responses API's too)
+//!   over the recorded real streams in ../shared/fixtures/recorded, fed in
+//!   pseudo-random 1–64-byte chunks;
 //! - live heap per active stream, with many streams in flight against the
 //!   scenario server on loopback;
 //! - time and resident memory to initialize one provider's HTTP client, and
@@ -20,7 +21,7 @@ use mia_llm::message::{ChatRequest, Message, Role};
 use mia_llm::providers::{CoreConfig, ProviderConfig, ProviderKind, Providers};
 use mia_llm::stream::{SseDecoder, SseEvent};
 use mia_llm::wire::StreamDecoder;
-use mia_llm::{anthropic, gemini, openai};
+use mia_llm::{anthropic, gemini, openai, responses};
 
 /// Counts live heap bytes so a stream's footprint can be read directly.
 struct Counting;
@@ -79,7 +80,7 @@ fn wire_bytes(dir: &Path, anthropic_events: bool) -> Vec<Vec<u8>> {
                 wire.push_str(&format!("data: {line}\n\n"));
             }
             out.push(wire.into_bytes());
-        } else if path.extension().is_some_and(|e| e == "txt") {
+        } else if path.extension().is_some_and(|e| e == "txt" || e == "sse") {
             out.push(text.into_bytes());
         }
     }
@@ -90,6 +91,7 @@ enum Dec {
     O(openai::OpenAiDecoder),
     A(anthropic::AnthropicDecoder),
     G(gemini::GeminiDecoder),
+    R(responses::ResponsesDecoder),
     /// The decoder a provider of that kind gets: through the `WireFormat`
     /// registry, behind a `Box<dyn StreamDecoder>`.
     W(Box<dyn StreamDecoder>),
@@ -101,6 +103,7 @@ impl Dec {
             Dec::O(d) => d.decode(e, out),
             Dec::A(d) => d.decode(e, out),
             Dec::G(d) => d.decode(e, out),
+            Dec::R(d) => d.decode(e, out),
             Dec::W(d) => d.decode(e, out),
         };
     }
@@ -296,15 +299,22 @@ fn main() {
     throughput("Gemini streamGenerateContent", &ge, || {
         Dec::G(gemini::GeminiDecoder::new("g"))
     });
+    // gpt-5's recorded streams (`event:` lines included), one of them failing
+    let re = wire_bytes(&rec.join("openai-responses"), false);
+    throughput("OpenAI Responses", &re, || {
+        Dec::R(responses::ResponsesDecoder::new("r"))
+    });
     // The same streams through the seam every request now takes.
     let seam = Providers::new(four_providers("http://127.0.0.1:1"));
-    let through = |name: &str| {
-        let (p, _) = seam.resolve(&format!("{name}/m")).expect("a bench provider");
-        move || Dec::W(p.kind.format().decoder(&p))
+    let through = |model: &str| {
+        let (p, _) = seam.resolve(model).expect("a bench provider");
+        move || Dec::W(p.format().decoder(&p))
     };
-    throughput("OpenAI, via WireFormat", &oa, through("o"));
-    throughput("Anthropic, via WireFormat", &an, through("a"));
-    throughput("Gemini, via WireFormat", &ge, through("g"));
+    throughput("OpenAI, via WireFormat", &oa, through("o/m"));
+    throughput("Anthropic, via WireFormat", &an, through("a/m"));
+    throughput("Gemini, via WireFormat", &ge, through("g/m"));
+    // kind openai picks the Responses API for gpt-5
+    throughput("OpenAI Responses, via WireFormat", &re, through("o/gpt-5"));
     init_cost();
     memory_per_stream(&root);
 }

@@ -14,7 +14,7 @@ use serde_json::{json, Map, Value};
 use mia_llm::delta::{Accumulator, DecodeEvent, MAX_TOOL_CALLS};
 use mia_llm::error::{ErrorClass, LlmError};
 use mia_llm::stream::{EventTooLarge, FrameDecoder, JsonArrayDecoder, NdjsonDecoder, SseDecoder, SseEvent};
-use mia_llm::{anthropic, gemini, ollama, openai};
+use mia_llm::{anthropic, gemini, ollama, openai, responses};
 
 /// Runs `test` on `cases` inputs from `strategy`; fails with the shrunk
 /// input on a failed assertion or a panic.
@@ -186,9 +186,16 @@ enum Wire {
     Anthropic,
     Gemini,
     Ollama,
+    Responses,
 }
 
-const WIRES: [Wire; 4] = [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Ollama];
+const WIRES: [Wire; 5] = [
+    Wire::OpenAi,
+    Wire::Anthropic,
+    Wire::Gemini,
+    Wire::Ollama,
+    Wire::Responses,
+];
 
 /// One wire decoder's `decode`.
 type Decode = Box<dyn FnMut(&SseEvent, &mut Vec<DecodeEvent>) -> Result<(), LlmError>>;
@@ -211,6 +218,10 @@ fn wire_decoder(wire: Wire) -> Decode {
             let mut d = ollama::OllamaDecoder::new("p");
             Box::new(move |e, out| d.decode(e, out))
         }
+        Wire::Responses => {
+            let mut d = responses::ResponsesDecoder::new("p");
+            Box::new(move |e, out| d.decode(e, out))
+        }
     }
 }
 
@@ -220,6 +231,7 @@ fn parse_response(wire: Wire, body: &Value) -> Result<Vec<DecodeEvent>, LlmError
         Wire::Anthropic => anthropic::parse_response("p", body),
         Wire::Gemini => gemini::parse_response("p", body),
         Wire::Ollama => ollama::parse_response("p", body),
+        Wire::Responses => responses::parse_response("p", body),
     }
 }
 
@@ -292,6 +304,16 @@ const KEYS: &[&str] = &[
     "eval_count",
     "eval_duration",
     "tool_name",
+    "item",
+    "item_id",
+    "call_id",
+    "output",
+    "summary",
+    "encrypted_content",
+    "response",
+    "incomplete_details",
+    "input_tokens_details",
+    "output_tokens_details",
 ];
 
 const STRINGS: &[&str] = &[
@@ -340,6 +362,21 @@ const STRINGS: &[&str] = &[
     "overloaded_error",
     "server busy",
     "model \"x\" not found, try pulling it first",
+    "response.output_text.delta",
+    "response.reasoning_summary_text.delta",
+    "response.reasoning_summary_part.added",
+    "response.output_item.added",
+    "response.output_item.done",
+    "response.function_call_arguments.delta",
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "response.refusal.delta",
+    "function_call",
+    "reasoning",
+    "fc_1",
+    "incomplete",
+    "max_output_tokens",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -586,6 +623,58 @@ fn payloads(wire: Wire, a: &Answer) -> Vec<(Option<&'static str>, String)> {
                 json!({"model":"m","message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":3,"eval_count":5}).to_string(),
             ));
         }
+        Wire::Responses => {
+            let mut ev = |name: &'static str, v: Value| out.push((Some(name), v.to_string()));
+            ev(
+                "response.created",
+                json!({"type":"response.created","response":{"status":"in_progress"}}),
+            );
+            let rs = json!({"id":"rs_1","type":"reasoning","summary":[],"encrypted_content":"enc"});
+            ev(
+                "response.output_item.added",
+                json!({"type":"response.output_item.added","item":rs}),
+            );
+            for r in &a.reasoning {
+                ev(
+                    "response.reasoning_summary_text.delta",
+                    json!({"type":"response.reasoning_summary_text.delta","item_id":"rs_1","delta":r}),
+                );
+            }
+            ev(
+                "response.output_item.done",
+                json!({"type":"response.output_item.done","item":rs}),
+            );
+            for t in &a.text {
+                ev(
+                    "response.output_text.delta",
+                    json!({"type":"response.output_text.delta","item_id":"msg_1","delta":t}),
+                );
+            }
+            for (k, (name, args)) in a.calls.iter().enumerate() {
+                let item = json!({"id":format!("fc_{k}"),"type":"function_call","call_id":format!("call_{k}"),"name":name,"arguments":""});
+                ev(
+                    "response.output_item.added",
+                    json!({"type":"response.output_item.added","item":item}),
+                );
+                let (x, y) = halves(&args.to_string());
+                for part in [x, y] {
+                    ev(
+                        "response.function_call_arguments.delta",
+                        json!({"type":"response.function_call_arguments.delta","item_id":format!("fc_{k}"),"delta":part}),
+                    );
+                }
+                let mut done = item.clone();
+                done["arguments"] = json!(args.to_string());
+                ev(
+                    "response.output_item.done",
+                    json!({"type":"response.output_item.done","item":done}),
+                );
+            }
+            ev(
+                "response.completed",
+                json!({"type":"response.completed","response":{"status":"completed","usage":{"input_tokens":3,"output_tokens":5}}}),
+            );
+        }
     }
     out
 }
@@ -652,6 +741,7 @@ fn valid_answers_decode_the_same_whatever_the_chunking() {
             Wire::Gemini => &[Framing::Sse, Framing::JsonArray],
             Wire::Anthropic => &[Framing::Sse],
             Wire::Ollama => &[Framing::Ndjson],
+            Wire::Responses => &[Framing::Sse],
         };
         for &framing in framings {
             check(
@@ -733,6 +823,9 @@ fn many_calls(wire: Wire, n: usize) -> Vec<String> {
         Wire::Ollama => vec![json!({"message":{"tool_calls":
             (0..n).map(|_| json!({"function":{"name":"f","arguments":{}}})).collect::<Vec<_>>()}})
         .to_string()],
+        Wire::Responses => (0..n)
+            .map(|k| json!({"type":"response.output_item.added","item":{"id":format!("fc_{k}"),"type":"function_call","call_id":format!("c{k}"),"name":"f","arguments":"{}"}}).to_string())
+            .collect(),
     }
 }
 
@@ -769,6 +862,10 @@ fn more_than_128_tool_calls_in_one_answer_is_a_clear_error() {
         .map(|_| json!({"function":{"name":"f","arguments":{}}}))
         .collect();
     assert!(ollama::parse_response("p", &json!({"message":{"tool_calls":calls},"done":true})).is_err());
+    let items: Vec<Value> = (0..=MAX_TOOL_CALLS)
+        .map(|k| json!({"id":format!("fc_{k}"),"type":"function_call","call_id":format!("c{k}"),"name":"f","arguments":"{}"}))
+        .collect();
+    assert!(responses::parse_response("p", &json!({ "output": items, "status": "completed" })).is_err());
 }
 
 fn gemini_partial(path: &str) -> Vec<String> {

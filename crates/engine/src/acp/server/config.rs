@@ -308,11 +308,12 @@ fn providers(opts: &Map<String, Value>) -> Result<Value, ConfigError> {
                 "prompt_caching",
                 "api_version",
                 "native_tools",
+                "api",
             ]
             .contains(&key.as_str())
             {
                 return Err(ConfigError(format!(
-                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching, api_version, native_tools)"
+                    "`{path}.{key}` is not a provider option (kind, base_url, api_key_env, headers, models, prompt_caching, api_version, native_tools, api)"
                 )));
             }
         }
@@ -526,6 +527,16 @@ mod tests {
         }
         assert!(err(json!({ "providers": { "x": { "kind": "openai_compatible" } } }))
             .contains("`providers.x.base_url` is required for a provider of kind openai_compatible"));
+    }
+
+    #[test]
+    fn api_is_chat_or_responses_and_only_for_openais_kinds() {
+        let c = AcpConfig::from_value(json!({ "providers": { "openai": { "api": "responses" } } })).unwrap();
+        assert_eq!(c.core.providers["openai"].api, Some(mia_llm::providers::Api::Responses));
+        assert!(err(json!({ "providers": { "openai": { "api": "completions" } } }))
+            .contains("`providers.openai.api` must be \"chat\" or \"responses\""));
+        assert!(err(json!({ "providers": { "anthropic": { "api": "responses" } } }))
+            .contains("`providers.anthropic.api` is for kinds openai, azure_openai and openai_compatible"));
     }
 
     #[test]
