@@ -214,7 +214,8 @@ fn init_cost() {
 
 fn memory_per_stream(root: &Path) {
     let mut server = std::process::Command::new("python3")
-        .arg(root.join("scripts/scenario_server.py"))
+        // `root` is crates/llm since the workspace split; the server is the project's
+        .arg(root.join("../../scripts/scenario_server.py"))
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("scenario server starts");

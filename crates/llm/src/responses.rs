@@ -299,14 +299,14 @@ impl ResponsesDecoder {
                 if str_at("type") == "response.refusal.delta" {
                     self.refused = true;
                 }
-                self.streamed.insert(str_at("item_id").to_string());
+                self.mark_streamed(str_at("item_id"))?;
                 let text = str_at("delta");
                 if !text.is_empty() {
                     out.push(DecodeEvent::Delta(Delta::Text { text: text.to_string() }));
                 }
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                self.streamed.insert(str_at("item_id").to_string());
+                self.mark_streamed(str_at("item_id"))?;
                 self.reasoning(str_at("delta"), out);
             }
             "response.reasoning_summary_part.added" if self.reasoned => {
@@ -345,6 +345,17 @@ impl ResponsesDecoder {
                 return Err(self.error(v.get("error").filter(|e| e.is_object()).unwrap_or(v)));
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Notes that `item_id`'s content arrived as deltas. Every id kept is
+    /// charged to the answer's budget, so endless new ids cannot grow it
+    /// without bound.
+    fn mark_streamed(&mut self, item_id: &str) -> Result<(), LlmError> {
+        if !self.streamed.contains(item_id) {
+            self.budget.add_bytes(&self.provider, item_id.len().max(1))?;
+            self.streamed.insert(item_id.to_string());
         }
         Ok(())
     }
