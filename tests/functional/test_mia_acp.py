@@ -89,6 +89,7 @@ def test_help_and_version_go_to_stdout_and_exit_0():
         ({"mcp": {"servers": {}}}, "`mcp` is a setup() option mia-acp does not support"),
         ({"model": "gpt"}, '`model` must be "provider/model"'),
         ({"providers": {"x": {"kind": "olama"}}}, "`providers.x.kind` must be one of"),
+        ({"providers": {"anthropic": {"api": "responses"}}}, "`providers.anthropic.api` is for kinds openai,"),
         ({"costs": {"daily_limit_usd": "ten"}}, "`costs.daily_limit_usd` must be a number"),
         ({"permissions": {"rules": [{"tool": "bash", "action": "maybe"}]}}, "permissions"),
         ({"providers": {"openai": {"api_key": "sk-test-do-not-print"}}}, "environment only"),
