@@ -51,6 +51,7 @@ def test_mode_commands_show_and_switch_the_modes_the_chats_agent_announced(
     # `/mode` completes, and `:Mia mode` shows, that agent's modes.
     _, items = ed.lua("return { require('mia.slash').complete('/mode ') }")
     assert [i["word"] for i in items][:len(ids)] == ids
+    assert ed.lua("return vim.fn.getcompletion('Mia mode ', 'cmdline')")[:len(ids)] == ids
     ed.nvim.command("Mia mode")
     assert f"mode: {first}  ({', '.join(ids)})" in ed.messages()
     # `:Mia mode {id}` switches that agent, which announces the switch.
