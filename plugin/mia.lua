@@ -48,15 +48,8 @@ end, {
       -- The whole words after `mode` (the one being typed is `arglead`).
       local typed = before:match("^mode%s+(.*)$") or ""
       local words = vim.split(typed:sub(1, #typed - #arglead), "%s+", { trimempty = true })
-      local agents = package.loaded["mia.agents"]
-      local list = {}
-      if agents and agents.external() then
-        list = agents.complete_mode(words)
-      elseif #words == 0 then
-        list = vim.tbl_map(function(m)
-          return m.id
-        end, require("mia").modes().availableModes)
-      end
+      -- The chat's agent's modes and settings, then a setting's values.
+      local list = require("mia.agents").complete_mode(words)
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
       end, list)

@@ -1,7 +1,10 @@
---- External agents speaking the Agent Client Protocol (`setup({ agents =
---- { NAME = { command, env, cwd } } })`): which one the chat talks to, and
---- the calls into the core that start, prompt and configure it. The core
---- runs the process and the protocol; everything here returns at once.
+--- The agent the chat talks to: mia's own, or an external agent speaking
+--- the Agent Client Protocol (`setup({ agents = { NAME = { command, env,
+--- cwd } } })`). The core answers for both through one interface (the
+--- `agent_*` functions, given `M.target()`): what the agent offers (its
+--- modes and settings, as it announced them), and the checks of what the
+--- user chose. The core runs the process and the protocol; everything here
+--- returns at once.
 
 local M = {}
 
@@ -30,6 +33,41 @@ end
 --- True while the chat talks to an external agent.
 function M.external()
   return current ~= "mia"
+end
+
+--- The current agent as the core's `agent_*` functions take it: nil for
+--- mia's own, else the external agent's spec.
+function M.target()
+  if current == "mia" then
+    return nil
+  end
+  return M.spec(current)
+end
+
+--- What the chat's live figures line names for an answer: the model for
+--- mia's own agent, the agent's name for an external one (its model is its own).
+--- @param model string
+--- @return string
+function M.answer_label(model)
+  return current == "mia" and model or current
+end
+
+--- Whether the current agent runs mia's tools (the project's tools are
+--- loaded for it); an external agent brings its own.
+function M.runs_mia_tools()
+  return current == "mia"
+end
+
+--- The current agent's `available_commands_update`: an external agent's
+--- commands are typed as prompts (`mia.slash`); mia's own go to `own(list)`.
+--- @param list table[]
+--- @param own fun(list: table[])
+function M.commands_changed(list, own)
+  if current == "mia" then
+    own(list)
+  else
+    require("mia.slash").set_external_commands(list)
+  end
 end
 
 --- The core's view of agent `name`'s configuration.
@@ -101,12 +139,11 @@ function M.switch(name)
     return
   end
   if name ~= "mia" then
-    local spec = M.spec(name) -- fails with the list of configured agents
-    local c = core()
+    M.spec(name) -- fails with the list of configured agents
     current = name
     require("mia.prompt").open()
-    watch(name, require("mia.core").call(c.agent_connect, spec))
-    local info = c.agent_info(name)
+    M.connect()
+    local info = core().agent_info(name)
     require("mia.slash").set_external_commands(type(info) == "table" and info.commands or nil)
   else
     current = "mia"
@@ -116,16 +153,21 @@ function M.switch(name)
   vim.api.nvim_exec_autocmds("User", { pattern = "MiaAgentChanged", data = { agent = name } })
 end
 
---- Sends `content` to the current external agent; returns the native handle.
-function M.prompt(content, session_id)
-  local spec = M.spec(current)
-  local c = core()
-  watch(current, require("mia.core").call(c.agent_connect, spec))
-  return require("mia.core").call(c.agent_prompt, spec, {
-    content = content,
-    session_id = session_id,
-    utc_offset_s = require("mia.costs").utc_offset(),
-  })
+--- Starts the current agent if it is external (its stream is watched for
+--- what it says between turns); nothing for mia's own.
+function M.connect()
+  local target = M.target()
+  local stream = require("mia.core").call(core().agent_connect, target)
+  if stream then
+    watch(current, stream)
+  end
+  return target
+end
+
+--- Sends one prompt (the table `mia.chat.prompt_table` builds) of the
+--- chat's session `session_id` to the current agent; returns the native handle.
+function M.prompt(session_id, prompt)
+  return require("mia.core").call(core().agent_prompt, M.connect(), session_id, prompt)
 end
 
 --- What the current agent said about itself (`agentInfo`, `authMethods`,
@@ -145,40 +187,6 @@ function M.modes()
     return nil
   end
   return modes
-end
-
---- Asks the current agent to switch to mode `id` (`session/set_mode`).
-function M.set_mode(id)
-  local modes = M.modes()
-  local known = {}
-  for _, m in ipairs(modes and modes.availableModes or {}) do
-    known[#known + 1] = m.id
-    if m.id == id then
-      local native = require("mia.core").call(core().agent_set_mode, M.spec(current), id)
-      require("mia.bridge").watch(native.id, {
-        on_done = function()
-          vim.notify(string.format("mia: %s's mode is now %s", current, id), vim.log.levels.INFO)
-        end,
-        on_error = function(err)
-          vim.notify(err.message, vim.log.levels.ERROR)
-        end,
-      })
-      return
-    end
-  end
-  local settings = M.config_ids()
-  error(
-    string.format(
-      "mia: the agent `%s` has no mode `%s`%s%s",
-      current,
-      tostring(id),
-      #known > 0 and (". Its modes: " .. table.concat(known, ", ")) or " (it lists no modes)",
-      #settings > 0
-          and (". Its settings (:Mia mode {setting} {value}): " .. table.concat(settings, ", "))
-        or ""
-    ),
-    0
-  )
 end
 
 --- The current agent's config options (ACP's SessionConfigOption list,
@@ -248,47 +256,18 @@ local function value_list(option)
 end
 
 --- Sets the current agent's config option `id` to `value`
---- (`session/set_config_option`); unknown ids and values are refused
---- with what exists.
+--- (`session/set_config_option`); the core refuses unknown ids and values
+--- with what exists (and mia's own agent, which has no settings).
 --- @param id string
 --- @param value string a select's value id, or "true"/"false" for a boolean
 function M.set_config(id, value)
-  local option = config_option(id)
-  if not option then
-    local ids = M.config_ids()
-    error(
-      string.format(
-        "mia: the agent `%s` has no setting `%s`%s",
-        current,
-        tostring(id),
-        #ids > 0 and (". Its settings: " .. table.concat(ids, ", ")) or " (it lists no settings)"
-      ),
-      0
-    )
-  end
-  local wire = nil
-  for _, v in ipairs(M.config_values(option)) do
-    if v.value == value then
-      wire = value
-    end
-  end
-  if wire == nil then
-    error(
-      string.format(
-        "mia: `%s` is not a value of %s's setting `%s`. Values: %s",
-        tostring(value),
-        current,
-        id,
-        value_list(option)
-      ),
-      0
-    )
-  end
+  local option = config_option(id) or {}
+  local name = current
+  local native = require("mia.core").call(core().agent_set_config, M.target(), id, value)
+  local wire = value
   if option.type == "boolean" then
     wire = value == "true"
   end
-  local name = current
-  local native = require("mia.core").call(core().agent_set_config, M.spec(name), id, wire)
   require("mia.bridge").watch(native.id, {
     on_done = function()
       vim.notify(string.format("mia: %s's %s is now %s", name, option.name or id, value), vim.log.levels.INFO)
@@ -327,7 +306,7 @@ function M.describe()
   return lines
 end
 
---- Completion after `:Mia mode` for an external agent: with no word yet,
+--- Completion after `:Mia mode`: with no word yet,
 --- its mode ids and setting ids; after a setting id, that setting's values.
 --- @param words string[] the whole words typed after `mode`
 --- @return string[]
@@ -361,9 +340,8 @@ function M.load(name, id, opts)
   end
   local chat = require("mia.chat")
   chat._begin_agent_load(opts.title)
-  local c = core()
-  watch(name, require("mia.core").call(c.agent_connect, spec))
-  local native = require("mia.core").call(c.agent_load, spec, id, opts.cwd)
+  M.connect()
+  local native = require("mia.core").call(core().agent_load, spec, id, opts.cwd)
   require("mia.bridge").watch(native.id, {
     on_done = function()
       chat._agent_loaded(nil)

@@ -320,60 +320,33 @@ function M.context(cb)
   return require("mia.context").fetch(cb)
 end
 
---- The session's modes in ACP's SessionModeState shape.
+--- The agent's modes in ACP's SessionModeState shape, as the agent the
+--- chat talks to announced them (mia's own included).
 --- @return { currentModeId: string, availableModes: { id: string, name: string, description: string }[] }
 function M.modes()
-  local agents = package.loaded["mia.agents"]
-  if agents and agents.external() then
-    -- An external agent's own modes (its session/new answer and current_mode_update).
-    return agents.modes() or { currentModeId = "", availableModes = {} }
-  end
-  local modes = require("mia.config").modes()
-  local list = {}
-  for _, id in ipairs(modes.order) do
-    local m = modes.by_id[id]
-    list[#list + 1] = { id = id, name = m.name, description = m.description }
-  end
-  local chat = package.loaded["mia.chat"]
-  return { currentModeId = chat and chat.mode() or require("mia.config").get().mode, availableModes = list }
+  return require("mia.agents").modes() or { currentModeId = "", availableModes = {} }
 end
 
---- Switches the chat's mode; takes effect at the next request, also while
---- an answer streams. Fires `User MiaModeChanged`.
+--- Switches the agent's mode (one it offers: see |mia.modes()|); mia's own
+--- agent takes it at the next request, also while an answer streams.
+--- Fires `User MiaModeChanged` when the agent announces the switch.
 --- @param id string
 function M.set_mode(id)
-  local agents = package.loaded["mia.agents"]
-  if agents and agents.external() then
-    agents.set_mode(id)
-    return
-  end
-  local modes = require("mia.config").modes()
-  if not modes.by_id[id] then
-    error(string.format("mia: unknown mode `%s`. Modes: %s", tostring(id), table.concat(modes.order, ", ")), 0)
-  end
   require("mia.chat").set_mode(id)
 end
 
---- The external agent's settings (ACP's SessionConfigOption list: `{ id,
---- name, type, currentValue, options }`); empty for mia's own agent.
+--- The agent's settings (ACP's SessionConfigOption list: `{ id, name,
+--- type, currentValue, options }`); empty for mia's own agent.
 --- @return table[]
 function M.config_options()
-  local agents = package.loaded["mia.agents"]
-  if agents and agents.external() then
-    return agents.config_options()
-  end
-  return {}
+  return require("mia.agents").config_options()
 end
 
---- Sets the external agent's setting `id` to `value` (`session/set_config_option`).
+--- Sets the agent's setting `id` to `value` (`session/set_config_option`).
 --- @param id string
 --- @param value string
 function M.set_config_option(id, value)
-  local agents = package.loaded["mia.agents"]
-  if not (agents and agents.external()) then
-    error("mia: only an external agent has settings; switch to one with :Mia agent {name}", 0)
-  end
-  agents.set_config(id, value)
+  require("mia.agents").set_config(id, value)
 end
 
 --- Sessions: list, load, rename, delete (see |mia.sessions|).

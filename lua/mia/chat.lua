@@ -67,29 +67,45 @@ function M.mode()
   return session.mode or require("mia.config").get().mode
 end
 
---- The id of the chat's session, created in the core on first use.
+--- The id of the chat's session, started in the core on first use (the
+--- agent's answer also says its modes, as ACP's session/new does).
 function M.session_id()
   if not session.id then
     local cfg = require("mia.config").get()
-    session.id = require("mia.core").call(core().session_new, {
+    local started = require("mia.core").call(core().agent_new_session, require("mia.agents").target(), {
       cwd = vim.fn.getcwd(),
       mode = M.mode(),
       model = cfg.model,
       title = session.title,
     })
+    session.id = started.sessionId
   end
   return session.id
 end
 
---- Sets the chat's mode (see mia.set_mode, which validates it); the core's
---- session uses it from its next request, also mid-answer. mia's own agent
---- announces the switch with a `current_mode_update`, drawn as an external
---- agent's is.
+--- Switches the agent's mode (`mia.set_mode`); the core refuses a mode the
+--- agent does not offer. An agent that switched at once (mia's own) answers
+--- with its `current_mode_update`, drawn as any agent's is, and the chat's
+--- session uses the mode from its next request, also mid-answer; one that
+--- was asked (an external agent) announces the switch on its own stream.
 function M.set_mode(id)
-  local previous = M.mode()
-  local update = require("mia.core").call(core().session_switch_mode, session.id, id, previous)
-  session.mode = id
-  M._agent_update(update)
+  local agents = require("mia.agents")
+  local name = agents.current()
+  local switched = require("mia.core").call(core().agent_set_mode, agents.target(), session.id, id)
+  if switched.update then
+    session.mode = id
+    M._agent_update(switched.update)
+  end
+  if switched.pending then
+    require("mia.bridge").watch(switched.pending.id, {
+      on_done = function()
+        vim.notify(string.format("mia: %s's mode is now %s", name, id), vim.log.levels.INFO)
+      end,
+      on_error = function(err)
+        vim.notify(err.message, vim.log.levels.ERROR)
+      end,
+    })
+  end
 end
 
 --- True once the session holds something a request would send.
@@ -101,7 +117,7 @@ end
 function M.rename(title)
   session.title = title
   if session.id then
-    pcall(require("mia.core").call, core().session_set, session.id, { title = title })
+    pcall(require("mia.core").call, core().agent_set_session, session.id, { title = title })
     pcall(require("mia.sessions").rename, session.id, title)
   end
 end
@@ -274,12 +290,7 @@ local function on_update(u)
     return
   end
   if u.sessionUpdate == "available_commands_update" then
-    local agents = package.loaded["mia.agents"]
-    if agents and agents.external() then
-      require("mia.slash").set_external_commands(u.availableCommands)
-    else
-      set_agent_commands(u.availableCommands)
-    end
+    require("mia.agents").commands_changed(u.availableCommands, set_agent_commands)
     return
   end
   if u.sessionUpdate == "config_option_update" then
@@ -294,7 +305,6 @@ local function on_update(u)
   local ev = render.update(buf, u)
   if ev and (ev.status == "done" or ev.status == "failed" or ev.status == "rejected" or ev.status == "cancelled") then
     local agents = package.loaded["mia.agents"]
-    local external = agents and agents.external() and agents.current() or nil
     api.nvim_exec_autocmds("User", {
       pattern = "MiaToolInvoked",
       data = {
@@ -302,7 +312,7 @@ local function on_update(u)
         status = ev.status,
         duration_ms = ev.duration_ms,
         id = ev.id,
-        agent = { name = external or "mia", mode = M.mode() },
+        agent = { name = agents and agents.current() or "mia", mode = M.mode() },
         metadata = ev.metadata,
       },
     })
@@ -322,7 +332,7 @@ function M.focus_file()
   return best
 end
 
---- The table `session_prompt` takes for `content` (and `:Mia context`
+--- The table `agent_prompt` takes for `content` (and `:Mia context`
 --- counts): one place builds it, so the count is of what is sent.
 --- @param content string
 --- @param model? string
@@ -346,14 +356,13 @@ end
 --- @param cb fun(err: table?, report: table?)
 --- @param attachments? table[] what the text's @-mentions attach (|mia-mentions|)
 function M.context(content, cb, attachments)
-  local agents = package.loaded["mia.agents"]
-  if agents and agents.external() then
-    error("mia: :Mia context counts mia's own requests; an external agent builds its own", 0)
+  local agents = require("mia.agents")
+  if agents.runs_mia_tools() then
+    project_tools()
   end
-  project_tools()
   local t = M.prompt_table(content)
   t.attachments = attachments
-  return require("mia")._job("session_context", cb, M.session_id(), t)
+  return require("mia")._job("agent_context", cb, agents.target(), M.session_id(), t)
 end
 
 --- Sends `text` as the next user turn and streams the answer.
@@ -370,7 +379,8 @@ function M.prompt(text, opts)
   if last_state == "loading" then
     error("mia: the agent is still replaying the session you picked; send your prompt when it is drawn.", 0)
   end
-  local c = core() -- fails early, with the loader's message, before anything changes
+  core() -- fails early, with the loader's message, before anything changes
+  local agents = require("mia.agents")
   local cfg = require("mia.config").get()
   local model = opts.model or cfg.model
   local content = text
@@ -379,31 +389,19 @@ function M.prompt(text, opts)
   end
   session.title = session.title or vim.trim(text):sub(1, 80)
   local id = M.session_id()
-  local agents = package.loaded["mia.agents"]
-  local native
-  if agents and agents.external() then
-    if opts.attachments and #opts.attachments > 0 then
-      error("mia: @-mentions of files, buffers and images are sent by mia's own agent only; "
-        .. agents.current() .. " gets text. Switch back with :Mia agent mia, or remove the mentions.", 0)
-    end
-    -- An external ACP agent answers; its updates draw the same way.
-    M.open()
-    model = agents.current()
-    native = agents.prompt(content, id)
-  else
+  if agents.runs_mia_tools() then
     project_tools()
-    local table_ = M.prompt_table(content, model)
-    table_.attachments = opts.attachments
-    local sent, result = pcall(require("mia.core").call, c.session_prompt, id, table_)
-    -- The request is on its way: the chat opens (filetype plugins and all)
-    -- while it flies; its answer is drawn after this command returns.
-    M.open()
-    if not sent then
-      error(result, 0)
-    end
-    native = result
   end
-  local entry = { model = model, retries = 0 }
+  local table_ = M.prompt_table(content, model)
+  table_.attachments = opts.attachments
+  local sent, native = pcall(agents.prompt, id, table_)
+  -- The request is on its way: the chat opens (filetype plugins and all)
+  -- while it flies; its answer is drawn after this command returns.
+  M.open()
+  if not sent then
+    error(native, 0)
+  end
+  local entry = { model = agents.answer_label(model), retries = 0 }
   entry.handle = require("mia")._handle_of(native)
   current = entry
   last_state = "streaming"
@@ -462,7 +460,7 @@ function M.load(data)
   end
   if session.id and session.id ~= data.session.sessionId then
     end_session()
-    pcall(core().session_close, session.id)
+    pcall(core().agent_close_session, session.id)
   end
   local b = M.buffer()
   window.clear()
@@ -519,7 +517,7 @@ function M.compact()
   if not M.has_messages() then
     error("mia: nothing to compact: the chat is empty", 0)
   end
-  local native = require("mia.core").call(core().session_compact, session.id)
+  local native = require("mia.core").call(core().agent_compact, require("mia.agents").target(), session.id)
   local id = session.id
   require("mia.bridge").watch(native.id, {
     on_update = function(u)
@@ -598,7 +596,7 @@ function M.clear()
   end
   end_session()
   if session.id then
-    pcall(core().session_close, session.id)
+    pcall(core().agent_close_session, session.id)
   end
   session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0 }
   set_agent_commands({})

@@ -37,7 +37,7 @@ function M.fetch(cb)
   end)
 end
 
---- The float's lines for `report` (what `session_context` returns).
+--- The float's lines for `report` (what `agent_context` returns).
 --- @param r table
 --- @return string[]
 function M.lines(r)

@@ -35,22 +35,19 @@ end
 --- How long each external agent may take to list its sessions.
 M.agent_timeout_ms = 5000
 
---- The query for the core's `sessions_everywhere`: every configured agent
---- (the core asks the running ones) and the chat's agent (started).
-local function everywhere(only_agent)
+--- The query for the core's `agent_list_all`: every configured agent (the
+--- core asks the running ones) and the chat's agent (started).
+local function everywhere()
   local agents = require("mia.agents")
   local specs = {}
-  local names = only_agent and { only_agent } or agents.names()
-  for _, name in ipairs(names) do
+  for _, name in ipairs(agents.names()) do
     specs[#specs + 1] = agents.spec(name) -- fails with the configured names
   end
-  local current = only_agent or (agents.external() and agents.current() or nil)
   return {
     cwd = vim.fn.getcwd(),
     agents = #specs > 0 and specs or nil,
-    current = current,
+    current = agents.current(),
     timeout_ms = M.agent_timeout_ms,
-    own = only_agent == nil,
   }
 end
 
@@ -71,32 +68,21 @@ function M.list(opts, cb)
     cb = { cb, "function", true },
   })
   if opts.agent then
-    local query = everywhere(opts.agent)
-    local function done(err, r)
-      if not err and r and #r.failed > 0 then
-        err = { message = string.format("mia: cannot list the sessions of `%s`: %s", opts.agent, r.failed[1].reason) }
-      end
-      return err, (not err) and { sessions = r.sessions } or nil
-    end
+    local spec = require("mia.agents").spec(opts.agent) -- fails with the configured names
+    local query = { timeout_ms = M.agent_timeout_ms }
     if cb then
-      start("sessions_everywhere", function(err, r)
-        cb(done(err, r))
-      end, query)
+      start("agent_list", cb, spec, query)
       return
     end
     -- Its start (up to a minute) comes before its 5 s to answer.
-    local err, r = done(nil, wait_job(65000, "the agent `" .. opts.agent .. "`", "sessions_everywhere", query))
-    if err then
-      error(err.message, 0)
-    end
-    return r
+    return wait_job(65000, "the agent `" .. opts.agent .. "`", "agent_list", spec, query)
   end
   local query = { cwd = opts.cwd, cursor = opts.cursor, limit = opts.limit }
   if cb then
-    start("sessions_list", cb, query)
+    start("agent_list", cb, nil, query)
     return
   end
-  return job("sessions_list", query)
+  return job("agent_list", nil, query)
 end
 
 --- Reopens session `id` in the chat with its full history; the next prompt
@@ -110,7 +96,7 @@ function M.load(id, opts)
     require("mia.agents").load(opts.agent, id, { cwd = opts.cwd, title = opts.title })
     return nil
   end
-  local data = job("session_open", id)
+  local data = job("agent_load", nil, id)
   require("mia.chat").load(data)
   return data
 end
@@ -144,11 +130,11 @@ end
 --- `cb(err, entries, failed)` where `failed` lists `{ agent, reason }` of
 --- agents that did not answer in time or failed.
 function M.entries(cb)
-  local ok, query = pcall(everywhere, nil)
+  local ok, query = pcall(everywhere)
   if not ok then
     return cb({ message = tostring(query) })
   end
-  start("sessions_everywhere", function(err, r)
+  start("agent_list_all", function(err, r)
     if err then
       return cb(err)
     end

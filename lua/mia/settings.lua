@@ -86,7 +86,15 @@ function M.agent()
       rules[#rules + 1] = { tool = "switch_mode", action = "deny", mode = id }
     end
   end
+  -- The modes mia's own agent announces (ACP's availableModes), in order.
+  local announced = {}
+  for _, id in ipairs(modes.order) do
+    local m = modes.by_id[id]
+    announced[#announced + 1] = { id = id, name = m.name, description = m.description }
+  end
   return {
+    modes = announced,
+    mode = c.mode,
     permissions = { modes = policies, rules = rules },
     mode_prompts = next(prompts) and prompts or vim.empty_dict(),
     mode_tools = next(tools) and tools or vim.empty_dict(),

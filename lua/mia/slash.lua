@@ -68,39 +68,27 @@ add({
   description = "show or switch the mode (an external agent's settings too)",
   input_hint = "mode id | setting value",
   run = function(input)
-    local agents = package.loaded["mia.agents"]
-    local external = agents and agents.external()
+    local agents = require("mia.agents")
     if input == "" then
-      if external then
-        lines_message(agents.describe())
-      else
-        lines_message({ "mode: " .. require("mia").modes().currentModeId })
-      end
+      lines_message(agents.describe())
       return
     end
     local id, value = input:match("^(%S+)%s+(.-)%s*$")
-    if id and external then
+    if id then
       agents.set_config(id, value)
       return
-    elseif id then
-      error("mia: usage: /mode {id} (settings with a value are an external agent's; see :Mia agent)", 0)
     end
     require("mia").set_mode(input)
   end,
   complete = function(arg)
-    local agents = package.loaded["mia.agents"]
-    if agents and agents.external() then
-      local first = arg:match("^(%S+)%s")
-      if first then
-        return vim.tbl_map(function(v)
-          return first .. " " .. v
-        end, agents.complete_mode({ first }))
-      end
-      return agents.complete_mode({})
+    local agents = require("mia.agents")
+    local first = arg:match("^(%S+)%s")
+    if first then
+      return vim.tbl_map(function(v)
+        return first .. " " .. v
+      end, agents.complete_mode({ first }))
     end
-    return vim.tbl_map(function(m)
-      return m.id
-    end, require("mia").modes().availableModes)
+    return agents.complete_mode({})
   end,
 })
 add({

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-mod acp_api;
+mod agent_api;
 mod checkpoint_api;
 mod drain_json;
 mod error;
@@ -286,102 +286,6 @@ pub(super) fn lua_error(e: impl std::fmt::Display) -> LuaError {
     NvimError::Failed(e.to_string()).into()
 }
 
-/// mia's own agent, behind the one agent interface external agents share.
-fn own() -> mia_engine::agent::iface::Agent {
-    mia_engine::agent::iface::Agent::Own(app().clone())
-}
-
-fn open_session(id: &str) -> LuaResult<std::sync::Arc<mia_engine::session::Session>> {
-    app().session(id).map_err(lua_error)
-}
-
-/// What `session_new` takes.
-#[derive(serde::Deserialize)]
-struct NewSession {
-    cwd: String,
-    #[serde(default = "default_mode")]
-    mode: String,
-    model: String,
-    #[serde(default)]
-    title: Option<String>,
-}
-
-fn default_mode() -> String {
-    mia_engine::shared::DEFAULT_MODE.to_string()
-}
-
-/// `session_new({ cwd, mode?, model, title? })` -> id: a new, empty chat
-/// session owned by the core (stored at its first prompt).
-fn session_new(lua: &Lua, opts: LuaValue) -> LuaResult<String> {
-    guarded("session_new", || {
-        let opts: NewSession = lua
-            .from_value(opts)
-            .map_err(|e| LuaError::from(NvimError::argument_raw("mia", "session options", e)))?;
-        let id = mia_engine::session::new_session_id();
-        let info = mia_engine::session::SessionInfo {
-            id: id.clone(),
-            cwd: PathBuf::from(opts.cwd),
-            title: opts.title,
-            mode: opts.mode,
-            model: opts.model,
-            agent: "mia".into(),
-            created_at_ms: mia_engine::session::now_ms(),
-        };
-        app()
-            .sessions()
-            .insert(mia_engine::session::Session::new(info, None, app().telemetry()));
-        Ok(id)
-    })
-}
-
-/// The prompt table `session_prompt` and `session_context` take, or one
-/// clear error naming `what` was called.
-fn prompt_of(lua: &Lua, prompt: LuaValue, what: &'static str) -> LuaResult<mia_engine::agent::Prompt> {
-    lua.from_value(prompt)
-        .map_err(|e| NvimError::argument(what, "request", e).into())
-}
-
-/// `session_prompt(id, { content, model?, mode?, system?, title?, ... })` -> handle:
-/// one prompt turn. Its ACP updates and its end arrive as events; Lua never
-/// sends the history. Refused while the session has a turn in flight.
-fn session_prompt(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
-    guarded("session_prompt", || {
-        let prompt = prompt_of(lua, prompt, "mia.prompt")?;
-        let cancel = CancellationToken::new();
-        let stream = own()
-            .prompt(
-                mia_engine::agent::iface::Prompt::Own {
-                    session_id: id,
-                    prompt: Box::new(prompt),
-                },
-                new_stream,
-                cancel.clone(),
-            )
-            .map_err(lua_error)?;
-        Ok(StreamHandle { id: stream, cancel })
-    })
-}
-
-/// `session_context(id, prompt)` -> handle whose result is what the
-/// session's next request would carry if `prompt` (the table
-/// `session_prompt` takes) were sent now, part by part with token counts
-/// (`:Mia context`). Nothing is sent to the model or stored.
-fn session_context(lua: &Lua, (id, prompt): (String, LuaValue)) -> LuaResult<StreamHandle> {
-    guarded("session_context", || {
-        let prompt = prompt_of(lua, prompt, "mia.context")?;
-        let session = open_session(&id)?;
-        let (rt, queue) = runtime_and_queue()?;
-        let stream = NEXT_STREAM.fetch_add(1, Ordering::Relaxed);
-        let cancel = CancellationToken::new();
-        let deps = app().agent_deps(queue.clone());
-        stream_task::spawn_job(&rt, queue, stream, cancel.clone(), async move {
-            let report = mia_engine::agent::context::report(&deps, stream, &session, &prompt).await?;
-            Ok(serde_json::to_value(report).unwrap_or(serde_json::Value::Null))
-        });
-        Ok(StreamHandle { id: stream, cancel })
-    })
-}
-
 /// `model_info("provider/model", pricing)` -> `{ context?, input, output }`
 /// from the price table with the user's `pricing` overrides, or nil when
 /// the model has no price: `:checkhealth` says what `:Mia context` and the
@@ -401,82 +305,6 @@ fn model_info(lua: &Lua, (model, pricing): (String, LuaValue)) -> LuaResult<LuaV
             ),
             None => Ok(LuaValue::Nil),
         }
-    })
-}
-
-/// `session_set(id, { mode?, model?, title? })`: later requests of the
-/// session (the turn in flight included) use them.
-fn session_set(lua: &Lua, (id, opts): (String, LuaValue)) -> LuaResult<()> {
-    #[derive(serde::Deserialize, Default)]
-    #[serde(default)]
-    struct Set {
-        mode: Option<String>,
-        model: Option<String>,
-        title: Option<String>,
-    }
-    guarded("session_set", || {
-        let set: Set = lua.from_value(opts).map_err(lua_error)?;
-        let session = open_session(&id)?;
-        session.update_info(set.mode.as_deref(), set.model.as_deref(), set.title.as_deref());
-        Ok(())
-    })
-}
-
-/// `session_switch_mode(id?, mode, previous)` -> update: mia's own agent
-/// switches to `mode` and announces it as an external agent does, with
-/// ACP's `current_mode_update` (`_meta.mia.previousModeId`: the mode it
-/// left), which the chat draws as it draws an external agent's. Without a
-/// session yet (nothing sent), the chat's mode `previous` is the one left.
-fn session_switch_mode(lua: &Lua, (id, mode, previous): (Option<String>, String, String)) -> LuaResult<LuaValue> {
-    guarded("session_switch_mode", || {
-        match own().set_mode(id.as_deref(), &mode, &previous).map_err(lua_error)? {
-            mia_engine::agent::iface::ModeSwitch::Announced(update) => to_lua(lua, update.as_ref()),
-            // (mia's own agent always announces at once.)
-            mia_engine::agent::iface::ModeSwitch::Asked(_) => Ok(LuaValue::Nil),
-        }
-    })
-}
-
-/// `session_compact(id)` -> handle: `/compact`. Its `compaction_update`
-/// arrives as an event, then an empty result. Refused while a turn runs.
-fn session_compact(_: &Lua, id: String) -> LuaResult<StreamHandle> {
-    guarded("session_compact", || {
-        let cancel = CancellationToken::new();
-        let stream = app().compact(&id, new_stream, cancel.clone()).map_err(lua_error)?;
-        Ok(StreamHandle { id: stream, cancel })
-    })
-}
-
-/// `session_open(id)` -> handle whose result is `{ session, items, cost_usd }`:
-/// the stored session, now owned by the core, and every update it sent
-/// (ACP's `session/load` replay), in order.
-fn session_open(_: &Lua, id: String) -> LuaResult<StreamHandle> {
-    let loaded = own().load(id, None);
-    start_job("session_open", move |_| async move {
-        loaded
-            .await
-            .map_err(|e| mia_llm::error::LlmError::new(mia_llm::error::ErrorClass::InvalidRequest, None, e.to_string()))
-    })
-}
-
-/// `session_messages(id)` -> handle whose result is what the session's next
-/// request would send (a Lua tool's `ctx.conversation()`); empty for an unknown id.
-fn session_messages(_: &Lua, id: String) -> LuaResult<StreamHandle> {
-    start_job("session_messages", move |_| async move {
-        let messages = app()
-            .sessions()
-            .get(&id)
-            .map(|s| s.request_messages())
-            .unwrap_or_default();
-        Ok(serde_json::to_value(messages).unwrap_or(serde_json::Value::Null))
-    })
-}
-
-/// `session_close(id)`: the core forgets the session (its turn, if any, is cancelled).
-fn session_close(_: &Lua, id: String) -> LuaResult<()> {
-    guarded("session_close", || {
-        app().sessions().close(&id);
-        Ok(())
     })
 }
 
@@ -854,16 +682,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
     m.set("set_hooks", lua.create_function(set_hooks)?)?;
-    m.set("session_new", lua.create_function(session_new)?)?;
-    m.set("session_prompt", lua.create_function(session_prompt)?)?;
-    m.set("session_set", lua.create_function(session_set)?)?;
-    m.set("session_switch_mode", lua.create_function(session_switch_mode)?)?;
-    m.set("session_context", lua.create_function(session_context)?)?;
     m.set("model_info", lua.create_function(model_info)?)?;
-    m.set("session_compact", lua.create_function(session_compact)?)?;
-    m.set("session_open", lua.create_function(session_open)?)?;
-    m.set("session_close", lua.create_function(session_close)?)?;
-    m.set("session_messages", lua.create_function(session_messages)?)?;
     m.set("format_footer", lua.create_function(format_footer)?)?;
     m.set("reply", lua.create_function(reply)?)?;
     m.set("run_tool", lua.create_function(run_tool)?)?;
@@ -873,7 +692,6 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("costs_export_drop", lua.create_function(store_api::costs_export_drop)?)?;
     m.set("checkpoints", lua.create_function(checkpoint_api::checkpoints)?)?;
     m.set("checkpoint_undo", lua.create_function(checkpoint_api::checkpoint_undo)?)?;
-    m.set("sessions_list", lua.create_function(store_api::sessions_list)?)?;
     m.set("session_rename", lua.create_function(store_api::session_rename)?)?;
     m.set("session_delete", lua.create_function(store_api::session_delete)?)?;
     m.set("register_tool", lua.create_function(register_tool)?)?;
@@ -902,18 +720,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
         "telemetry_status",
         lua.create_function(telemetry_api::telemetry_status)?,
     )?;
-    m.set("agent_connect", lua.create_function(acp_api::agent_connect)?)?;
-    m.set("agent_prompt", lua.create_function(acp_api::agent_prompt)?)?;
-    m.set("agent_info", lua.create_function(acp_api::agent_info)?)?;
-    m.set("agent_set_mode", lua.create_function(acp_api::agent_set_mode)?)?;
-    m.set("agent_set_config", lua.create_function(acp_api::agent_set_config)?)?;
-    m.set("agent_load", lua.create_function(acp_api::agent_load)?)?;
-    m.set(
-        "sessions_everywhere",
-        lua.create_function(acp_api::sessions_everywhere)?,
-    )?;
-    m.set("agent_probe", lua.create_function(acp_api::agent_probe)?)?;
-    m.set("agent_stop", lua.create_function(acp_api::agent_stop)?)?;
+    agent_api::register(lua, &m)?;
 
     /// `shared()` -> what Lua and the core must agree on (crates/engine/src/shared.rs):
     /// `{ providers, provider_kinds, modes, user_mode_permissions,

@@ -20,16 +20,8 @@ fn no_store() -> LlmError {
     )
 }
 
-pub(super) fn store_error(e: mia_store::StoreError) -> LlmError {
+fn store_error(e: mia_store::StoreError) -> LlmError {
     LlmError::new(ErrorClass::InvalidRequest, None, format!("mia: {e}"))
-}
-
-/// ISO 8601 (UTC) for ACP's `updatedAt`.
-fn iso(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
-        .unwrap_or_default()
 }
 
 #[derive(Deserialize, Default)]
@@ -169,48 +161,6 @@ pub fn costs_export(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
         let id = NEXT_EXPORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         exports().push((id, out.chunks.into()));
         Ok(json!({ "id": id, "rows": out.rows }))
-    })
-}
-
-pub(super) fn session_info(s: &mia_store::SessionSummary) -> Value {
-    json!({
-        "sessionId": s.id,
-        "cwd": s.cwd,
-        "title": s.title,
-        "updatedAt": iso(s.updated_at_ms),
-        "_meta": {
-            "messageCount": s.message_count,
-            "costUsd": s.cost_usd,
-            "mode": s.mode,
-            "model": s.model,
-            "createdAt": iso(s.created_at_ms),
-            "updatedAtMs": s.updated_at_ms,
-        }
-    })
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ListQuery {
-    cwd: Option<String>,
-    cursor: Option<String>,
-    limit: Option<usize>,
-}
-
-/// `sessions_list({ cwd, cursor, limit })` -> handle; ACP ListSessionsResponse.
-pub fn sessions_list(lua: &Lua, query: LuaValue) -> LuaResult<StreamHandle> {
-    let q: ListQuery = lua.from_value(query).unwrap_or_default();
-    start_job("sessions_list", move |_| async move {
-        let store = app().store().await.ok_or_else(no_store)?;
-        let page = store
-            .list_sessions(q.cwd.as_deref(), q.cursor.as_deref(), q.limit.unwrap_or(50))
-            .await
-            .map_err(store_error)?;
-        let mut out = json!({ "sessions": page.sessions.iter().map(session_info).collect::<Vec<_>>() });
-        if let Some(next) = page.next_cursor {
-            out["nextCursor"] = json!(next);
-        }
-        Ok(out)
     })
 }
 

@@ -50,6 +50,8 @@ pub struct App {
     telemetry: Arc<Hub>,
     /// The MCP servers started for this app.
     mcp: Arc<crate::mcp::McpServers>,
+    /// What mia's own agent keeps between a front-end's calls (its mode).
+    own: crate::agent::iface::OwnAgent,
 }
 
 /// The agent settings in force, shared with what reads them later (an
@@ -81,7 +83,13 @@ impl App {
             agents: Mutex::default(),
             telemetry,
             mcp: Arc::default(),
+            own: Default::default(),
         })
+    }
+
+    /// What mia's own agent keeps between a front-end's calls.
+    pub fn own_agent(&self) -> &crate::agent::iface::OwnAgent {
+        &self.own
     }
 
     /// The MCP servers this app started (`setup()`'s and every mia-acp session's).

@@ -188,7 +188,7 @@ function M.turn_end(buf, e)
   s.last = "end"
 end
 
---- Draws a whole replayed session: `items` as `session_open` returns them
+--- Draws a whole replayed session: `items` as `agent_load` returns them
 --- (`{ update = u }` or ``{ ["end"] = e }``).
 function M.replay(buf, items)
   for _, item in ipairs(items) do

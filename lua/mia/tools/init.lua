@@ -293,7 +293,7 @@ function M.run(call, data)
     if me ~= co then
       error("ctx.conversation must be called from the tool's own execute function", 2)
     end
-    require("mia")._job("session_messages", function(err, messages)
+    require("mia")._job("agent_messages", function(err, messages)
       vim.schedule(function()
         if not state.finished and coroutine.status(co) == "suspended" then
           step((err or type(messages) ~= "table") and {} or messages)

@@ -7,7 +7,7 @@
 //! ([`mia_llm::count::estimate_tokens`]) and says so.
 //!
 //! A new kind of part (attachments, say) is one more entry in
-//! [`Estimates`]: the prompt table is the same one `session_prompt` takes.
+//! [`Estimates`]: the prompt table is the same one `agent_prompt` takes.
 
 use serde::Serialize;
 

@@ -4,9 +4,11 @@
 //! summarized by the same model, the summary stored as a message of its own)
 //! and a retry.
 
+pub mod choices;
 mod compaction;
 pub mod context;
 pub mod iface;
+pub mod listing;
 mod live;
 pub mod mentions;
 pub mod record;
@@ -60,6 +62,11 @@ pub struct AgentSettings {
     pub mcp: Vec<crate::mcp::McpServerSpec>,
     /// Project rules files (`setup({ rules = ... })`), read at every turn's start.
     pub rules: rules::RulesSettings,
+    /// The modes mia's own agent offers, in order (built-in ones, then the
+    /// user's): what it announces, as ACP's `availableModes`.
+    pub modes: Vec<ModeInfo>,
+    /// The mode a new chat starts in (`setup({ mode })`).
+    pub mode: String,
     /// Whose `mcp` servers these are ([`crate::mcp::ensure_started_in`]): "" for
     /// `setup()`'s, a mia-acp session's id for the servers its client sent.
     #[serde(skip)]
@@ -83,9 +90,27 @@ impl Default for AgentSettings {
             checkpoints: Default::default(),
             mcp: Vec::new(),
             rules: Default::default(),
+            modes: crate::shared::builtin_modes()
+                .into_iter()
+                .map(|m| ModeInfo {
+                    id: m.id.into(),
+                    name: m.name.into(),
+                    description: m.description.into(),
+                })
+                .collect(),
+            mode: crate::shared::DEFAULT_MODE.into(),
             mcp_scope: String::new(),
         }
     }
+}
+
+/// One mode as an agent announces it (ACP's `SessionMode`).
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
+pub struct ModeInfo {
+    pub id: String,
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
 }
 
 /// What the user adds to a session: one prompt, and the settings it
@@ -482,7 +507,7 @@ pub async fn run(
         let mut answered_by = session.info().model;
         while turn < max_turns {
             turn += 1;
-            // The mode and model may change while the run goes on (`session_set`); each request uses the current ones.
+            // The mode and model may change while the run goes on (`agent_set_session`, a mode switch); each request uses the current ones.
             let info = session.info();
             if info.mode != agent.mode {
                 update(&deps.queue, stream, updates::mode_switched(&info.mode, &agent.mode));
