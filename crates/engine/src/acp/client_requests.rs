@@ -264,7 +264,16 @@ impl AgentProc {
 
 fn read_disk(path: &Path) -> Result<String, sdk::Error> {
     // Only a regular file, opened without blocking: a pipe would hold the agent's request forever.
-    let (file, len) = paths::open_regular(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    let (file, len) = paths::open_regular(path).map_err(|e| match e.kind() {
+        // ACP's "resource not found": the agent can tell a missing file (one
+        // it may create) from a failure.
+        std::io::ErrorKind::NotFound => sdk::Error::new(
+            sdk::ErrorCode::RESOURCE_NOT_FOUND,
+            format!("Resource not found: {}", path.display()),
+        )
+        .data(json!({ "uri": path.display().to_string() })),
+        _ => error(format!("cannot read {}: {e}", path.display())),
+    })?;
     if len > MAX_READ_BYTES {
         return Err(error(format!(
             "{} is larger than {} MB; read it with line and limit",
