@@ -485,7 +485,7 @@ fn session_close(_: &Lua, id: String) -> LuaResult<()> {
 fn format_footer(lua: &Lua, end: LuaValue) -> LuaResult<String> {
     guarded("format_footer", || {
         let end: mia_engine::session::TurnEnd = lua.from_value(end).map_err(lua_error)?;
-        Ok(mia_cost::footer(&end.model, &end.usage, &end.cost))
+        Ok(end.footer())
     })
 }
 

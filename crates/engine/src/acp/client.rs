@@ -703,6 +703,7 @@ impl AgentProc {
             error,
             notice: None,
             session_cost_usd: None,
+            usage_unreported: false,
         }
     }
 
@@ -823,6 +824,10 @@ impl AgentProc {
             _ => Stop::EndTurn,
         };
         let mut end = self.end(if cancelled { Stop::Cancelled } else { stop }, None);
+        // No token counts in the answer (Gemini CLI keeps its own in
+        // `_meta.quota`, not read: its slash commands answer zeros there that
+        // were never measured): the footer says so instead of showing zeros.
+        end.usage_unreported = response.usage.is_none();
         if let Some(u) = &response.usage {
             end.usage = Usage {
                 input_tokens: u.input_tokens,

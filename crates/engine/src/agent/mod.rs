@@ -651,6 +651,7 @@ fn finish(model: &str, usage: Usage, cost: Cost, session_cost_usd: f64, stop: St
         error: None,
         notice,
         session_cost_usd: Some(session_cost_usd),
+        usage_unreported: false,
     }
 }
 
@@ -668,6 +669,7 @@ pub fn failed_end(model: &str, error: &LlmError) -> TurnEnd {
         }),
         notice: None,
         session_cost_usd: None,
+        usage_unreported: false,
     }
 }
 

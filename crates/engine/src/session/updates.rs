@@ -300,6 +300,22 @@ pub struct TurnEnd {
     /// The session's cost after this turn (not stored: it changes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_cost_usd: Option<f64>,
+    /// Nobody reported the turn's token counts (an external agent that sends
+    /// none): `usage` holds zeros that were never measured.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_unreported: bool,
+}
+
+impl TurnEnd {
+    /// The chat's line under the answer: the model, the tokens and the cost
+    /// ([`mia_cost::footer`]), or that the usage was not reported.
+    pub fn footer(&self) -> String {
+        if self.usage_unreported {
+            mia_cost::footer_unreported(&self.model, &self.cost)
+        } else {
+            mia_cost::footer(&self.model, &self.usage, &self.cost)
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -449,6 +465,7 @@ pub fn replay(log: &[MessageRow]) -> Vec<ReplayItem> {
                 error: None,
                 notice: Some("interrupted: Neovim closed while this answer streamed".into()),
                 session_cost_usd: None,
+                usage_unreported: false,
             })));
         }
     }
@@ -499,6 +516,7 @@ mod tests {
             }),
             notice: None,
             session_cost_usd: None,
+            usage_unreported: false,
         };
         let mut row = crate::session::message_row("s", "s-1".into(), Role::Assistant, json!([]), MessageState::Error);
         row.meta = json!({ "turn_end": end });
