@@ -252,3 +252,29 @@ def test_a_session_in_proc_never_reads_its_files_and_a_cancel_ends_its_command(t
         assert not list((tmp_path / "data").glob("checkpoints/objects/*/*"))
     finally:
         acp.close()
+
+
+def test_a_reviewed_write_file_is_pending_until_allowed_then_in_progress_as_bash_is(tmp_path, server):
+    from acp_agents import missing, run_sdk_client
+    if missing():
+        pytest.skip(missing())
+    need_binary()
+    config = acp_config(tmp_path, server)
+    project = tmp_path / "proj"
+    project.mkdir()
+    prompts = [{"text": 'tool bash {"command":"echo hi"}'},
+               {"text": 'tool write_file {"path":"new.txt","content":"hello\\n"}'}]
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    run = run_sdk_client([BIN, "--config", config], prompts, project, env=env)
+    assert run.returncode == 0, run.explain()
+    assert (project / "new.txt").read_text() == "hello\n", run.explain()
+    for turn in (0, 1):
+        steps = []
+        for line in run.lines:
+            if line.get("turn") != turn:
+                continue
+            if line["event"] == "permission":
+                steps.append("permission")
+            elif line["event"] == "update" and line["kind"] in ("tool_call", "tool_call_update") and line.get("status"):
+                steps.append(line["status"])
+        assert steps == ["pending", "permission", "in_progress", "completed"], (turn, steps, run.explain())

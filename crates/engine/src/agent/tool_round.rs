@@ -270,6 +270,19 @@ pub async fn run(
     let runs = approved.into_iter().map(|(call, tool, checked, review)| {
         let queue = deps.queue.clone();
         let call_id = call.id.clone();
+        // A reviewed edit asks first (its review is the permission
+        // question): pending until the user accepts, as bash is.
+        let on_accepted: Option<Arc<dyn Fn() + Send + Sync>> = review.then(|| {
+            let (queue, call_id) = (deps.queue.clone(), call.id.clone());
+            Arc::new(move || {
+                update(
+                    &queue,
+                    stream,
+                    updates::tool_progress(&call_id, ToolStatus::Running, json!({})),
+                )
+            }) as Arc<dyn Fn() + Send + Sync>
+        });
+        let subject = checked.shown();
         let message_id = message_id.clone();
         let ctx = ToolContext {
             telemetry: deps.telemetry.clone(),
@@ -288,6 +301,7 @@ pub async fn run(
             lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()).with_editor_fs(),
             edits: scope.cloned(),
             review,
+            on_accepted,
             permissions: deps
                 .settings
                 .permissions
@@ -297,11 +311,12 @@ pub async fn run(
             }),
         };
         async move {
-            update(
-                &deps.queue,
-                stream,
-                updates::tool_progress(&call.id, ToolStatus::Running, json!({})),
-            );
+            let status = if review {
+                updates::tool_progress(&call.id, ToolStatus::AwaitingPermission, json!({ "subject": subject }))
+            } else {
+                updates::tool_progress(&call.id, ToolStatus::Running, json!({}))
+            };
+            update(&deps.queue, stream, status);
             let started = Instant::now();
             let out = tool.call(call.arguments.clone(), ctx).await;
             (call, out, started.elapsed())
