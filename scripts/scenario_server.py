@@ -143,6 +143,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   retry429-raw N V like retry429 N, but the 429 carries V verbatim: OpenAI and
                    Anthropic "retry-after: V" (no retry-after-ms), Gemini
                    RetryInfo retryDelay "V".  For hostile-server tests.
+  sameids SCENARIO SCENARIO (the words after "sameids") with OpenAI tool call
+                   ids "call_<k>" in every answer, as servers that number the
+                   calls of each answer do (ids reused across turns).
   split SCENARIO   SCENARIO (the words after "split"), its response body
                    written in pseudo-random 1-16 byte pieces (seeded by seq;
                    each its own HTTP chunk when chunked), each drained (this
@@ -408,6 +411,7 @@ class Plan:
     late: float = 0.0              # lateheaders: seconds before the headers
     window_limit: tuple | None = None  # window: (requests, seconds)
     gateway: tuple | None = None   # gateway: (header | usage | both, value text)
+    same_ids: bool = False         # sameids: OpenAI call ids "call_<k>" in every answer
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -421,6 +425,10 @@ def parse_scenario(text, seq, whole=None):
     if key == "split":
         plan = parse_scenario(text.split(None, 1)[1] if args else "", seq, whole)
         plan.split, plan.trickle = True, False
+        return plan
+    if key == "sameids":
+        plan = parse_scenario(text.split(None, 1)[1] if args else "", seq, whole)
+        plan.same_ids = True
         return plan
     if key in ("long", "reset", "stall", "truncate") and len(args) == 1 and n is not None:
         return Plan(key, Words(n), end="finish" if key == "long" else key)
@@ -688,6 +696,8 @@ class OpenAI(Format):
 
     @staticmethod
     def call_ids(plan, seq):
+        if plan.same_ids:
+            return [f"call_{k}" for k in range(len(plan.calls))]
         return [f"call_scn{seq}_{k}" for k in range(len(plan.calls))]
 
     def stream(self, plan, req, seq):

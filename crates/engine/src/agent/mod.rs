@@ -608,6 +608,7 @@ pub async fn run(
                     None,
                 ));
             }
+            let acp_ids = session.tool_call_ids(&message_id);
             let (results, outcomes) = tool_round::run(
                 &deps,
                 stream,
@@ -616,6 +617,7 @@ pub async fn run(
                 &info.id,
                 &message_id,
                 &done,
+                &acp_ids,
                 &mut remembered,
                 &cancel,
                 &chat.messages,
