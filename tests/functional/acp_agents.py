@@ -19,6 +19,12 @@ EXAMPLE_AGENT = MODULES / "acp-sdk-0.17" / "dist" / "examples" / "agent.js"
 CLAUDE_AGENT = MODULES / "@zed-industries" / "claude-agent-acp" / "dist" / "index.js"
 
 
+GEMINI_CLI = MODULES / "@google" / "gemini-cli" / "bundle" / "gemini.js"
+CODEX_ACP = MODULES / "@zed-industries" / "codex-acp-linux-x64" / "bin" / "codex-acp"
+GEMINI_MODEL = "gemini-2.5-flash"
+CODEX_MODEL = "gpt-5.4-mini"
+
+
 def node():
     """The node binary, or None."""
     return shutil.which("node")
@@ -95,3 +101,30 @@ def run_sdk_client(command, prompts, cwd, env=None, permission="allow_once", tim
                           env={k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC")})
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return Run(lines, proc.returncode, proc.stderr)
+
+
+def gemini_command():
+    return [node(), str(GEMINI_CLI), "--acp"]
+
+
+def gemini_env(port, home):
+    """What Gemini CLI 0.61.0 needs to run offline against the scenario
+    server on `port`: a throwaway HOME whose ~/.gemini/settings.json picks
+    the API key login and the model and turns off telemetry, usage
+    statistics, update checks and folder trust; any key; the scenario server
+    as Gemini's API (GOOGLE_GEMINI_BASE_URL)."""
+    home = Path(home)
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+        "telemetry": {"enabled": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        "model": {"name": GEMINI_MODEL},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=1))
+    return {
+        "HOME": str(home),
+        "GEMINI_API_KEY": "test-gemini-key",
+        "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}",
+    }
