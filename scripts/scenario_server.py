@@ -20,8 +20,9 @@ with its own state, ended by SIGTERM to its pid as usual.  At the end of
 stdin it ends the servers still running, then exits.
 
 HTTP/1.1, keep-alive (``Connection: close`` honoured), request bodies by
-Content-Length only (chunked ones get 411).  Four wire formats:
+Content-Length only (chunked ones get 411).  Six wire formats:
     POST /v1/chat/completions         OpenAI Chat Completions, "stream" true/false
+    POST /v1/responses                OpenAI Responses, "stream" true/false
     POST /v1/messages                 Anthropic Messages, "stream" true/false
     POST /v1beta/models/M:streamGenerateContent?alt=sse
                                       Gemini, SSE stream (400 without alt=sse)
@@ -128,6 +129,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    fail in-band (below; non-streaming: the format's overloaded
                    HTTP error: OpenAI 503, Anthropic 529, Gemini 503), then
                    "ok after N".
+  failafter N      N word tokens, then the format's in-band failure (the
+                   overloaded one, without Anthropic's opening events, which
+                   were sent); non-streaming: the overloaded HTTP error.
   context          400: the format's context-window-exceeded error.
   filtered         one word token, then a content-filter finish.
   nousage          echo, without usage (OpenAI: no usage chunk or field;
@@ -265,10 +269,48 @@ the model", 503 "server busy, please try again.  maximum pending requests
 exceeded"; context: 400 "input length exceeds maximum context length".
 In-band overload: ``{"error":"an error was encountered while running the
 model: unexpected EOF"}`` then the end.  No window headers of its own.
+
+RESPONSES (OpenAI's Responses API).  Events ``event: <type>\ndata: <json>``
+as OpenAI sends them, each with its "sequence_number" (0, 1, ...):
+response.created and response.in_progress (the response object, id
+resp_scn<seq>, status in_progress, output [], usage null); then the output
+items, each opened by response.output_item.added and closed by
+response.output_item.done (the whole item): first a reasoning item (id
+rs_scn<seq>; gpt-5 sends one on every answer) whose "encrypted_content"
+is "gAAAA-scn<seq>" when "include" lists "reasoning.encrypted_content";
+reasoning tokens go out as response.reasoning_summary_text.delta between
+response.reasoning_summary_part.added and .done (the item's "summary" then
+holds one summary_text); then a message item (id msg_scn<seq>) when there
+is text: response.content_part.added, one response.output_text.delta per
+token, response.output_text.done, response.content_part.done; then per tool
+call a function_call item (id fc_scn<seq>_<k>, call_id call_scn<seq>_<k>,
+arguments "" when added) with three response.function_call_arguments.delta
+pieces and response.function_call_arguments.done.  The end is
+response.completed (status completed; filtered: response.incomplete with
+incomplete_details.reason content_filter) with every item in "output" and
+usage {input_tokens, input_tokens_details.cached_tokens, output_tokens,
+output_tokens_details.reasoning_tokens, total_tokens}; cached_tokens are the
+prompt tokens of "instructions", as if that stable prefix were always in
+the cache.  Requests: "input" is a string or a list of items (messages with
+string content or input_text/output_text/input_image parts, function_call,
+function_call_output, reasoning); the scenario comes from the last user
+message, and trailing function_call_output items are the tool results.
+Stateless use is checked: a reasoning item sent back must carry the
+encrypted_content this server issued (else 400 invalid_encrypted_content,
+or 404 "Item with id ... not found" when it has none and "store" is
+false), and with "store": false and encrypted reasoning included, each of
+this server's function_call items sent back must follow its response's
+reasoning item (else 400; the server's own check that a stateless client
+keeps its reasoning).  Errors are OpenAI's (above).  In-band failure:
+``event: error`` (data {"type":"error","sequence_number":n,"error":{"type":
+"server_error","code":"server_error","message":"Overloaded","param":null}})
+then response.failed (status failed, error {code, message}); the overloaded
+stream opens with response.created and response.in_progress.
 """
 import argparse
 import asyncio
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -307,6 +349,9 @@ GEMINI_COUNT = re.compile(r"/v1beta/models/([^/:]+):countTokens")
 AZURE_PATH = re.compile(r"/openai/deployments/([^/]+)/chat/completions")
 GEMINI_PATH = re.compile(r"/v1beta/models/([^/:]+):(generateContent|streamGenerateContent)")
 MARK = "\x00token\x00"  # stands in for a token while pre-rendering an event
+SEQ_MARK = "\x00seq\x00"  # stands in for a Responses event's sequence_number
+ENCRYPTED = re.compile(r"gAAAA-scn([0-9]+)")  # the encrypted reasoning we issue
+OUR_CALL = re.compile(r"call_scn([0-9]+)_[0-9]+")
 HUGE_MARK = "\x00huge\x00"  # stands in for the hugeline token
 HUGE_PIECE = 64 << 10
 PIECE = re.compile(r"[^\x00-\x7f]|[A-Za-z]{1,8}|[0-9]{1,3}|[!-/:-@\[-`{-~]{1,2}")
@@ -339,6 +384,15 @@ def fast(rendered: bytes):
     rendering the whole event again, and much cheaper for `long N`."""
     pre, post = rendered.split(dumps(MARK).encode(), 1)
     return lambda tok: pre + dumps(tok).encode() + post
+
+
+def numbered(rendered: bytes, start):
+    """Like fast(), for an event with SEQ_MARK as its sequence_number before
+    MARK: the i-th token rendered gets sequence number start + i."""
+    pre, rest = rendered.split(dumps(SEQ_MARK).encode(), 1)
+    mid, post = rest.split(dumps(MARK).encode(), 1)
+    counter = itertools.count(start)
+    return lambda tok: b"".join((pre, b"%d" % next(counter), mid, dumps(tok).encode(), post))
 
 
 def secs_text(x):  # 1 -> "1", 0.2 -> "0.2"
@@ -432,6 +486,8 @@ def parse_scenario(text, seq, whole=None):
         return plan
     if key in ("long", "reset", "stall", "truncate") and len(args) == 1 and n is not None:
         return Plan(key, Words(n), end="finish" if key == "long" else key)
+    if key == "failafter" and len(args) == 1 and n is not None:
+        return Plan(key, Words(n), end="fail")
     if key == "slow" and len(args) == 2 and n is not None:
         rate = number(args[1])
         if rate:
@@ -536,6 +592,8 @@ class Req:
     results: list | None      # tool results, when they end the conversation
     prompt: int               # prompt "tokens" (words)
     want_usage: bool = True
+    invalid: tuple | None = None  # (status, body, headers): refused before any plan
+    extra: dict = field(default_factory=dict)  # format-specific request details
 
 
 class Tokens:
@@ -549,6 +607,7 @@ class Stream:
     head: list    # opening events
     body: list    # events (bytes) and Tokens runs; reset/stall/truncate cut here
     tail: list    # closing events
+    fail: list | None = None  # failafter's events after the body (None: midstream_error)
 
 
 class Format:
@@ -605,6 +664,10 @@ class Format:
         """A 429 whose retry-after is `value`, verbatim (retry429-raw)."""
         status, body, _ = self.error(429, None, req.model)
         return status, body, [f"retry-after: {value}"]
+
+    def midstream_error(self, req, seq):
+        """The in-band failure after tokens (failafter)."""
+        return self.overloaded_stream(req, seq)
 
 
 class OpenAI(Format):
@@ -845,7 +908,10 @@ class Anthropic(Format):
                 named_sse("ping", {"type": "ping"})]
 
     def overloaded_stream(self, req, seq):
-        return self.start_events(Plan("overloaded"), req, seq) + [named_sse("error", {
+        return self.start_events(Plan("overloaded"), req, seq) + self.midstream_error(req, seq)
+
+    def midstream_error(self, req, seq):
+        return [named_sse("error", {
             "type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]
 
     def window_headers(self, secs):
@@ -1209,6 +1275,215 @@ class Azure(OpenAI):
 
 AZURE = Azure()
 
+
+def item_pieces(item):
+    """The text pieces of a Responses input item's content (a string or
+    input_text / output_text / text parts; a function_call_output's output)."""
+    content = item.get("content") if "content" in item else item.get("output")
+    if isinstance(content, str):
+        return [content]
+    return [p["text"] for p in content or [] if isinstance(p, dict)
+            and p.get("type") in ("input_text", "output_text", "text")
+            and isinstance(p.get("text"), str)] if isinstance(content, list) else []
+
+
+def input_items(body):
+    """A Responses request's "input" as a list of item objects."""
+    items = body.get("input")
+    if isinstance(items, str):
+        return [{"type": "message", "role": "user", "content": items}]
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
+class Responses(OpenAI):
+    """OpenAI's Responses API: OpenAI's errors and models, its own items and
+    events (see RESPONSES in the module notes)."""
+    name = "responses"
+
+    def parse(self, body):
+        items = input_items(body)
+        users = [i for i in items if i.get("role") == "user" and i.get("type", "message") == "message"]
+        results = []
+        for i in reversed(items):
+            if i.get("type") != "function_call_output":
+                break
+            results.insert(0, "".join(item_pieces(i)))
+        instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else ""
+        include = body.get("include") if isinstance(body.get("include"), list) else []
+        req = Req(model=body.get("model", ""), stream=body.get("stream") is True,
+                  text=user_text(item_pieces(users[-1])) if users else "",
+                  results=results or None,
+                  prompt=words(instructions, *("".join(item_pieces(i)) for i in items)),
+                  extra={"encrypted": "reasoning.encrypted_content" in include,
+                         "store": body.get("store") is not False,
+                         "instructions": instructions})
+        req.invalid = self.stateless_check(items, req)
+        return req
+
+    def stateless_check(self, items, req):
+        """Refuses reasoning this server did not issue and, for a stateless
+        client, a function call of ours sent back without its reasoning."""
+        kept = set()
+        for i in items:
+            if i.get("type") == "reasoning":
+                enc = i.get("encrypted_content")
+                if enc is None and not req.extra["store"]:
+                    return self.error(404, f"Item with id '{i.get('id')}' not found. Items are not "
+                                      "persisted when `store` is set to false. Try again with "
+                                      "`store` set to true, or remove this item from your input.",
+                                      kind="invalid_request_error")
+                m = ENCRYPTED.fullmatch(enc) if isinstance(enc, str) else None
+                if enc is not None and not m:
+                    return self.error(400, f"The encrypted content for item {i.get('id')} could "
+                                      "not be verified.", kind="invalid_request_error",
+                                      code="invalid_encrypted_content")
+                if m:
+                    kept.add(m.group(1))
+            if i.get("type") == "function_call" and req.extra["encrypted"] and not req.extra["store"]:
+                m = OUR_CALL.fullmatch(str(i.get("call_id")))
+                if m and m.group(1) not in kept:
+                    return self.error(400, f"function_call {i.get('call_id')} came back without the "
+                                      f"reasoning item before it (encrypted_content gAAAA-scn"
+                                      f"{m.group(1)}): a stateless client must send it back "
+                                      "(scenario server check).", kind="invalid_request_error")
+        return None
+
+    def usage(self, plan, req):
+        out = plan.output_tokens()
+        instructions = req.extra.get("instructions", "")
+        cached = min(req.prompt, len(PIECE.findall(instructions)) if PROMPT_TOKENS == "pieces"
+                     else words(instructions))
+        return {"input_tokens": req.prompt, "input_tokens_details": {"cached_tokens": cached},
+                "output_tokens": out, "output_tokens_details": {"reasoning_tokens": len(plan.reasoning)},
+                "total_tokens": req.prompt + out}
+
+    def response(self, req, seq, status, output=(), usage=None, **extra):
+        return {"id": f"resp_scn{seq}", "object": "response", "created_at": int(time.time()),
+                "status": status, "background": False, "error": None, "incomplete_details": None,
+                "instructions": req.extra.get("instructions") or None, "model": req.model,
+                "output": list(output), "parallel_tool_calls": True, "previous_response_id": None,
+                "reasoning": {"effort": "medium", "summary": None},
+                "store": req.extra.get("store", True), "temperature": 1.0,
+                "text": {"format": {"type": "text"}, "verbosity": "medium"},
+                "tool_choice": "auto", "tools": [], "top_p": 1.0, "truncation": "disabled",
+                "usage": usage, "user": None, "metadata": {}, **extra}
+
+    def items(self, plan, req, seq):
+        """The finished output items: reasoning, message (if text), calls."""
+        reasoning = {"id": f"rs_scn{seq}", "type": "reasoning", "summary": []}
+        if req.extra.get("encrypted"):
+            reasoning["encrypted_content"] = f"gAAAA-scn{seq}"
+        if plan.reasoning:
+            reasoning["summary"] = [{"type": "summary_text", "text": "".join(plan.reasoning)}]
+        out = [reasoning]
+        if plan.tokens or not plan.calls:
+            out.append({"id": f"msg_scn{seq}", "type": "message", "status": "completed",
+                        "content": [{"type": "output_text", "annotations": [], "logprobs": [],
+                                     "text": "".join(plan.tokens)}], "role": "assistant"})
+        for cid, (name, args) in zip(self.call_ids(plan, seq), plan.calls):
+            out.append({"id": "fc" + cid[4:], "type": "function_call", "status": "completed",
+                        "arguments": dumps(args), "call_id": cid, "name": name})
+        return out
+
+    def end(self, plan, req, seq, output):
+        usage = self.usage(plan, req) if plan.usage else None
+        if plan.finish == "filter":
+            return "response.incomplete", self.response(
+                req, seq, "incomplete", output, usage,
+                incomplete_details={"reason": "content_filter"})
+        return "response.completed", self.response(req, seq, "completed", output, usage)
+
+    def stream(self, plan, req, seq):
+        n = [0]
+
+        def ev(kind, **fields):
+            n[0] += 1
+            return named_sse(kind, {"type": kind, "sequence_number": n[0] - 1, **fields})
+
+        def run(kind, items, first, **fields):
+            render = numbered(named_sse(kind, {"type": kind, "sequence_number": SEQ_MARK,
+                                               **fields, "delta": MARK}), n[0])
+            n[0] += len(items)
+            return Tokens(items, render, first)
+
+        head = [ev("response.created", response=self.response(req, seq, "in_progress")),
+                ev("response.in_progress", response=self.response(req, seq, "in_progress"))]
+        done = self.items(plan, req, seq)
+        body = []
+        at = 0
+        reasoning = done[0]
+        body.append(ev("response.output_item.added", output_index=at,
+                       item={**reasoning, "summary": []}))
+        if plan.reasoning:
+            where = {"item_id": reasoning["id"], "output_index": at, "summary_index": 0}
+            text = "".join(plan.reasoning)
+            body.append(ev("response.reasoning_summary_part.added", **where,
+                           part={"type": "summary_text", "text": ""}))
+            body.append(run("response.reasoning_summary_text.delta", plan.reasoning, 0, **where))
+            body.append(ev("response.reasoning_summary_text.done", **where, text=text))
+            body.append(ev("response.reasoning_summary_part.done", **where,
+                           part={"type": "summary_text", "text": text}))
+        body.append(ev("response.output_item.done", output_index=at, item=reasoning))
+        for item in done[1:]:
+            at += 1
+            if item["type"] == "message":
+                where = {"item_id": item["id"], "output_index": at, "content_index": 0}
+                body.append(ev("response.output_item.added", output_index=at,
+                               item={**item, "status": "in_progress", "content": []}))
+                body.append(ev("response.content_part.added", **where, part={
+                    "type": "output_text", "annotations": [], "logprobs": [], "text": ""}))
+                broken = (b'event: response.output_text.delta\ndata: {"type":'
+                          b'"response.output_text.delta","delta":\n\n')
+                first = len(plan.reasoning)
+                if plan.malformed:
+                    body += [run("response.output_text.delta", plan.tokens[:1], first, **where, logprobs=[]),
+                             broken,
+                             run("response.output_text.delta", plan.tokens[1:], first + 1, **where, logprobs=[])]
+                else:
+                    body.append(run("response.output_text.delta", plan.tokens, first, **where, logprobs=[]))
+                tail_text = item["content"][0]["text"]
+                closing = [ev("response.output_text.done", **where, text=tail_text, logprobs=[]),
+                           ev("response.content_part.done", **where, part=item["content"][0]),
+                           ev("response.output_item.done", output_index=at, item=item)]
+                body += closing
+                continue
+            where = {"item_id": item["id"], "output_index": at}
+            body.append(ev("response.output_item.added", output_index=at,
+                           item={**item, "status": "in_progress", "arguments": ""}))
+            for piece in thirds(item["arguments"]):
+                body.append(ev("response.function_call_arguments.delta", **where, delta=piece))
+            body.append(ev("response.function_call_arguments.done", **where,
+                           arguments=item["arguments"]))
+            body.append(ev("response.output_item.done", output_index=at, item=item))
+        mark = n[0]
+        kind, final = self.end(plan, req, seq, done)
+        tail = [ev(kind, response=final)]
+        n[0] = mark
+        fail = self.failure_events(ev, req, seq)
+        return Stream(head, body, tail, fail)
+
+    def failure_events(self, ev, req, seq):
+        error = {"type": "server_error", "code": "server_error", "message": "Overloaded",
+                 "param": None}
+        failed = self.response(req, seq, "failed",
+                               error={"code": "server_error", "message": "Overloaded"})
+        return [ev("error", error=error), ev("response.failed", response=failed)]
+
+    def overloaded_stream(self, req, seq):
+        s = self.stream(Plan("overloaded"), req, seq)
+        n = [2]
+
+        def ev(kind, **fields):
+            n[0] += 1
+            return named_sse(kind, {"type": kind, "sequence_number": n[0] - 1, **fields})
+        return s.head + self.failure_events(ev, req, seq)
+
+    def complete(self, plan, req, seq):
+        return self.end(plan, req, seq, self.items(plan, req, seq))[1]
+
+
+RESPONSES = Responses()
+
 FORMATS = {"openai": OpenAI(), "anthropic": Anthropic(), "gemini": Gemini(), "ollama": Ollama()}
 OPENAI, ANTHROPIC, GEMINI = FORMATS["openai"], FORMATS["anthropic"], FORMATS["gemini"]
 OLLAMA = FORMATS["ollama"]
@@ -1242,6 +1517,19 @@ def read_texts(fmt, body):
                 add(d.get("name"))
                 add(d.get("description"))
                 add(d.get("parameters"))
+        return out
+    if fmt == "responses":
+        add(body.get("instructions") if isinstance(body.get("instructions"), str) else None)
+        for item in input_items(body):
+            out.extend(item_pieces(item))
+            if item.get("type") == "function_call":
+                add(item.get("name"))
+                add(item.get("arguments"))
+        for t in body.get("tools") or []:
+            if isinstance(t, dict):
+                add(t.get("name"))
+                add(t.get("description"))
+                add(t.get("parameters"))
         return out
     if fmt == "anthropic":
         system = body.get("system")
@@ -1420,6 +1708,8 @@ class Server:
             return await self.reply(out, (200, GEMINI.models(), []), close)
         if method == "POST" and path == "/v1/chat/completions":
             return await self.generate(out, seq, OPENAI, body, close, headers)
+        if method == "POST" and path == "/v1/responses":
+            return await self.generate(out, seq, RESPONSES, body, close, headers)
         if method == "POST" and path == "/api/chat":
             return await self.generate(out, seq, OLLAMA, body, close, headers)
         if method == "GET" and path == "/api/tags":
@@ -1548,6 +1838,8 @@ class Server:
         if not isinstance(body, dict):
             return await self.reply(out, fmt.bad_json(), close)
         req = fmt.parse(body, **route)
+        if req.invalid:
+            return await self.reply(out, req.invalid, close)
         req.prompt = prompt_tokens(fmt.name, body, req.prompt)
         plan = self.plan(fmt, req, seq)
         if plan.late:
@@ -1584,6 +1876,8 @@ class Server:
         if plan.gateway and plan.gateway[0] in ("header", "both"):
             extra = extra + [f"x-litellm-response-cost: {plan.gateway[1]}"]
         if not req.stream:
+            if plan.end == "fail":
+                return await self.reply(out, fmt.overloaded_error(), close)
             if plan.end == "reset":
                 return await self.reset(out)
             if plan.end == "stall":
@@ -1595,9 +1889,9 @@ class Server:
         if plan.huge:
             return await self.send_huge(out, fmt, plan, fmt.stream(plan, req, seq), close)
         return await self.send_stream(out, seq, plan, fmt.stream(plan, req, seq), close, extra,
-                                      fmt.stream_fields(plan.content_type))
+                                      fmt.stream_fields(plan.content_type), fmt, req)
 
-    async def send_stream(self, out, seq, plan, stream, close, extra, fields):
+    async def send_stream(self, out, seq, plan, stream, close, extra, fields, fmt=None, req=None):
         out.head(200, fields, close, extra)
         out.write(*stream.head)
         try:
@@ -1613,7 +1907,9 @@ class Server:
                 return await self.reset(out)
             if plan.end == "stall":
                 return await self.stall(out)
-            if plan.end != "truncate":
+            if plan.end == "fail":
+                out.write(*(stream.fail if stream.fail is not None else fmt.midstream_error(req, seq)))
+            elif plan.end != "truncate":
                 out.write(*stream.tail)
             await self.end_body(out)
             return not close

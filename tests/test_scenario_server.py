@@ -643,10 +643,10 @@ def ollama_lines(body):
 
 
 def named_events(body):
-    """Anthropic events as parsed objects (checking "event:" = data type)."""
+    """Anthropic (or Responses) events as parsed objects (checking "event:" = data type)."""
     out = []
     for ev in events(body):
-        m = re.fullmatch(rb"event: ([a-z_]+)\ndata: (.*)", ev, re.S)
+        m = re.fullmatch(rb"event: ([a-z_.]+)\ndata: (.*)", ev, re.S)
         assert m, ev
         obj = json.loads(m.group(2))
         assert obj["type"] == m.group(1).decode()
@@ -1716,3 +1716,88 @@ def test_ollama_hugeline_is_ndjson_unless_framed_otherwise(server, framing, cont
         objs = json.loads(body)
     assert objs[0]["message"]["content"] == "x" * int(0.001 * (1 << 20))
     assert objs[-1]["done"] is True and len(objs) == 2
+
+
+# ---- OpenAI Responses ---------------------------------------------------------
+def responses_request(c, items, stream=True, stateless=True, **extra):
+    body = {"model": "gpt-5", "stream": stream, "input": items, **extra}
+    if stateless:
+        body.update(store=False, include=["reasoning.encrypted_content"])
+    c.send("POST", "/v1/responses", body)
+    return c.response()
+
+
+def test_responses_stream_is_numbered_items_with_encrypted_reasoning_and_usage(server):
+    c = Conn(server.port)
+    status, headers, body, _ = responses_request(
+        c, [{"role": "user", "content": [{"type": "input_text", "text": "reason 2"}]}],
+        instructions="be brief")
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    evs = named_events(body)
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    assert [e["type"] for e in evs] == [
+        "response.created", "response.in_progress", "response.output_item.added",
+        "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done", "response.output_item.done",
+        "response.output_item.added", "response.content_part.added", "response.output_text.delta",
+        "response.output_text.done", "response.content_part.done", "response.output_item.done",
+        "response.completed"]
+    assert evs[8]["item"] == {"id": "rs_scn1", "type": "reasoning", "encrypted_content": "gAAAA-scn1",
+                              "summary": [{"type": "summary_text", "text": "r00000 r00001 "}]}
+    assert evs[11]["delta"] == "done"
+    final = evs[-1]["response"]
+    assert final["status"] == "completed" and [i["type"] for i in final["output"]] == ["reasoning", "message"]
+    assert final["usage"] == {"input_tokens": 4, "input_tokens_details": {"cached_tokens": 2},
+                              "output_tokens": 3, "output_tokens_details": {"reasoning_tokens": 2},
+                              "total_tokens": 7}
+
+
+def test_responses_tool_round_trip_needs_the_reasoning_item_back_when_stateless(server):
+    c = Conn(server.port)
+    _, _, body, _ = responses_request(c, "tool read_file {\"path\": \"a.txt\"}")
+    evs = named_events(body)
+    pieces = [e["delta"] for e in evs if e["type"] == "response.function_call_arguments.delta"]
+    assert pieces == ['{"pat', 'h":"a', '.txt"}']
+    call = evs[-1]["response"]["output"][1]
+    assert call["call_id"] == "call_scn1_0" and call["name"] == "read_file"
+    reasoning = evs[-1]["response"]["output"][0]
+    turn = [{"role": "user", "content": "tool read_file"}, call,
+            {"type": "function_call_output", "call_id": "call_scn1_0", "output": "A"}]
+    status, _, body, _ = responses_request(c, turn, stream=False)
+    assert status == 400 and "without the reasoning item" in json.loads(body)["error"]["message"]
+    status, _, body, _ = responses_request(c, [turn[0], reasoning, *turn[1:]], stream=False)
+    assert status == 200
+    assert json.loads(body)["output"][1]["content"][0]["text"] == "tool said: A"
+    forged = {**reasoning, "encrypted_content": "EmwKforged"}
+    status, _, body, _ = responses_request(c, [turn[0], forged, *turn[1:]], stream=False)
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_encrypted_content"
+
+
+def test_responses_fail_in_band_after_the_open_or_after_tokens(server):
+    c = Conn(server.port)
+    _, _, body, _ = responses_request(c, "overloaded 1", stateless=False)
+    evs = named_events(body)
+    assert [e["type"] for e in evs] == ["response.created", "response.in_progress", "error",
+                                        "response.failed"]
+    assert evs[2]["error"]["code"] == "server_error" and evs[3]["response"]["status"] == "failed"
+    _, _, body, _ = responses_request(c, "overloaded 1", stateless=False)
+    assert named_events(body)[-1]["response"]["output"][1]["content"][0]["text"] == "ok after 1"
+    _, _, body, _ = responses_request(c, "failafter 2", stateless=False)
+    evs = named_events(body)
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    assert [e["type"] for e in evs][-3:] == ["response.output_item.done", "error", "response.failed"]
+    assert "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta") == "w00000 w00001 "
+    status, _, body, _ = responses_request(c, "http 429", stateless=False)
+    assert status == 429 and json.loads(body)["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_failafter_ends_every_format_in_band_after_its_tokens(server):
+    c = Conn(server.port)
+    _, _, body, _ = ask(c, "openai", "failafter 2")
+    error = b'data: {"error":{"message":"Overloaded","type":"server_error"}}\n\n'
+    assert body.endswith(error)
+    assert "".join(contents(body[:-len(error)])) == "w00000 w00001 "
+    _, _, body, _ = ask(c, "anthropic", "failafter 1")
+    assert [e["type"] for e in named_events(body)].count("message_start") == 1
+    assert named_events(body)[-1]["type"] == "error"
