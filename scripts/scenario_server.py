@@ -294,7 +294,8 @@ prompt tokens of "instructions", as if that stable prefix were always in
 the cache.  Requests: "input" is a string or a list of items (messages with
 string content or input_text/output_text/input_image parts, function_call,
 function_call_output, reasoning); the scenario comes from the last user
-message, and trailing function_call_output items are the tool results.
+message, and trailing function_call_output items (any *_call_output, e.g.
+Codex's custom_tool_call_output) are the tool results.
 Stateless use is checked: a reasoning item sent back must carry the
 encrypted_content this server issued (else 400 invalid_encrypted_content,
 or 404 "Item with id ... not found" when it has none and "store" is
@@ -1304,8 +1305,8 @@ class Responses(OpenAI):
         items = input_items(body)
         users = [i for i in items if i.get("role") == "user" and i.get("type", "message") == "message"]
         results = []
-        for i in reversed(items):
-            if i.get("type") != "function_call_output":
+        for i in reversed(items):  # function_call_output, custom_tool_call_output, ...
+            if not str(i.get("type")).endswith("_call_output"):
                 break
             results.insert(0, "".join(item_pieces(i)))
         instructions = body.get("instructions") if isinstance(body.get("instructions"), str) else ""

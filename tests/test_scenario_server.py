@@ -1801,3 +1801,12 @@ def test_failafter_ends_every_format_in_band_after_its_tokens(server):
     _, _, body, _ = ask(c, "anthropic", "failafter 1")
     assert [e["type"] for e in named_events(body)].count("message_start") == 1
     assert named_events(body)[-1]["type"] == "error"
+
+
+def test_responses_any_call_output_item_ending_the_input_is_a_tool_result(server):
+    c = Conn(server.port)
+    items = [{"role": "user", "content": "tool apply_patch"},
+             {"type": "custom_tool_call", "call_id": "x1", "name": "apply_patch", "input": "*** Begin Patch"},
+             {"type": "custom_tool_call_output", "call_id": "x1", "output": "Done!"}]
+    status, _, body, _ = responses_request(c, items, stream=False, stateless=False)
+    assert status == 200 and json.loads(body)["output"][1]["content"][0]["text"] == "tool said: Done!"
