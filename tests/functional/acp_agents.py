@@ -30,6 +30,15 @@ def node():
     return shutil.which("node")
 
 
+def codex_missing():
+    """Why codex-acp cannot run here, or None."""
+    if not CODEX_ACP.exists():
+        return f"{CODEX_ACP.relative_to(ROOT)} is missing: run scripts/bootstrap (it installs tests/acp)"
+    if not shutil.which("bwrap"):
+        return "bubblewrap (bwrap) is not installed: Codex's sandbox needs it (scripts/bootstrap installs it)"
+    return None
+
+
 def missing():
     """Why the counterparts cannot run here (a message naming the fix), or None."""
     if not node():
@@ -128,3 +137,38 @@ def gemini_env(port, home):
         "GEMINI_API_KEY": "test-gemini-key",
         "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}",
     }
+
+
+def codex_command():
+    return [str(CODEX_ACP)]
+
+
+def codex_env(port, base):
+    """What codex-acp 0.16.0 needs to run offline against the scenario
+    server on `port`: a throwaway CODEX_HOME (under `base`) whose
+    config.toml names a provider with the scenario server's /v1 as its
+    base_url, a key variable and the Responses API, asks on request and
+    keeps the sandbox read-only (so an edit asks too); any key. TMPDIR is
+    moved beside CODEX_HOME: Codex refuses to put its sandbox helper links in
+    a CODEX_HOME under the temporary directory, and its sandbox needs them
+    (and bubblewrap, `bwrap`)."""
+    base = Path(base)
+    home, tmp = base / "codex-home", base / "codex-tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(f"""model = "{CODEX_MODEL}"
+model_provider = "scn"
+approval_policy = "on-request"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.scn]
+name = "scenario server"
+base_url = "http://127.0.0.1:{port}/v1"
+env_key = "SCN_CODEX_KEY"
+wire_api = "responses"
+""")
+    return {"CODEX_HOME": str(home), "HOME": str(home), "TMPDIR": str(tmp), "SCN_CODEX_KEY": "test-codex-key"}

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from acp_agents import GEMINI_CLI, gemini_command, gemini_env
+from acp_agents import GEMINI_CLI, codex_command, codex_env, codex_missing, gemini_command, gemini_env
 from test_acp_client import NODE, agent_editor, answer_permission_with, type_prompt
 from test_acp_edit_review import after_the_answer, float_lines, frame
 
@@ -16,6 +16,9 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="node is not installed: the
 
 needs_gemini = pytest.mark.skipif(not GEMINI_CLI.exists(),
                                   reason="@google/gemini-cli is not installed: run scripts/bootstrap")
+
+
+needs_codex = pytest.mark.skipif(codex_missing() is not None, reason=codex_missing() or "")
 
 
 def gemini_agent(server, tmp_path):
@@ -86,3 +89,63 @@ def test_gemini_cli_edit_is_reviewed_once_in_mias_float_and_lands(editor_factory
     assert target.read_text() == "new line\n"
     assert "Successfully overwrote file" in last_answer(ed, "gemini"), ed.chat_text()
 
+
+
+def codex_agent(server, tmp_path):
+    return {"command": codex_command(), "env": codex_env(server.port, tmp_path / "codex"), "cwd": str(tmp_path)}
+
+
+@needs_codex
+def test_codex_answers_asks_through_mias_picker_and_stops_and_its_footer_says_usage_not_reported(
+        editor_factory, server, tmp_path):
+    ed = agent_editor(editor_factory, {"codex": codex_agent(server, tmp_path)})
+    ed.nvim.command("Mia agent codex")
+    type_prompt(ed, "echo hello from the scenario server")
+    done(ed)
+    answer = last_answer(ed, "codex")
+    assert "hello from the scenario server" in answer, ed.chat_text()
+    # Codex reports only the context's size: the footer says the usage was not reported.
+    assert answer.rstrip().endswith("── codex · usage not reported ──"), answer
+    # Its request went to the scenario server's Responses API.
+    assert any(r["path"] == "/v1/responses" for r in server.requests()), server.requests()
+
+    # A command outside its sandbox asks with Codex's own options through mia's picker.
+    answer_permission_with(ed, "Yes, proceed")
+    type_prompt(ed, "tool exec_command " + json.dumps({
+        "cmd": "printf 'from-%s-%d' codex 42", "sandbox_permissions": "require_escalated",
+        "justification": "print it"}))
+    done(ed)
+    asked = ed.lua("return _G.asked")
+    assert asked is not None and "Yes, proceed" in asked["items"], (asked, ed.chat_text())
+    assert "from-codex-42" in last_answer(ed, "codex"), ed.chat_text()
+
+    # :Mia stop cancels a streaming answer, and the next prompt is answered.
+    type_prompt(ed, "slow 400 20")
+    ed.wait("table.concat(vim.api.nvim_buf_get_lines(require('mia.chat').buffer(), 0, -1, false), '\\n')"
+            ":find('w00003') ~= nil", 60000)
+    ed.nvim.command("Mia stop")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    assert ed.state() == "cancelled", ed.chat_text()
+    assert "w00399" not in ed.chat_text()
+    type_prompt(ed, "echo still here")
+    done(ed)
+    assert "still here" in last_answer(ed, "codex")
+
+
+@needs_codex
+def test_codex_apply_patch_is_reviewed_once_in_mias_float_and_lands(editor_factory, server, tmp_path):
+    target = tmp_path / "edited.txt"
+    target.write_text("old line\n")
+    ed = agent_editor(editor_factory, {"codex": codex_agent(server, tmp_path)})
+    ed.nvim.command("Mia agent codex")
+    patch = "*** Begin Patch\n*** Update File: edited.txt\n@@\n-old line\n+new line\n*** End Patch\n"
+    type_prompt(ed, "custom apply_patch " + json.dumps(patch))
+    fr = frame(ed)
+    assert fr["title"].startswith(" codex wants to edit ") and "edited.txt" in fr["title"], fr
+    lines = float_lines(ed)
+    assert "-old line" in lines and "+new line" in lines, lines
+    ed.nvim.input("a")
+    assert after_the_answer(ed, fr["title"]) is None, "reviewed twice: " + ed.chat_text()
+    done(ed)
+    assert target.read_text() == "new line\n"
+    assert "Success. Updated the following files" in last_answer(ed, "codex"), ed.chat_text()
