@@ -149,3 +149,19 @@ def test_codex_apply_patch_is_reviewed_once_in_mias_float_and_lands(editor_facto
     done(ed)
     assert target.read_text() == "new line\n"
     assert "Success. Updated the following files" in last_answer(ed, "codex"), ed.chat_text()
+
+
+@needs_gemini
+def test_gemini_cli_replace_is_reviewed_once_too(editor_factory, server, tmp_path):
+    target = tmp_path / "notes.txt"
+    target.write_text("one\ntwo\nthree\n")
+    ed = agent_editor(editor_factory, {"gemini": gemini_agent(server, tmp_path)})
+    ed.nvim.command("Mia agent gemini")
+    type_prompt(ed, "tool replace " + json.dumps({"file_path": "notes.txt", "instruction": "capitalize two", "old_string": "two", "new_string": "TWO"}))
+    fr = frame(ed)
+    assert fr["title"] == " gemini wants to edit notes.txt ", fr
+    assert "-two" in float_lines(ed) and "+TWO" in float_lines(ed), float_lines(ed)
+    ed.nvim.input("a")
+    assert after_the_answer(ed, fr["title"]) is None, "reviewed twice: " + ed.chat_text()
+    done(ed)
+    assert target.read_text() == "one\nTWO\nthree\n", ed.chat_text()
