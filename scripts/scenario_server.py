@@ -113,6 +113,10 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    {}); its compact JSON is cut into 3 pieces for streaming
                    (Ollama streams calls whole).
   tools2           two calls: read_file {"path":"a.txt"}, read_file {"path":"b.txt"}.
+  custom NAME TEXT a call of the freeform (custom) tool NAME whose input is
+                   TEXT, a JSON string ("*** Begin Patch\n..."): Responses
+                   sends a custom_tool_call item (Codex's apply_patch); the
+                   other formats a function call with {"input": TEXT}.
   texttool NAME JSON  a model without native tools: the text "Calling NAME. "
                    then <tool_call>{"name": NAME, "arguments": JSON}</tool_call>
                    (the tag itself split across two tokens), finishing "stop".
@@ -147,6 +151,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   retry429-raw N V like retry429 N, but the 429 carries V verbatim: OpenAI and
                    Anthropic "retry-after: V" (no retry-after-ms), Gemini
                    RetryInfo retryDelay "V".  For hostile-server tests.
+  sameids SCENARIO SCENARIO (the words after "sameids") with OpenAI tool call
+                   ids "call_<k>" in every answer, as servers that number the
+                   calls of each answer do (ids reused across turns).
   split SCENARIO   SCENARIO (the words after "split"), its response body
                    written in pseudo-random 1-16 byte pieces (seeded by seq;
                    each its own HTTP chunk when chunked), each drained (this
@@ -463,6 +470,8 @@ class Plan:
     late: float = 0.0              # lateheaders: seconds before the headers
     window_limit: tuple | None = None  # window: (requests, seconds)
     gateway: tuple | None = None   # gateway: (header | usage | both, value text)
+    same_ids: bool = False         # sameids: OpenAI call ids "call_<k>" in every answer
+    custom: bool = False           # custom: the call is a freeform tool's, args {"input": text}
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -476,6 +485,10 @@ def parse_scenario(text, seq, whole=None):
     if key == "split":
         plan = parse_scenario(text.split(None, 1)[1] if args else "", seq, whole)
         plan.split, plan.trickle = True, False
+        return plan
+    if key == "sameids":
+        plan = parse_scenario(text.split(None, 1)[1] if args else "", seq, whole)
+        plan.same_ids = True
         return plan
     if key in ("long", "reset", "stall", "truncate") and len(args) == 1 and n is not None:
         return Plan(key, Words(n), end="finish" if key == "long" else key)
@@ -507,6 +520,14 @@ def parse_scenario(text, seq, whole=None):
             arguments = raw[0]
         block = "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
         return Plan("texttool", ["Calling ", name + ". ", block[:7], block[7:]])
+    if key == "custom" and len(args) >= 2:
+        _, name, raw = text.split(None, 2)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if isinstance(value, str):
+            return Plan("custom", calls=[(name, {"input": value})], finish="tool", custom=True)
     if key == "tools2" and not args:
         return Plan("tools2", calls=[("read_file", {"path": "a.txt"}),
                                      ("read_file", {"path": "b.txt"})], finish="tool")
@@ -752,6 +773,8 @@ class OpenAI(Format):
 
     @staticmethod
     def call_ids(plan, seq):
+        if plan.same_ids:
+            return [f"call_{k}" for k in range(len(plan.calls))]
         return [f"call_scn{seq}_{k}" for k in range(len(plan.calls))]
 
     def stream(self, plan, req, seq):
@@ -1372,6 +1395,10 @@ class Responses(OpenAI):
                         "content": [{"type": "output_text", "annotations": [], "logprobs": [],
                                      "text": "".join(plan.tokens)}], "role": "assistant"})
         for cid, (name, args) in zip(self.call_ids(plan, seq), plan.calls):
+            if plan.custom:
+                out.append({"id": "ctc" + cid[4:], "type": "custom_tool_call", "status": "completed",
+                            "call_id": cid, "input": args["input"], "name": name})
+                continue
             out.append({"id": "fc" + cid[4:], "type": "function_call", "status": "completed",
                         "arguments": dumps(args), "call_id": cid, "name": name})
         return out
@@ -1439,6 +1466,14 @@ class Responses(OpenAI):
                 body += closing
                 continue
             where = {"item_id": item["id"], "output_index": at}
+            if item["type"] == "custom_tool_call":
+                body.append(ev("response.output_item.added", output_index=at,
+                               item={**item, "status": "in_progress", "input": ""}))
+                for piece in thirds(item["input"]):
+                    body.append(ev("response.custom_tool_call_input.delta", **where, delta=piece))
+                body.append(ev("response.custom_tool_call_input.done", **where, input=item["input"]))
+                body.append(ev("response.output_item.done", output_index=at, item=item))
+                continue
             body.append(ev("response.output_item.added", output_index=at,
                            item={**item, "status": "in_progress", "arguments": ""}))
             for piece in thirds(item["arguments"]):

@@ -1810,3 +1810,29 @@ def test_responses_any_call_output_item_ending_the_input_is_a_tool_result(server
              {"type": "custom_tool_call_output", "call_id": "x1", "output": "Done!"}]
     status, _, body, _ = responses_request(c, items, stream=False, stateless=False)
     assert status == 200 and json.loads(body)["output"][1]["content"][0]["text"] == "tool said: Done!"
+
+
+def test_sameids_gives_every_answer_the_same_openai_call_ids(server):
+    c = Conn(server.port)
+    for _ in range(2):
+        status, _, body, _ = ask(c, "openai", 'sameids tool bash {"command": "ls"}', stream=False)
+        calls = json.loads(body)["choices"][0]["message"]["tool_calls"]
+        assert status == 200 and [t["id"] for t in calls] == ["call_0"], calls
+
+
+def test_responses_custom_tool_call_streams_its_freeform_input(server):
+    c = Conn(server.port)
+    patch = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"
+    _, _, body, _ = responses_request(c, "custom apply_patch " + json.dumps(patch))
+    evs = named_events(body)
+    assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+    assert "".join(e["delta"] for e in evs if e["type"] == "response.custom_tool_call_input.delta") == patch
+    done = [e for e in evs if e["type"] == "response.custom_tool_call_input.done"]
+    assert len(done) == 1 and done[0]["input"] == patch
+    call = evs[-1]["response"]["output"][1]
+    assert call == {"id": "ctc_scn1_0", "type": "custom_tool_call", "status": "completed",
+                    "call_id": "call_scn1_0", "input": patch, "name": "apply_patch"}
+    # The other formats call it as a function with {"input": TEXT}.
+    _, _, body, _ = ask(c, "openai", "custom apply_patch " + json.dumps(patch), stream=False)
+    fn = json.loads(body)["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert fn["name"] == "apply_patch" and json.loads(fn["arguments"]) == {"input": patch}

@@ -313,7 +313,7 @@ fn model_info(lua: &Lua, (model, pricing): (String, LuaValue)) -> LuaResult<LuaV
 fn format_footer(lua: &Lua, end: LuaValue) -> LuaResult<String> {
     guarded("format_footer", || {
         let end: mia_engine::session::TurnEnd = lua.from_value(end).map_err(lua_error)?;
-        Ok(mia_cost::footer(&end.model, &end.usage, &end.cost))
+        Ok(end.footer())
     })
 }
 

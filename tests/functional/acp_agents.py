@@ -19,9 +19,24 @@ EXAMPLE_AGENT = MODULES / "acp-sdk-0.17" / "dist" / "examples" / "agent.js"
 CLAUDE_AGENT = MODULES / "@zed-industries" / "claude-agent-acp" / "dist" / "index.js"
 
 
+GEMINI_CLI = MODULES / "@google" / "gemini-cli" / "bundle" / "gemini.js"
+CODEX_ACP = MODULES / "@zed-industries" / "codex-acp-linux-x64" / "bin" / "codex-acp"
+GEMINI_MODEL = "gemini-2.5-flash"
+CODEX_MODEL = "gpt-5.4-mini"
+
+
 def node():
     """The node binary, or None."""
     return shutil.which("node")
+
+
+def codex_missing():
+    """Why codex-acp cannot run here, or None."""
+    if not CODEX_ACP.exists():
+        return f"{CODEX_ACP.relative_to(ROOT)} is missing: run scripts/bootstrap (it installs tests/acp)"
+    if not shutil.which("bwrap"):
+        return "bubblewrap (bwrap) is not installed: Codex's sandbox needs it (scripts/bootstrap installs it)"
+    return None
 
 
 def missing():
@@ -95,3 +110,65 @@ def run_sdk_client(command, prompts, cwd, env=None, permission="allow_once", tim
                           env={k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC")})
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return Run(lines, proc.returncode, proc.stderr)
+
+
+def gemini_command():
+    return [node(), str(GEMINI_CLI), "--acp"]
+
+
+def gemini_env(port, home):
+    """What Gemini CLI 0.61.0 needs to run offline against the scenario
+    server on `port`: a throwaway HOME whose ~/.gemini/settings.json picks
+    the API key login and the model and turns off telemetry, usage
+    statistics, update checks and folder trust; any key; the scenario server
+    as Gemini's API (GOOGLE_GEMINI_BASE_URL)."""
+    home = Path(home)
+    (home / ".gemini").mkdir(parents=True, exist_ok=True)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+        "telemetry": {"enabled": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+        "model": {"name": GEMINI_MODEL},
+    }
+    (home / ".gemini" / "settings.json").write_text(json.dumps(settings, indent=1))
+    return {
+        "HOME": str(home),
+        "GEMINI_API_KEY": "test-gemini-key",
+        "GOOGLE_GEMINI_BASE_URL": f"http://127.0.0.1:{port}",
+    }
+
+
+def codex_command():
+    return [str(CODEX_ACP)]
+
+
+def codex_env(port, base):
+    """What codex-acp 0.16.0 needs to run offline against the scenario
+    server on `port`: a throwaway CODEX_HOME (under `base`) whose
+    config.toml names a provider with the scenario server's /v1 as its
+    base_url, a key variable and the Responses API, asks on request and
+    keeps the sandbox read-only (so an edit asks too); any key. TMPDIR is
+    moved beside CODEX_HOME: Codex refuses to put its sandbox helper links in
+    a CODEX_HOME under the temporary directory, and its sandbox needs them
+    (and bubblewrap, `bwrap`)."""
+    base = Path(base)
+    home, tmp = base / "codex-home", base / "codex-tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    (home / "config.toml").write_text(f"""model = "{CODEX_MODEL}"
+model_provider = "scn"
+approval_policy = "on-request"
+sandbox_mode = "read-only"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.scn]
+name = "scenario server"
+base_url = "http://127.0.0.1:{port}/v1"
+env_key = "SCN_CODEX_KEY"
+wire_api = "responses"
+""")
+    return {"CODEX_HOME": str(home), "HOME": str(home), "TMPDIR": str(tmp), "SCN_CODEX_KEY": "test-codex-key"}

@@ -315,6 +315,26 @@ def test_fs_read_gives_the_unsaved_buffer_and_write_goes_through_review(editor_f
     assert "write failed:" in after and "not now" in after, after
 
 
+def test_an_agent_that_reports_no_usage_has_a_footer_that_says_so_not_zeros(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, "hello there")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    text = ed.chat_text(footers=True)
+    assert "echo: hello there" in text
+    assert text.rstrip().endswith("── tools · usage not reported ──"), text
+    assert " 0 in" not in text and "cost unknown" not in text, text
+
+
+def test_an_agent_reading_a_missing_file_gets_acps_resource_not_found(editor_factory, tmp_path):
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    type_prompt(ed, f"read {tmp_path / 'missing.txt'}")
+    ed.wait("require('mia.chat').state() ~= 'streaming'", 30000)
+    after = ed.chat_text().split("read ", 1)[1]
+    assert "read failed: Resource not found: " in after and "missing.txt (code -32002)" in after, after
+
+
 def test_an_agent_reading_a_pipe_in_the_project_gets_an_error_at_once(editor_factory, tmp_path):
     """A FIFO in the project: opening it to read would wait for a writer
     that never comes, and the agent's turn with it. The agent is told the

@@ -240,3 +240,66 @@ def test_claude_agent_acp_edit_shows_its_fragment_and_a_rewrite_is_diffed_agains
     ed.wait("require('mia.chat').state() ~= 'streaming'", 90000)
     assert ed.state() == "done", ed.chat_text()
     assert target.read_text() == "one\n2\nthree\n"
+
+
+def after_the_answer(ed, question=" tools wants to edit foo.txt "):
+    """Once the question's float (titled `question`) is gone: waits until
+    the turn ends or another review shows, and returns that one's frame."""
+    ed.wait("(require('mia.review').showing_frame() or {}).title ~= " + json.dumps(question), 30000)
+    ed.wait("require('mia.chat').state() ~= 'streaming' or require('mia.review').showing_frame() ~= nil", 30000)
+    return ed.lua("return require('mia.review').showing_frame()")
+
+
+def test_an_edit_approved_in_the_agents_question_lands_through_its_write_without_a_second_review(
+        editor_factory, tmp_path):
+    f = tmp_path / "foo.txt"
+    f.write_text("one\n")
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    # As Gemini CLI does: a question with the diff, then fs/write_text_file of the same text.
+    type_prompt(ed, "propose foo.txt client")
+    assert frame(ed)["title"] == " tools wants to edit foo.txt "
+    ed.nvim.input("a")
+    assert after_the_answer(ed) is None, "reviewed twice"
+    assert ed.state() == "done", ed.chat_text()
+    assert answers(ed)[-1].strip().endswith("permission=tool-allow-once-1 write=ok"), ed.chat_text()
+    assert f.read_text() == "one\nadded by the tool agent\n"
+
+    # The approval is used up by that write: the same text written again is reviewed.
+    f.write_text("one\n")
+    type_prompt(ed, "propose foo.txt client-twice")
+    frame(ed)
+    ed.nvim.input("a")
+    second = after_the_answer(ed)
+    assert second is not None and "foo.txt" in second["title"] and "wants to edit" not in second["title"], second
+    ed.nvim.input("a")
+    ed.wait("require('mia.review').showing_frame() == nil and require('mia.chat').state() ~= 'streaming'", 30000)
+    assert answers(ed)[-1].strip().endswith("write=ok write=ok"), ed.chat_text()
+
+
+def test_a_write_that_differs_from_the_approved_edit_is_reviewed(editor_factory, tmp_path):
+    f = tmp_path / "foo.txt"
+    f.write_text("one\n")
+    ed = agent_editor(editor_factory, {"tools": tool_agent(tmp_path)})
+    ed.nvim.command("Mia agent tools")
+    ed.lua("vim.ui.input = function(opts, cb) cb('not that') end")
+    type_prompt(ed, "propose foo.txt client-other")
+    frame(ed)
+    ed.nvim.input("a")
+    shown = after_the_answer(ed)
+    assert shown is not None, "a write other than the approved one landed unreviewed: " + ed.chat_text()
+    assert "and one line more" in "\n".join(float_lines(ed))
+    ed.nvim.input("r")
+    ed.wait("require('mia.review').showing_frame() == nil and require('mia.chat').state() ~= 'streaming'", 30000)
+    assert "write failed:" in answers(ed)[-1] and "not that" in answers(ed)[-1], ed.chat_text()
+    assert f.read_text() == "one\n"
+
+    # A file changed after the question is reviewed again, even for the approved text.
+    type_prompt(ed, "propose foo.txt client")
+    frame(ed)
+    f.write_text("one\nchanged by someone else\n")
+    ed.nvim.input("a")
+    assert after_the_answer(ed) is not None, ed.chat_text()
+    ed.nvim.input("r")
+    ed.wait("require('mia.review').showing_frame() == nil and require('mia.chat').state() ~= 'streaming'", 30000)
+    assert f.read_text() == "one\nchanged by someone else\n"

@@ -253,3 +253,56 @@ def test_a_session_in_proc_never_reads_its_files_and_a_cancel_ends_its_command(t
         assert not list((tmp_path / "data").glob("checkpoints/objects/*/*"))
     finally:
         acp.close()
+
+
+def test_a_reviewed_write_file_is_pending_until_allowed_then_in_progress_as_bash_is(tmp_path, server):
+    from acp_agents import missing, run_sdk_client
+    if missing():
+        pytest.skip(missing())
+    need_binary()
+    config = acp_config(tmp_path, server)
+    project = tmp_path / "proj"
+    project.mkdir()
+    prompts = [{"text": 'tool bash {"command":"echo hi"}'},
+               {"text": 'tool write_file {"path":"new.txt","content":"hello\\n"}'}]
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    run = run_sdk_client([BIN, "--config", config], prompts, project, env=env)
+    assert run.returncode == 0, run.explain()
+    assert (project / "new.txt").read_text() == "hello\n", run.explain()
+    for turn in (0, 1):
+        steps = []
+        for line in run.lines:
+            if line.get("turn") != turn:
+                continue
+            if line["event"] == "permission":
+                steps.append("permission")
+            elif line["event"] == "update" and line["kind"] in ("tool_call", "tool_call_update") and line.get("status"):
+                steps.append(line["status"])
+        assert steps == ["pending", "permission", "in_progress", "completed"], (turn, steps, run.explain())
+
+
+def test_tool_call_ids_are_unique_in_the_session_when_the_provider_reuses_its_own(tmp_path, server):
+    from acp_agents import missing, run_sdk_client
+    if missing():
+        pytest.skip(missing())
+    need_binary()
+    config = acp_config(tmp_path, server)
+    project = tmp_path / "proj"
+    project.mkdir()
+    # The provider calls its tool "call_0" in every answer.
+    prompts = [{"text": f'sameids tool bash {{"command":"echo turn{i}"}}'} for i in range(3)]
+    env = {"HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "xdg")}
+    run = run_sdk_client([BIN, "--config", config], prompts, project, env=env)
+    assert run.returncode == 0, run.explain()
+    ids = [c["toolCallId"] for t in run.turns for c in t["toolCalls"]]
+    assert len(ids) == 3 and len(set(ids)) == 3, ids
+    assert ids[0] == "call_0", ids
+    # Each turn's updates, permission and result name that turn's call.
+    for turn, want in zip(run.turns, ids):
+        assert {s["toolCallId"] for s in turn["toolStatuses"]} == {want}, turn
+        assert [p["toolCall"]["toolCallId"] for p in turn["permissions"]] == [want], turn
+        assert "tool said:" in turn["text"], turn
+    # The provider gets its own id back with every result.
+    last = [r for r in server.requests() if r["method"] == "POST" and r["body"]][-1]["body"]["messages"]
+    assert [m["tool_call_id"] for m in last if m["role"] == "tool"] == ["call_0"] * 3, last
+    assert [c["id"] for m in last if m["role"] == "assistant" for c in m.get("tool_calls") or []] == ["call_0"] * 3

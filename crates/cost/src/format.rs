@@ -92,6 +92,21 @@ pub fn footer(model: &str, usage: &Usage, cost: &Cost) -> String {
     format!("── {} ──", parts.join(" · "))
 }
 
+/// The line under an answer whose token counts nobody reported (an
+/// external agent that sends no usage): says so rather than showing zeros
+/// that were never measured; a cost the agent reported still shows.
+/// `── gemini · usage not reported ──`, `── claude · tokens not reported · $0.031 ──`.
+pub fn footer_unreported(model: &str, cost: &Cost) -> String {
+    match cost.total_usd {
+        Some(total) if cost.known => format!(
+            "── {model} · tokens not reported · {}{} ──",
+            usd(total),
+            source_mark(cost.source)
+        ),
+        _ => format!("── {model} · usage not reported ──"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,7 @@ pub mod usage;
 
 pub use budget::{crossed_warnings, gate, BudgetConfig, Gate, Spend, Warning, WarningKind};
 pub use calendar::{local_day, now_ms, DAY_MS};
-pub use format::{footer, tokens, tokens_short, usd};
+pub use format::{footer, footer_unreported, tokens, tokens_short, usd};
 pub use math::{cost, cost_at, cost_of, prompt_tokens, rates, CostBreakdown, Rates};
 pub use pricing::{Price, PricingError, PricingRegistry, Resolved, Tier};
 pub use suggest::{suggest, ModelStats, SessionStats, Suggestion, SuggestionKind};

@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use mia_cost::{
-    cost, cost_of, crossed_warnings, footer, gate, suggest, tokens, tokens_short, usd, BudgetConfig, Cost, Gate,
-    ModelStats, Price, PricingRegistry, SessionStats, Spend, SuggestionKind, Usage, WarningKind,
+    cost, cost_of, crossed_warnings, footer, footer_unreported, gate, suggest, tokens, tokens_short, usd, BudgetConfig,
+    Cost, Gate, ModelStats, Price, PricingRegistry, SessionStats, Spend, SuggestionKind, Usage, WarningKind,
 };
 
 fn builtin() -> &'static PricingRegistry {
@@ -311,6 +311,18 @@ fn footer_says_cost_unknown_and_marks_estimated_counts() {
     assert_eq!(
         footer("myproxy/house", &u, &Cost::default()),
         "── myproxy/house · ~1,247 in · ~832 out · cost unknown ──"
+    );
+}
+
+#[test]
+fn footer_of_unreported_usage_says_so_and_keeps_a_reported_cost() {
+    assert_eq!(
+        footer_unreported("gemini", &Cost::default()),
+        "── gemini · usage not reported ──"
+    );
+    assert_eq!(
+        footer_unreported("claude", &known(0.031)),
+        "── claude · tokens not reported · $0.031 ──"
     );
 }
 

@@ -169,6 +169,9 @@ pub struct AgentProc {
     mcp_warned: std::sync::atomic::AtomicBool,
     /// The warning about a cost past `MAX_AGENT_SESSION_USD` was given (once per agent).
     cost_warned: std::sync::atomic::AtomicBool,
+    /// Edits the user approved in the agent's permission questions this
+    /// turn, which its `fs/write_text_file` may land unreviewed once.
+    pub(super) approved: Mutex<super::approved_writes::ApprovedWrites>,
 }
 
 impl Live {
@@ -222,6 +225,7 @@ pub fn agent(
         replay: Mutex::new(None),
         mcp_warned: std::sync::atomic::AtomicBool::new(false),
         cost_warned: std::sync::atomic::AtomicBool::new(false),
+        approved: Mutex::default(),
     });
     map.insert(spec.name.clone(), a.clone());
     a
@@ -683,6 +687,7 @@ impl AgentProc {
         self.push(stream, s::SessionUpdate::UserMessageChunk(user));
         let end = self.run_turn(&deps, stream, &prompt, &cancel, started_ms).await;
         self.turn.store(0, Ordering::SeqCst);
+        self.approved.lock().unwrap_or_else(|p| p.into_inner()).clear();
         self.bridge.queue.push(Event::End {
             stream,
             end: Box::new(end),
@@ -698,6 +703,7 @@ impl AgentProc {
             error,
             notice: None,
             session_cost_usd: None,
+            usage_unreported: false,
         }
     }
 
@@ -818,6 +824,10 @@ impl AgentProc {
             _ => Stop::EndTurn,
         };
         let mut end = self.end(if cancelled { Stop::Cancelled } else { stop }, None);
+        // No token counts in the answer (Gemini CLI keeps its own in
+        // `_meta.quota`, not read: its slash commands answer zeros there that
+        // were never measured): the footer says so instead of showing zeros.
+        end.usage_unreported = response.usage.is_none();
         if let Some(u) = &response.usage {
             end.usage = Usage {
                 input_tokens: u.input_tokens,

@@ -7,13 +7,14 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent_client_protocol as sdk;
 use agent_client_protocol::v1::schema as s;
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 
+use super::approved_writes::Approval;
 use super::client::AgentProc;
 use super::permission_diff;
 use crate::calls::CallError;
@@ -117,10 +118,14 @@ impl AgentProc {
         let payload = serde_json::to_value(&r).map_err(|e| error(e.to_string()))?;
         // A diff goes to mia's review: bounded, and named as the user knows the file.
         let root = self.root();
-        let (mut payload, review) = tokio::task::spawn_blocking(move || {
+        let this = self.clone();
+        let diff = first_diff(&r).cloned();
+        let session_id = r.session_id.to_string();
+        let (mut payload, review, approval) = tokio::task::spawn_blocking(move || {
             let mut payload = payload;
             let review = permission_diff::prepare(&mut payload, &root);
-            (payload, review)
+            let approval = diff.and_then(|d| this.approval(&session_id, &d));
+            (payload, review, approval)
         })
         .await
         .map_err(|e| error(e.to_string()))?;
@@ -135,12 +140,32 @@ impl AgentProc {
         let Ok(response) = serde_json::from_value::<s::RequestPermissionResponse>(answer) else {
             return Ok(cancelled);
         };
-        match &response.outcome {
-            s::RequestPermissionOutcome::Selected(sel) if r.options.iter().any(|o| o.option_id == sel.option_id) => {
-                Ok(response)
-            }
-            _ => Ok(cancelled),
+        let s::RequestPermissionOutcome::Selected(sel) = &response.outcome else {
+            return Ok(cancelled);
+        };
+        let Some(option) = r.options.iter().find(|o| o.option_id == sel.option_id) else {
+            return Ok(cancelled);
+        };
+        let allowed = matches!(
+            option.kind,
+            s::PermissionOptionKind::AllowOnce | s::PermissionOptionKind::AllowAlways
+        );
+        if let (true, Some(approval)) = (allowed, approval) {
+            self.approved
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .approve(approval, Instant::now());
         }
+        Ok(response)
+    }
+
+    /// What approving the diff `d` in `session_id` would approve: the file
+    /// resolved as [`Self::write_text_file`] resolves it, and read now.
+    /// Reads the disk: call it off the runtime's worker threads.
+    fn approval(&self, session_id: &str, d: &s::Diff) -> Option<Approval> {
+        let path = self.confined(&d.path).ok()?;
+        let on_disk = paths::read_regular(&path, MAX_READ_BYTES).ok();
+        Approval::from_diff(session_id, path, d.old_text.as_deref(), &d.new_text, on_disk.as_deref())
     }
 
     /// `fs/read_text_file`: an open buffer's text (unsaved changes included),
@@ -189,12 +214,20 @@ impl AgentProc {
             name: self.spec.name.clone(),
             mode: String::new(),
         };
+        // The exact edit the user just approved in the agent's own question is not asked again.
+        let approved = self.approved.lock().unwrap_or_else(|p| p.into_inner()).take(
+            &r.session_id.to_string(),
+            &path,
+            before.as_deref(),
+            r.content.as_bytes(),
+            Instant::now(),
+        );
         let lua = self.bridge.clone().with_editor_fs();
         let ctx = ToolContext {
             session_id: r.session_id.to_string(),
             call_id: format!("{}-write", self.spec.name),
             abort: self.turn_cancel.lock().unwrap_or_else(|p| p.into_inner()).clone(),
-            review: true,
+            review: !approved,
             telemetry: self.telemetry.clone(),
             ..ToolContext::new(self.current_stream(), root, agent, lua)
         };
@@ -262,9 +295,26 @@ impl AgentProc {
     }
 }
 
+/// The diff a permission question shows: its tool call's first.
+fn first_diff(r: &s::RequestPermissionRequest) -> Option<&s::Diff> {
+    r.tool_call.fields.content.iter().flatten().find_map(|c| match c {
+        s::ToolCallContent::Diff(d) => Some(d),
+        _ => None,
+    })
+}
+
 fn read_disk(path: &Path) -> Result<String, sdk::Error> {
     // Only a regular file, opened without blocking: a pipe would hold the agent's request forever.
-    let (file, len) = paths::open_regular(path).map_err(|e| error(format!("cannot read {}: {e}", path.display())))?;
+    let (file, len) = paths::open_regular(path).map_err(|e| match e.kind() {
+        // ACP's "resource not found": the agent can tell a missing file (one
+        // it may create) from a failure.
+        std::io::ErrorKind::NotFound => sdk::Error::new(
+            sdk::ErrorCode::RESOURCE_NOT_FOUND,
+            format!("Resource not found: {}", path.display()),
+        )
+        .data(json!({ "uri": path.display().to_string() })),
+        _ => error(format!("cannot read {}: {e}", path.display())),
+    })?;
     if len > MAX_READ_BYTES {
         return Err(error(format!(
             "{} is larger than {} MB; read it with line and limit",

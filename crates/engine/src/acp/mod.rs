@@ -2,6 +2,7 @@
 //! (mia as the client, [`client`]) and mia's own agent served to other
 //! editors (`mia-acp`, [`server`]).
 
+mod approved_writes;
 pub mod client;
 mod client_requests;
 pub mod client_sessions;

@@ -626,6 +626,7 @@ impl Server {
                             error: None,
                             notice: None,
                             session_cost_usd: None,
+                            usage_unreported: false,
                         },
                         Err(e) => crate::agent::failed_end(&model, &e),
                     };

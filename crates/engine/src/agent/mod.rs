@@ -633,6 +633,7 @@ pub async fn run(
                     None,
                 ));
             }
+            let acp_ids = session.tool_call_ids(&message_id);
             let (results, outcomes) = tool_round::run(
                 &deps,
                 stream,
@@ -641,6 +642,7 @@ pub async fn run(
                 &info.id,
                 &message_id,
                 &done,
+                &acp_ids,
                 &mut remembered,
                 &cancel,
                 &chat.messages,
@@ -676,6 +678,7 @@ fn finish(model: &str, usage: Usage, cost: Cost, session_cost_usd: f64, stop: St
         error: None,
         notice,
         session_cost_usd: Some(session_cost_usd),
+        usage_unreported: false,
     }
 }
 
@@ -693,6 +696,7 @@ pub fn failed_end(model: &str, error: &LlmError) -> TurnEnd {
         }),
         notice: None,
         session_cost_usd: None,
+        usage_unreported: false,
     }
 }
 

@@ -64,6 +64,9 @@ fn chosen_option(answer: Value) -> Option<String> {
 
 /// Runs the tool calls of `done`; the returned message holds one result per
 /// call, and the map how each ended (typed: done, failed, rejected, cancelled).
+/// `acp_ids` are the calls' ids unique in the session
+/// ([`crate::session::tool_ids`]): what the UI, the permission questions and
+/// the map see; the results keep the provider's ids for the provider.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     deps: &AgentDeps,
@@ -73,6 +76,7 @@ pub async fn run(
     session_id: &str,
     message_id: &str,
     done: &StreamDone,
+    acp_ids: &[String],
     remembered: &mut Vec<Rule>,
     cancel: &CancellationToken,
     history: &[Message],
@@ -82,8 +86,18 @@ pub async fn run(
     if let Some(scope) = scope {
         remembered.extend(scope.ledger.take_rules());
     }
+    // From here on each call carries its ACP id; the provider's come back at the end.
+    let calls: Vec<ToolCall> = done
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| ToolCall {
+            id: acp_ids.get(i).cloned().unwrap_or_else(|| call.id.clone()),
+            ..call.clone()
+        })
+        .collect();
     // The plan tool's calls reach the UI as `plan` updates, every other call as a tool block.
-    for call in &done.tool_calls {
+    for call in &calls {
         if updates::is_plan_tool(&call.name) {
             if let Some(plan) = updates::plan(&call.arguments) {
                 update(&deps.queue, stream, plan);
@@ -99,7 +113,7 @@ pub async fn run(
     let mut results: HashMap<String, ToolOutput> = HashMap::new();
     let mut ended: HashMap<String, ToolStatus> = HashMap::new();
     let mut approved: Vec<(&ToolCall, SharedTool, Checked, bool)> = Vec::new();
-    for call in &done.tool_calls {
+    for call in &calls {
         if cancel.is_cancelled() {
             results.insert(
                 call.id.clone(),
@@ -252,7 +266,7 @@ pub async fn run(
     let message_id = message_id.to_string();
     let conversation = Arc::new(history.to_vec());
     let mut outcomes: BTreeMap<String, ToolOutcome> = BTreeMap::new();
-    for call in &done.tool_calls {
+    for call in &calls {
         if let Some(out) = results.get(&call.id) {
             let outcome = ToolOutcome {
                 status: ended.get(&call.id).copied().unwrap_or(ToolStatus::Failed),
@@ -270,6 +284,19 @@ pub async fn run(
     let runs = approved.into_iter().map(|(call, tool, checked, review)| {
         let queue = deps.queue.clone();
         let call_id = call.id.clone();
+        // A reviewed edit asks first (its review is the permission
+        // question): pending until the user accepts, as bash is.
+        let on_accepted: Option<Arc<dyn Fn() + Send + Sync>> = review.then(|| {
+            let (queue, call_id) = (deps.queue.clone(), call.id.clone());
+            Arc::new(move || {
+                update(
+                    &queue,
+                    stream,
+                    updates::tool_progress(&call_id, ToolStatus::Running, json!({})),
+                )
+            }) as Arc<dyn Fn() + Send + Sync>
+        });
+        let subject = checked.shown();
         let message_id = message_id.clone();
         let ctx = ToolContext {
             telemetry: deps.telemetry.clone(),
@@ -288,6 +315,7 @@ pub async fn run(
             lua: crate::calls::LuaBridge::new(deps.queue.clone(), deps.calls.clone()).with_editor_fs(),
             edits: scope.cloned(),
             review,
+            on_accepted,
             permissions: deps
                 .settings
                 .permissions
@@ -297,11 +325,12 @@ pub async fn run(
             }),
         };
         async move {
-            update(
-                &deps.queue,
-                stream,
-                updates::tool_progress(&call.id, ToolStatus::Running, json!({})),
-            );
+            let status = if review {
+                updates::tool_progress(&call.id, ToolStatus::AwaitingPermission, json!({ "subject": subject }))
+            } else {
+                updates::tool_progress(&call.id, ToolStatus::Running, json!({}))
+            };
+            update(&deps.queue, stream, status);
             let started = Instant::now();
             let out = tool.call(call.arguments.clone(), ctx).await;
             (call, out, started.elapsed())
@@ -345,16 +374,16 @@ pub async fn run(
         results.insert(call.id.clone(), out);
     }
     let mut images = Vec::new();
-    let mut parts: Vec<Part> = done
-        .tool_calls
+    let mut parts: Vec<Part> = calls
         .iter()
-        .map(|call| {
+        .zip(&done.tool_calls)
+        .map(|(call, asked)| {
             let out = results
                 .remove(&call.id)
                 .unwrap_or_else(|| ToolOutput::error("The tool did not run."));
             images.extend(attached_images(&out.metadata));
             Part::ToolResult {
-                tool_call_id: call.id.clone(),
+                tool_call_id: asked.id.clone(),
                 content: out.content,
                 is_error: out.is_error,
             }

@@ -13,6 +13,7 @@
 //! skip it, and a replay (`session/load`) draws it exactly as it was drawn
 //! live. See [`updates`] for the event shapes.
 
+pub mod tool_ids;
 pub mod updates;
 
 use std::collections::HashMap;
@@ -422,6 +423,12 @@ impl Session {
         }
         let at = s.log.partition_point(|r| r.seq <= row.seq);
         s.log.insert(at, row);
+    }
+
+    /// The session-unique ids ([`tool_ids`]) of the tool calls in the
+    /// stored message `message_id`, in order.
+    pub fn tool_call_ids(&self, message_id: &str) -> Vec<String> {
+        tool_ids::ids_of_row(&self.lock().log, message_id)
     }
 
     /// What the next request to the model sends.

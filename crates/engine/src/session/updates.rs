@@ -300,6 +300,22 @@ pub struct TurnEnd {
     /// The session's cost after this turn (not stored: it changes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_cost_usd: Option<f64>,
+    /// Nobody reported the turn's token counts (an external agent that sends
+    /// none): `usage` holds zeros that were never measured.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_unreported: bool,
+}
+
+impl TurnEnd {
+    /// The chat's line under the answer: the model, the tokens and the cost
+    /// ([`mia_cost::footer`]), or that the usage was not reported.
+    pub fn footer(&self) -> String {
+        if self.usage_unreported {
+            mia_cost::footer_unreported(&self.model, &self.cost)
+        } else {
+            mia_cost::footer(&self.model, &self.usage, &self.cost)
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -316,9 +332,19 @@ pub enum ReplayItem {
     End(Box<TurnEnd>),
 }
 
+/// What a replay carries from row to row: the model of the turn, the plan
+/// tool's calls (their results are not drawn), and the session-unique tool
+/// call ids given so far and in the last round ([`super::tool_ids`]).
+#[derive(Default)]
+struct ReplayState {
+    model: String,
+    plans: Vec<String>,
+    ids: super::tool_ids::ToolIds,
+    round: super::tool_ids::Round,
+}
+
 /// The updates one stored row stands for, in the order they were sent live.
-/// `model` is the model of the turn the row belongs to.
-fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out: &mut Vec<ReplayItem>) {
+fn row_items(row: &MessageRow, st: &mut ReplayState, out: &mut Vec<ReplayItem>) {
     if let Some(end) = row.meta.get("turn_end") {
         if let Ok(end) = serde_json::from_value::<TurnEnd>(end.clone()) {
             out.push(ReplayItem::End(Box::new(end)));
@@ -340,7 +366,7 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
     match row.role {
         Role::User => {
             if let Some(m) = row.meta.get("model").and_then(Value::as_str) {
-                *model = m.to_string();
+                st.model = m.to_string();
             }
             let mentions: Vec<Value> = row
                 .meta
@@ -366,13 +392,14 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
                 .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
                 .unwrap_or_default();
             out.push(ReplayItem::Update(Box::new(user_chunk(
-                &text, model, &rules, &mentions,
+                &text, &st.model, &rules, &mentions,
             ))));
             for m in &mentions {
                 out.push(ReplayItem::Update(Box::new(mention_chunk(m))));
             }
         }
         Role::Assistant => {
+            st.round = Default::default();
             for p in &parts {
                 match p {
                     Part::Reasoning {
@@ -381,15 +408,18 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
                     Part::Text { text } if !text.is_empty() => out.push(ReplayItem::Update(Box::new(agent_text(text)))),
                     Part::ToolCall {
                         id, name, arguments, ..
-                    } if is_plan_tool(name) => {
-                        plans.push(id.clone());
-                        if let Some(update) = plan(arguments) {
-                            out.push(ReplayItem::Update(Box::new(update)));
+                    } => {
+                        let acp_id = st.ids.assign(id);
+                        st.round.push(id, acp_id.clone());
+                        if is_plan_tool(name) {
+                            st.plans.push(acp_id);
+                            if let Some(update) = plan(arguments) {
+                                out.push(ReplayItem::Update(Box::new(update)));
+                            }
+                        } else {
+                            out.push(ReplayItem::Update(Box::new(tool_call(&acp_id, name, arguments))));
                         }
                     }
-                    Part::ToolCall {
-                        id, name, arguments, ..
-                    } => out.push(ReplayItem::Update(Box::new(tool_call(id, name, arguments)))),
                     _ => {}
                 }
             }
@@ -402,13 +432,14 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
                     is_error,
                 } = p
                 {
-                    if plans.contains(tool_call_id) {
+                    let acp_id = st.round.take(tool_call_id);
+                    if st.plans.contains(&acp_id) {
                         continue;
                     }
-                    let outcome = row
-                        .meta
-                        .get("tools")
-                        .and_then(|t| t.get(tool_call_id))
+                    // Outcomes are stored by ACP id (by the provider's before ids were made unique).
+                    let tools = row.meta.get("tools");
+                    let outcome = tools
+                        .and_then(|t| t.get(&acp_id).or_else(|| t.get(tool_call_id)))
                         .and_then(|o| serde_json::from_value::<ToolOutcome>(o.clone()).ok())
                         .unwrap_or(ToolOutcome {
                             status: if *is_error {
@@ -419,11 +450,7 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
                             duration_ms: None,
                             summary: None,
                         });
-                    out.push(ReplayItem::Update(Box::new(tool_finished(
-                        tool_call_id,
-                        content,
-                        &outcome,
-                    ))));
+                    out.push(ReplayItem::Update(Box::new(tool_finished(&acp_id, content, &outcome))));
                 }
             }
         }
@@ -435,20 +462,20 @@ fn row_items(row: &MessageRow, model: &mut String, plans: &mut Vec<String>, out:
 /// replays its text and ends as an interrupted turn.
 pub fn replay(log: &[MessageRow]) -> Vec<ReplayItem> {
     let mut out = Vec::with_capacity(log.len() * 2);
-    let mut model = String::new();
-    let mut plans = Vec::new();
+    let mut st = ReplayState::default();
     for (i, row) in log.iter().enumerate() {
-        row_items(row, &mut model, &mut plans, &mut out);
+        row_items(row, &mut st, &mut out);
         let next_is_end = log.get(i + 1).is_some_and(|r| r.meta.get("turn_end").is_some());
         if row.state == MessageState::Streaming && !next_is_end {
             out.push(ReplayItem::End(Box::new(TurnEnd {
                 stop: Stop::Cancelled,
-                model: model.clone(),
+                model: st.model.clone(),
                 usage: Usage::default(),
                 cost: Cost::default(),
                 error: None,
                 notice: Some("interrupted: Neovim closed while this answer streamed".into()),
                 session_cost_usd: None,
+                usage_unreported: false,
             })));
         }
     }
@@ -487,6 +514,40 @@ mod tests {
     }
 
     #[test]
+    fn a_replay_gives_a_reused_provider_tool_id_the_session_unique_ids_of_the_live_turns() {
+        let row = |id: &str, role, parts: Value| {
+            crate::session::message_row("s", id.into(), role, parts, MessageState::Complete)
+        };
+        let call = json!([{ "type": "tool_call", "id": "call_0", "name": "bash", "arguments": {} }]);
+        let result = |text: &str| json!([{ "type": "tool_result", "tool_call_id": "call_0", "content": text }]);
+        let mut second_result = row("r2", Role::Tool, result("two"));
+        second_result.meta = json!({ "tools": { "call_0#2": { "status": "rejected" } } });
+        let log = vec![
+            row("a1", Role::Assistant, call.clone()),
+            row("r1", Role::Tool, result("one")),
+            row("a2", Role::Assistant, call),
+            second_result,
+        ];
+        let ids: Vec<(String, Value)> = replay(&log)
+            .into_iter()
+            .filter_map(|item| match item {
+                ReplayItem::Update(u) => {
+                    let v = serde_json::to_value(&u).unwrap();
+                    Some((
+                        v["toolCallId"].as_str()?.to_string(),
+                        v["_meta"]["mia"]["status"].clone(),
+                    ))
+                }
+                ReplayItem::End(_) => None,
+            })
+            .collect();
+        let names: Vec<&str> = ids.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(names, ["call_0", "call_0", "call_0#2", "call_0#2"]);
+        assert_eq!(ids[3].1, "rejected", "the outcome stored under the session-unique id");
+        assert_eq!(crate::session::tool_ids::ids_of_row(&log, "a2"), ["call_0#2"]);
+    }
+
+    #[test]
     fn the_turn_end_round_trips_through_the_log() {
         let end = TurnEnd {
             stop: Stop::Error,
@@ -499,6 +560,7 @@ mod tests {
             }),
             notice: None,
             session_cost_usd: None,
+            usage_unreported: false,
         };
         let mut row = crate::session::message_row("s", "s-1".into(), Role::Assistant, json!([]), MessageState::Error);
         row.meta = json!({ "turn_end": end });

@@ -158,6 +158,9 @@ pub async fn land(ctx: &ToolContext, tool: &str, p: Proposal, accepted: ToolOutp
                 return rejected(tool, &p.name, reason);
             }
         }
+        if let Some(accepted) = &ctx.on_accepted {
+            accepted();
+        }
     }
     if let Some(cp) = scope.as_ref().and_then(|s| s.checkpoint.clone()) {
         let change = if p.before.is_some() {

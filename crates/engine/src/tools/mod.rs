@@ -177,6 +177,9 @@ pub struct ToolContext {
     pub edits: Option<Arc<landing::EditScope>>,
     /// True when this call's edit is shown to the user before it lands.
     pub review: bool,
+    /// Called when the user accepted the reviewed edit, before it lands: a
+    /// reviewed call is pending until then and in progress from then on.
+    pub on_accepted: Option<Arc<dyn Fn() + Send + Sync>>,
     /// The permissions in effect for this tool in this mode
     /// ([`permissions::PermissionConfig::effective`]); null outside a turn.
     pub permissions: Value,
@@ -206,6 +209,7 @@ impl ToolContext {
             lua,
             edits: None,
             review: false,
+            on_accepted: None,
             permissions: Value::Null,
             telemetry: Arc::default(),
         }
