@@ -68,9 +68,20 @@ M.subcommands = {
     end,
   },
   stop = {
-    desc = "cancel the answer in flight",
+    desc = "cancel the answer in flight (and any :Mia edit streaming)",
     run = function()
+      local edit = package.loaded["mia.edit"]
+      local chat = package.loaded["mia.chat"]
+      if edit and edit.stop() and not (chat and chat.state() == "streaming") then
+        return
+      end
       require("mia.chat").stop()
+    end,
+  },
+  edit = {
+    desc = "rewrite the range (else the function or paragraph at the cursor) as {instruction} says, as pending hunks: |mia-edit|",
+    run = function(args, opts)
+      require("mia.edit").edit(args, opts)
     end,
   },
   open = {
