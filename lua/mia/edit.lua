@@ -245,12 +245,22 @@ local function render(ed)
   local new_text = #lines > 0 and (table.concat(lines, "\n") .. "\n") or ""
   local hunks = require("mia.review.diff").hunks(old_text, new_text)
   local width = ed.width
+  -- A line's padded chunk, made once: most lines are the same next frame.
+  local cache, next_cache = ed.virt_cache or {}, {}
+  local function chunk(line)
+    local c = cache[line] or next_cache[line]
+    if not c then
+      local shown = line:gsub("\t", string.rep(" ", ts))
+      c = { { shown .. string.rep(" ", math.max(0, width - api.nvim_strwidth(shown))), "DiffAdd" } }
+    end
+    next_cache[line] = c
+    return c
+  end
   for _, hk in ipairs(hunks) do
     local a_start, a_count, b_start, b_count = hk[1], hk[2], hk[3], hk[4]
     local virt = {}
     for j = 0, b_count - 1 do
-      local shown = lines[b_start + j]:gsub("\t", string.rep(" ", ts))
-      virt[#virt + 1] = { { shown .. string.rep(" ", math.max(0, width - vim.fn.strdisplaywidth(shown))), "DiffAdd" } }
+      virt[#virt + 1] = chunk(lines[b_start + j])
     end
     if a_count > 0 then
       local first = s + a_start - 1
@@ -276,6 +286,7 @@ local function render(ed)
       })
     end
   end
+  ed.virt_cache = next_cache
   -- A line under the range says it is still coming.
   ed.preview[#ed.preview + 1] = api.nvim_buf_set_extmark(b, ns, e, 0, {
     virt_lines = { { { "mia: editing… (<C-c> or :Mia stop cancels)", "Comment" } } },
