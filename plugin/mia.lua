@@ -77,7 +77,9 @@ end, {
         return vim.startswith(n, arglead)
       end, { "accept", "reject", "accept_all", "reject_all", "list" })
     elseif sub == "edit" and arglead:sub(1, 1) == "@" then
-      local _, items = require("mia.mentions").complete(arglead)
+      -- (the project's file list is gathered in the background the first
+      -- time: a later <Tab> offers its files)
+      local _, items = require("mia.mentions").complete(arglead, function() end)
       return vim.tbl_map(function(item)
         return item.word
       end, items or {})

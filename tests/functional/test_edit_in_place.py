@@ -325,3 +325,22 @@ def test_the_edit_is_counted_its_cost_shown_and_in_the_sessions_costs(agent, pro
     report = ed.lua("return require('mia').costs({ scope = 'session' })")
     agents = [a["key"] for a in report["by_agent"]]
     assert "edit" in agents, report
+
+
+def test_the_edit_goes_through_the_transform_hooks(agent, server, project):
+    ed = agent()
+    ed.lua("""require('mia').register_transform_hook({ name = 'tag', phase = 'pre_request',
+      fn = function(req) req.extra_body = { edit_tag = 'seen' }; return req end })""")
+    open_file(ed, project, "code.py")
+    keys(ed, ":1Mia edit " + typed(instruction("L1\n")) + "<CR>")
+    wait_staged(ed)
+    assert edit_requests(server)[-1]["body"].get("edit_tag") == "seen"
+
+
+def test_the_subcommand_and_its_mentions_complete(agent, project):
+    (project / "helper.py").write_text("x = 1\n")
+    ed = agent()
+    assert "edit" in ed.nvim.call("getcompletion", "Mia ed", "cmdline")
+    # the first completion starts gathering the project's files
+    ed.nvim.call("getcompletion", "Mia edit fix it @hel", "cmdline")
+    ed.wait("vim.tbl_contains(vim.fn.getcompletion('Mia edit fix it @hel', 'cmdline'), '@helper.py')")
