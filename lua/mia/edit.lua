@@ -513,8 +513,16 @@ local function start(b, first, last, instruction)
       end,
     })
   end
+  -- A failure to start (no core, a bad argument) leaves nothing behind.
+  local function send_or_finish(mentioned, attachments)
+    local ok, err = pcall(send, mentioned, attachments)
+    if not ok then
+      finish(ed)
+      error(err, 0)
+    end
+  end
   if not instruction:find("@", 1, true) then
-    send(nil, nil)
+    send_or_finish(nil, nil)
     return
   end
   require("mia.mentions").expand(instruction, function(err, mentioned, attachments)
@@ -523,7 +531,7 @@ local function start(b, first, last, instruction)
       notify("mia: " .. err .. " (the edit was not sent)", vim.log.levels.ERROR)
       return
     end
-    send(mentioned, attachments)
+    send_or_finish(mentioned, attachments)
   end)
 end
 

@@ -33,7 +33,7 @@ pub(super) fn edit_stream(lua: &Lua, (spec, opts): (LuaValue, LuaValue)) -> LuaR
         let api = stream_task::ApiCall {
             agent,
             utc_offset_s: opts.utc_offset_s.clamp(-86_400, 86_400),
-            budgets: settings.costs.clone(),
+            budgets: settings.costs,
             session_id: opts.session_id.filter(|s| !s.is_empty()),
             hooks: app().hooks(),
             telemetry: app().telemetry(),

@@ -344,3 +344,18 @@ def test_the_subcommand_and_its_mentions_complete(agent, project):
     # the first completion starts gathering the project's files
     ed.nvim.call("getcompletion", "Mia edit fix it @hel", "cmdline")
     ed.wait("vim.tbl_contains(vim.fn.getcompletion('Mia edit fix it @hel', 'cmdline'), '@helper.py')")
+
+
+def test_an_edit_that_cannot_start_says_why_and_leaves_nothing_behind(agent, project):
+    ed = agent()
+    open_file(ed, project, "code.py")
+    # a line that is not UTF-8 (a file read with ++bad=keep)
+    ed.lua("vim.api.nvim_buf_set_lines(0, 0, 1, false, { 'caf\\xe9' })")
+    keys(ed, ":1Mia edit " + typed(instruction("cafe\n")) + "<CR>")
+    ed.wait("string.find(vim.api.nvim_exec2('messages', { output = true }).output, 'not UTF%-8 text') ~= nil")
+    assert "line 1 is not UTF-8 text" in ed.messages()
+    assert not streaming(ed)
+    assert ed.lua("return vim.fn.maparg('<C-c>', 'n')") == ""
+    # the buffer takes the next edit
+    keys(ed, ":2Mia edit " + typed(instruction("simple\n")) + "<CR>")
+    wait_staged(ed)

@@ -57,14 +57,16 @@ pub struct EditSpec {
     pub filetype: String,
     /// 1-based number of the first selected line.
     pub first_line: u64,
-    pub selection: Vec<String>,
+    /// Buffer lines are bytes: one that is not UTF-8 comes as
+    /// [`Line::Bytes`] (refused in the selection, sent lossily around it).
+    pub selection: Vec<Line>,
     #[serde(default)]
-    pub before: Vec<String>,
+    pub before: Vec<Line>,
     #[serde(default)]
-    pub after: Vec<String>,
+    pub after: Vec<Line>,
     /// The diagnostics inside the range, one line each.
     #[serde(default)]
-    pub diagnostics: Vec<String>,
+    pub diagnostics: Vec<Line>,
     /// Text the editor's mentions resolved (an MCP resource).
     #[serde(default)]
     pub mentioned: Option<String>,
@@ -75,6 +77,60 @@ pub struct EditSpec {
     pub mode: String,
     #[serde(default)]
     pub max_tokens: Option<u32>,
+}
+
+/// One line of a buffer: text, or bytes that are not UTF-8.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Line {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl Line {
+    /// The line as text, invalid bytes as U+FFFD.
+    fn lossy(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Line::Text(t) => std::borrow::Cow::Borrowed(t),
+            Line::Bytes(b) => String::from_utf8_lossy(b),
+        }
+    }
+}
+
+impl From<&str> for Line {
+    fn from(s: &str) -> Self {
+        Line::Text(s.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Line {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Line;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a line of text")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Line, E> {
+                Ok(Line::Text(v.to_string()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Line, E> {
+                Ok(Line::Text(v))
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Line, E> {
+                Ok(match std::str::from_utf8(v) {
+                    Ok(t) => Line::Text(t.to_string()),
+                    Err(_) => Line::Bytes(v.to_vec()),
+                })
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Line, E> {
+                Ok(match String::from_utf8(v) {
+                    Ok(t) => Line::Text(t),
+                    Err(e) => Line::Bytes(e.into_bytes()),
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// Why an edit is not sent. Each names the cause and what to do.
@@ -90,6 +146,8 @@ pub enum EditError {
         "mia: the selection is {0} bytes; :Mia edit takes up to {MAX_SELECTION_BYTES}. Nothing was sent; select less."
     )]
     TooLarge(usize),
+    #[error("mia: line {0} is not UTF-8 text, and :Mia edit sends text only. Nothing was sent; convert the file (e.g. :set fileencoding=utf-8) or select other lines.")]
+    NotText(u64),
     #[error("mia: :Mia edit needs an instruction. Nothing was sent.")]
     NoInstruction,
     #[error(transparent)]
@@ -101,7 +159,14 @@ pub fn prepare(spec: &EditSpec, settings: &AgentSettings, secrets: &[String]) ->
     if spec.instruction.trim().is_empty() {
         return Err(EditError::NoInstruction);
     }
-    let size: usize = spec.selection.iter().map(|l| l.len() + 1).sum();
+    let mut selection = Vec::with_capacity(spec.selection.len());
+    for (i, l) in spec.selection.iter().enumerate() {
+        match l {
+            Line::Text(t) => selection.push(t.clone()),
+            Line::Bytes(_) => return Err(EditError::NotText(spec.first_line + i as u64)),
+        }
+    }
+    let size: usize = selection.iter().map(|l| l.len() + 1).sum();
     if size > MAX_SELECTION_BYTES {
         return Err(EditError::TooLarge(size));
     }
@@ -121,15 +186,17 @@ pub fn prepare(spec: &EditSpec, settings: &AgentSettings, secrets: &[String]) ->
             }
         }
     }
-    let before = tail(&spec.before);
-    let after = head(&spec.after);
+    let lossy = |lines: &[Line]| lines.iter().map(|l| l.lossy().into_owned()).collect::<Vec<_>>();
+    let (before, after, diagnostics) = (lossy(&spec.before), lossy(&spec.after), lossy(&spec.diagnostics));
+    let before = tail(&before);
+    let after = head(&after);
     let holds_secret = |text: &str| secrets.iter().any(|s| !s.is_empty() && text.contains(s.as_str()));
     if [&spec.instruction]
         .into_iter()
-        .chain(spec.selection.iter())
+        .chain(selection.iter())
         .chain(before.iter())
         .chain(after.iter())
-        .chain(spec.diagnostics.iter())
+        .chain(diagnostics.iter())
         .any(|t| holds_secret(t))
     {
         return Err(EditError::Secret);
@@ -165,7 +232,7 @@ pub fn prepare(spec: &EditSpec, settings: &AgentSettings, secrets: &[String]) ->
         system.push_str(&rules.text);
     }
     let mut parts = vec![Part::Text {
-        text: user_text(spec, path, before, after),
+        text: user_text(spec, path, &selection, before, after, &diagnostics),
     }];
     parts.extend(resolved.parts);
     Ok(ChatRequest {
@@ -213,11 +280,18 @@ fn head(lines: &[String]) -> &[String] {
 }
 
 /// The user message: the instruction first, then the file and the lines.
-fn user_text(spec: &EditSpec, path: Option<&str>, before: &[String], after: &[String]) -> String {
+fn user_text(
+    spec: &EditSpec,
+    path: Option<&str>,
+    selection: &[String],
+    before: &[String],
+    after: &[String],
+    diagnostics: &[String],
+) -> String {
     let mut t = String::new();
     t.push_str(spec.instruction.trim());
     t.push_str("\n\n");
-    let last = spec.first_line + spec.selection.len() as u64 - 1;
+    let last = spec.first_line + (selection.len() as u64).saturating_sub(1);
     let name = path.unwrap_or("(a buffer without a file)");
     let ft = if spec.filetype.is_empty() {
         String::new()
@@ -239,13 +313,13 @@ fn user_text(spec: &EditSpec, path: Option<&str>, before: &[String], after: &[St
     if !before.is_empty() {
         block(&mut t, "before", before);
     }
-    block(&mut t, "selection", &spec.selection);
+    block(&mut t, "selection", selection);
     if !after.is_empty() {
         block(&mut t, "after", after);
     }
-    if !spec.diagnostics.is_empty() {
+    if !diagnostics.is_empty() {
         t.push_str("Diagnostics in the selection:\n");
-        for d in spec.diagnostics.iter().take(MAX_DIAGNOSTICS) {
+        for d in diagnostics.iter().take(MAX_DIAGNOSTICS) {
             t.push_str("- ");
             t.push_str(d);
             t.push('\n');
@@ -272,8 +346,8 @@ mod tests {
             filetype: "rust".into(),
             first_line: 3,
             selection: vec!["let x = 1;".into(), "x + 1".into()],
-            before: (0..80).map(|i| format!("b{i}")).collect(),
-            after: (0..80).map(|i| format!("a{i}")).collect(),
+            before: (0..80).map(|i| Line::Text(format!("b{i}"))).collect(),
+            after: (0..80).map(|i| Line::Text(format!("a{i}"))).collect(),
             diagnostics: vec!["line 3: unused variable".into()],
             mentioned: None,
             attachments: vec![],
@@ -283,9 +357,10 @@ mod tests {
     }
 
     fn settings(rules: serde_json::Value) -> AgentSettings {
-        let mut s = AgentSettings::default();
-        s.permissions = serde_json::from_value(serde_json::json!({ "rules": rules })).expect("rules");
-        s
+        AgentSettings {
+            permissions: serde_json::from_value(serde_json::json!({ "rules": rules })).expect("rules"),
+            ..Default::default()
+        }
     }
 
     fn text_of(req: &ChatRequest) -> String {
@@ -338,6 +413,18 @@ mod tests {
         }
         let other = settings(serde_json::json!([{ "tool": "*", "pattern": "secret/**", "action": "deny" }]));
         assert!(prepare(&spec(dir.path()), &other, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_selected_line_that_is_not_utf8_is_refused_and_context_lines_are_sent_lossily() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut s = spec(dir.path());
+        s.after[0] = Line::Bytes(b"caf\xe9".to_vec());
+        let req = prepare(&s, &settings(serde_json::json!([])), &[]).expect("prepared");
+        assert!(text_of(&req).contains("\ncaf\u{fffd}\n"));
+        s.selection[1] = Line::Bytes(b"caf\xe9".to_vec());
+        let err = prepare(&s, &settings(serde_json::json!([])), &[]).expect_err("not text");
+        assert_eq!(err, EditError::NotText(4));
     }
 
     #[test]
