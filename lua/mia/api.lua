@@ -257,7 +257,13 @@ function M.edit(instruction, opts)
 end
 
 --- Cancels the answer in flight; its partial text stays, marked as cancelled.
+--- Also cancels every |mia-edit| streaming (the buffers stay as they were).
 function M.stop()
+  local edit = package.loaded["mia.edit"]
+  local chat = package.loaded["mia.chat"]
+  if edit and edit.stop() and not (chat and chat.state() == "streaming") then
+    return
+  end
   require("mia.chat").stop()
 end
 

@@ -70,12 +70,7 @@ M.subcommands = {
   stop = {
     desc = "cancel the answer in flight (and any :Mia edit streaming)",
     run = function()
-      local edit = package.loaded["mia.edit"]
-      local chat = package.loaded["mia.chat"]
-      if edit and edit.stop() and not (chat and chat.state() == "streaming") then
-        return
-      end
-      require("mia.chat").stop()
+      require("mia.api").stop()
     end,
   },
   edit = {

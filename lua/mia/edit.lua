@@ -515,8 +515,8 @@ local function start(b, first, last, instruction)
   end
   -- A failure to start (no core, a bad argument) leaves nothing behind.
   local function send_or_finish(mentioned, attachments)
-    local ok, err = pcall(send, mentioned, attachments)
-    if not ok then
+    local sent, err = pcall(send, mentioned, attachments)
+    if not sent then
       finish(ed)
       error(err, 0)
     end

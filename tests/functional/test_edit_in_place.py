@@ -359,3 +359,32 @@ def test_an_edit_that_cannot_start_says_why_and_leaves_nothing_behind(agent, pro
     # the buffer takes the next edit
     keys(ed, ":2Mia edit " + typed(instruction("simple\n")) + "<CR>")
     wait_staged(ed)
+
+
+def test_a_hard_budget_the_chat_reached_stops_the_edit_before_the_server_sees_it(agent, server, project):
+    ed = agent(pricing={"scn/echo": {"input": 3.0, "output": 15.0}},
+               costs={"daily_limit_usd": 0.000001, "hard_limit": True})
+    ed.nvim.command("Mia prompt echo chat spends first")
+    ed.wait("require('mia.chat').state() == 'done'")
+    before = len(edit_requests(server))
+    ed.nvim.command("wincmd p")
+    open_file(ed, project, "code.py")
+    keys(ed, ":1Mia edit " + typed(instruction("L1\n")) + "<CR>")
+    ed.wait("string.find(vim.api.nvim_exec2('messages', { output = true }).output, 'costs.daily_limit_usd') ~= nil")
+    assert len(edit_requests(server)) == before
+    assert not streaming(ed) and pending(ed) == [] and lines(ed) == LINES
+
+
+def test_an_edit_whose_core_cannot_start_leaves_nothing_behind(agent, project):
+    ed = agent()
+    open_file(ed, project, "code.py")
+    # the native library failing to load, as a missing one does
+    ed.lua("_G.real_core = require('mia.api')._core; "
+           "require('mia.api')._core = function() error('mia: the native library is missing', 0) end")
+    keys(ed, ":1Mia edit " + typed(instruction("L1\n")) + "<CR>")
+    ed.wait("string.find(vim.api.nvim_exec2('messages', { output = true }).output, 'library is missing') ~= nil")
+    assert not streaming(ed)
+    assert ed.lua("return vim.fn.maparg('<C-c>', 'n')") == ""
+    ed.lua("require('mia.api')._core = _G.real_core")
+    keys(ed, ":1Mia edit " + typed(instruction("L1\n")) + "<CR>")
+    wait_staged(ed)
