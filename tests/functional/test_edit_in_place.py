@@ -388,3 +388,15 @@ def test_an_edit_whose_core_cannot_start_leaves_nothing_behind(agent, project):
     ed.lua("require('mia.api')._core = _G.real_core")
     keys(ed, ":1Mia edit " + typed(instruction("L1\n")) + "<CR>")
     wait_staged(ed)
+
+
+def test_checkhealth_says_whether_the_plug_mapping_is_mapped(agent):
+    ed = agent()
+    ed.nvim.command("checkhealth mia")
+    text = "\n".join(ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
+    assert "<Plug>(MiaEdit) is not mapped (no default mapping)" in text
+    ed.nvim.command("bwipeout")
+    ed.nvim.command("xmap <Space>e <Plug>(MiaEdit)")
+    ed.nvim.command("checkhealth mia")
+    text = "\n".join(ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
+    assert "<Plug>(MiaEdit) is mapped in Visual mode" in text
