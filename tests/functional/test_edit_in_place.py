@@ -400,3 +400,15 @@ def test_checkhealth_says_whether_the_plug_mapping_is_mapped(agent):
     ed.nvim.command("checkhealth mia")
     text = "\n".join(ed.lua("return vim.api.nvim_buf_get_lines(0, 0, -1, false)"))
     assert "<Plug>(MiaEdit) is mapped in Visual mode" in text
+
+
+def test_lines_ending_in_a_carriage_return_get_it_back(agent, project):
+    (project / "mixed.txt").write_bytes(b"one\r\ntwo\r\nthree\n")
+    ed = agent()
+    ed.nvim.command(f"edit ++ff=unix {project / 'mixed.txt'}")
+    assert lines(ed) == ["one\r", "two\r", "three"]
+    keys(ed, ":1,2Mia edit " + typed(instruction("ONE\nTWO\n")) + "<CR>")
+    wait_staged(ed)
+    keys(ed, ":Mia review accept_all<CR>")
+    ed.wait("#require('mia.review').pending() == 0")
+    assert lines(ed) == ["ONE\r", "TWO\r", "three"]
