@@ -5,7 +5,8 @@ scenario server over loopback:
   - first token -> first pending text: from the start of the drain that
     brought the edit's first text to the end of the preview it drew (the
     extmarks placed; Neovim's redraw of them follows), on the main thread;
-  - main-thread work per frame while an edit streams (200 tokens at 50 Hz)
+  - main-thread work per frame while an edit streams (--edit-lines lines, 100
+    by default: 200 tokens at 50 Hz)
     beside the chat's answer (200 tokens at 50 Hz, `:Mia prompt slow 200
     50`) in the same run: every drain that delivered something, timed from
     the core's drain to the end of the writer's flush (as stream_bench's
@@ -16,7 +17,7 @@ scenario server over loopback:
     (`--prompt-tokens pieces`, a tokenizer-like rule over the system text
     and the messages).
 
-    .venv/bin/python benches/edit_bench.py [--runs 5]
+    .venv/bin/python benches/edit_bench.py [--runs 3] [--edit-lines 100] [--json out.json]
 
 Numbers go in closing notes; no test asserts them.
 """
@@ -134,7 +135,7 @@ def median_us(xs):
     return round(statistics.median(xs) / 1000, 1) if xs else None
 
 
-def one_run(home, port, project):
+def one_run(home, port, project, edit_lines):
     nvim = editor(home, port)
     try:
         nvim.exec_lua("vim.cmd.cd(...)", str(project))
@@ -151,11 +152,11 @@ def one_run(home, port, project):
         wait(nvim, "require('mia.chat').state() == 'done'")
         chat_alone = [f["total"] for f in nvim.exec_lua("return edit_bench.frames")]
 
-        # 2. the chat and an edit of 100 lines (200 tokens at 50 Hz) together
-        answer = "".join(f"    renamed_{i} = compute({i})  # rewritten\n" for i in range(100))
+        # 2. the chat and an edit of `edit_lines` lines (2 tokens a line, at 50 Hz) together
+        answer = "".join(f"    renamed_{i} = compute({i})  # rewritten\n" for i in range(edit_lines))
         nvim.exec_lua("edit_bench.frames = {}")
         nvim.command("Mia prompt slow 200 50")
-        nvim.command(f"1000,1099Mia edit reply 50 {json.dumps(answer)}")
+        nvim.command(f"1000,{999 + edit_lines}Mia edit reply 50 {json.dumps(answer)}")
         wait(nvim, "require('mia.chat').state() == 'done' and not require('mia.edit').streaming()")
         both = [f["total"] for f in nvim.exec_lua("return edit_bench.frames")]
         timing = nvim.exec_lua("return require('mia.edit').last_timing")
@@ -191,6 +192,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json")
+    ap.add_argument("--edit-lines", type=int, default=100, help="lines the streaming edit rewrites (default 100)")
     args = ap.parse_args()
     proc, port = start_server()
     try:
@@ -200,7 +202,7 @@ def main():
             project.mkdir()
             (project / "big.py").write_text(
                 "".join(f"    value_{i} = compute({i})  # line {i + 1} of a long file\n" for i in range(2000)))
-            runs = [one_run(tmp / f"run{i}", port, project) for i in range(args.runs)]
+            runs = [one_run(tmp / f"run{i}", port, project, args.edit_lines) for i in range(args.runs)]
         out = {}
         for k in runs[0]:
             vals = [r[k] for r in runs if isinstance(r[k], (int, float))]
