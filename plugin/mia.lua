@@ -7,6 +7,7 @@ vim.g.loaded_mia = true
 
 local names = {
   "prompt",
+  "edit",
   "agent",
   "stop",
   "paste",
@@ -68,6 +69,13 @@ end, {
       return vim.tbl_filter(function(n)
         return vim.startswith(n, arglead)
       end, { "accept", "reject", "accept_all", "reject_all", "list" })
+    elseif sub == "edit" and arglead:sub(1, 1) == "@" then
+      -- (the project's file list is gathered in the background the first
+      -- time: a later <Tab> offers its files)
+      local _, items = require("mia.mentions").complete(arglead, function() end)
+      return vim.tbl_map(function(item)
+        return item.word
+      end, items or {})
     elseif sub == "health" and not before:match("^health%s+%S+%s") then
       return vim.startswith("online", arglead) and { "online" } or {}
     end
@@ -79,6 +87,26 @@ end, {
     end, names)
   end,
 })
+
+-- `:Mia edit` from a mapping (|mia-edit|): none is mapped by default.
+vim.keymap.set("n", "<Plug>(MiaEdit)", function()
+  local ok, err = pcall(function()
+    require("mia.edit").edit(nil, {})
+  end)
+  if not ok then
+    vim.notify(tostring(err), vim.log.levels.ERROR)
+  end
+end, { desc = "mia: edit the function or paragraph at the cursor" })
+vim.keymap.set("x", "<Plug>(MiaEdit)", function()
+  local a, b = vim.fn.line("v"), vim.fn.line(".")
+  vim.api.nvim_feedkeys(vim.api.nvim_replace_termcodes("<Esc>", true, false, true), "nx", false)
+  local ok, err = pcall(function()
+    require("mia.edit").edit(nil, { range = 2, line1 = math.min(a, b), line2 = math.max(a, b) })
+  end)
+  if not ok then
+    vim.notify(tostring(err), vim.log.levels.ERROR)
+  end
+end, { desc = "mia: edit the selected lines" })
 
 vim.api.nvim_create_user_command("MiaCosts", function()
   local ok, err = pcall(function()

@@ -85,6 +85,11 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    "Hello big world" -> "Hello ", "big ", "world".
   long N           N word tokens as fast as possible (batched writes).
   slow N RATE      N word tokens, token i sent at start + i/RATE seconds.
+  reply RATE JSON  the JSON string after RATE as the answer (text after the
+                   JSON is ignored), each line cut in two tokens, RATE tokens
+                   a second (0: as fast as possible).
+  replystall K JSON  the first K tokens of that answer, then silence until
+                   the client leaves.
   unicode          "héllo wörld — 你好世界 🎉🚀 naïve café ∑∫" (precomposed
                    é ö ï, U+2014, U+1F389 U+1F680) in tokens of 1, 2, 3, 1, 2,
                    3, ... characters; after the opening events the SSE body
@@ -419,6 +424,16 @@ def echo_tokens(text):
     return re.findall(r"\S+\s*|\s+", text)
 
 
+def reply_tokens(text):
+    """`reply`'s tokens: each line (with its newline) cut in two halves, so
+    a client shows lines while they are still arriving."""
+    out = []
+    for line in re.findall(r"[^\n]*\n|[^\n]+", text):
+        half = max(1, len(line) // 2)
+        out += [piece for piece in (line[:half], line[half:]) if piece]
+    return out or [""]
+
+
 def thirds(text):
     n = len(text)
     return [text[:n // 3], text[n // 3:2 * n // 3], text[2 * n // 3:]]
@@ -578,6 +593,20 @@ def parse_scenario(text, seq, whole=None):
         return Plan("gateway", ["ok"], gateway=(args[0], args[1]))
     if key == "ctype" and len(args) == 1:
         return Plan("ctype", ["ok"], content_type=args[0])
+    if key in ("reply", "replystall") and len(args) >= 2:
+        # the answer is the JSON string after the number; text after it
+        # (what else the message holds) is ignored
+        rest = text.split(None, 2)[2]
+        try:
+            answer, _ = json.JSONDecoder().raw_decode(rest)
+        except ValueError:
+            answer = None
+        num = number(args[0])
+        if isinstance(answer, str) and num is not None and num >= 0:
+            tokens = reply_tokens(answer)
+            if key == "reply":
+                return Plan("reply", tokens, rate=num or None)
+            return Plan("replystall", tokens[:int(num)], end="stall")
     if key == "unicode":
         return Plan("unicode", UNICODE_TOKENS, trickle=True)
     if key == "malformed":

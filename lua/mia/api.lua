@@ -242,8 +242,28 @@ function M.prompt(text, opts)
   require("mia.chat").prompt(text, opts)
 end
 
+--- Rewrites lines of the current buffer as `instruction` says, streamed as
+--- pending hunks (|mia-edit|): `opts.line1`..`opts.line2` (1-based), else
+--- the function or paragraph at the cursor; no instruction asks for one.
+--- @param instruction? string
+--- @param opts? { line1?: integer, line2?: integer, buf?: integer }
+function M.edit(instruction, opts)
+  opts = vim.deepcopy(opts or {})
+  if opts.line1 and opts.range == nil then
+    opts.range = 2
+    opts.line2 = opts.line2 or opts.line1
+  end
+  require("mia.edit").edit(instruction, opts)
+end
+
 --- Cancels the answer in flight; its partial text stays, marked as cancelled.
+--- Also cancels every |mia-edit| streaming (the buffers stay as they were).
 function M.stop()
+  local edit = package.loaded["mia.edit"]
+  local chat = package.loaded["mia.chat"]
+  if edit and edit.stop() and not (chat and chat.state() == "streaming") then
+    return
+  end
   require("mia.chat").stop()
 end
 

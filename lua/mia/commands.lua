@@ -68,9 +68,15 @@ M.subcommands = {
     end,
   },
   stop = {
-    desc = "cancel the answer in flight",
+    desc = "cancel the answer in flight (and any :Mia edit streaming)",
     run = function()
-      require("mia.chat").stop()
+      require("mia.api").stop()
+    end,
+  },
+  edit = {
+    desc = "rewrite the range (else the function or paragraph at the cursor) as {instruction} says, as pending hunks: |mia-edit|",
+    run = function(args, opts)
+      require("mia.edit").edit(args, opts)
     end,
   },
   open = {

@@ -90,6 +90,17 @@ function M.check()
   else
     health.info("review mode: diff (proposed edits show as a diff float; setup({ review = \"hunks\" }) for pending hunks)")
   end
+  -- :Mia edit stages its answers as hunks whatever `review` says.
+  local mapped = {}
+  for _, mode in ipairs({ "n", "x" }) do
+    if vim.fn.hasmapto("<Plug>(MiaEdit)", mode) == 1 then
+      mapped[#mapped + 1] = mode == "n" and "Normal" or "Visual"
+    end
+  end
+  health.info(string.format(
+    ":Mia edit: answers are staged as pending hunks; <Plug>(MiaEdit) is %s (:h mia-edit)",
+    #mapped > 0 and ("mapped in " .. table.concat(mapped, " and ") .. " mode") or "not mapped (no default mapping)"
+  ))
   local cp = cfg.checkpoints or {}
   health.info(string.format(
     "checkpoints: kept %d days, at most %d MB, files up to %d KB, scans up to %d files (:Mia checkpoints, :Mia undo)",

@@ -12,6 +12,7 @@ use std::time::Duration;
 mod agent_api;
 mod checkpoint_api;
 mod drain_json;
+mod edit_api;
 mod error;
 mod mcp_api;
 mod staleness;
@@ -681,6 +682,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("configure", lua.create_function(configure)?)?;
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
+    m.set("edit_stream", lua.create_function(edit_api::edit_stream)?)?;
     m.set("set_hooks", lua.create_function(set_hooks)?)?;
     m.set("model_info", lua.create_function(model_info)?)?;
     m.set("format_footer", lua.create_function(format_footer)?)?;

@@ -98,7 +98,7 @@ def test_plugin_and_setup_do_not_load_the_native_library(editor):
 
 
 def test_subcommands_complete(editor):
-    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "agent", "stop", "paste", "open", "new", "sessions", "rename", "mode", "tools", "context", "costs", "clear", "health",
+    assert editor.lua("return vim.fn.getcompletion('Mia ', 'cmdline')") == ["prompt", "edit", "agent", "stop", "paste", "open", "new", "sessions", "rename", "mode", "tools", "context", "costs", "clear", "health",
                                                                                 "checkpoints", "undo", "review", "mcp", "install"]
     assert editor.lua("return vim.fn.getcompletion('Mia st', 'cmdline')") == ["stop"]
     assert editor.lua("return vim.fn.getcompletion('Mia cont', 'cmdline')") == ["context"]
@@ -106,7 +106,7 @@ def test_subcommands_complete(editor):
 
 
 def test_unknown_subcommand_lists_the_available_ones(editor):
-    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: agent, checkpoints, clear, context, costs, health, install, mcp, mode, new, open, paste, prompt, rename, review, sessions, stop, tools, undo"):
+    with pytest.raises(NvimError, match="mia: unknown subcommand `frobnicate`. Available: agent, checkpoints, clear, context, costs, edit, health, install, mcp, mode, new, open, paste, prompt, rename, review, sessions, stop, tools, undo"):
         editor.nvim.command("Mia frobnicate")
 
 

@@ -15,6 +15,7 @@
 //! hooks       → calls, events, telemetry
 //! checkpoint  → git, session, tools
 //! config      → acp (mia-acp's memory default), checkpoint, shared
+//! edit        → agent, tools
 //! tools       → calls, checkpoint, events, mcp, session, shared, telemetry
 //! session     → agent, checkpoint, telemetry, tools
 //! telemetry   → app, session, tools
@@ -39,6 +40,7 @@ pub mod app;
 pub mod calls;
 pub mod checkpoint;
 pub mod config;
+pub mod edit;
 pub mod events;
 pub mod git;
 pub mod hooks;

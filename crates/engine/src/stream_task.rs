@@ -58,6 +58,37 @@ pub fn spawn_stream(
     api: ApiCall,
     cancel: CancellationToken,
 ) {
+    spawn_prepared_stream(
+        rt,
+        queue,
+        providers,
+        calls,
+        store,
+        stream,
+        std::future::ready(Ok(req)),
+        streaming,
+        api,
+        cancel,
+    );
+}
+
+/// [`spawn_stream`] of a request that is made first by `prepare` (e.g.
+/// `:Mia edit`'s, which reads the rules files and checks the deny rules off
+/// the editor's thread). A failed `prepare` ends the stream with its error:
+/// nothing is sent, nothing counted.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_prepared_stream(
+    rt: &Handle,
+    queue: Arc<EventQueue>,
+    providers: Arc<Providers>,
+    calls: Arc<crate::calls::PendingCalls>,
+    store: impl Future<Output = Option<Arc<Store>>> + Send + 'static,
+    stream: StreamId,
+    prepare: impl Future<Output = Result<ChatRequest, LlmError>> + Send + 'static,
+    streaming: bool,
+    api: ApiCall,
+    cancel: CancellationToken,
+) {
     rt.spawn(async move {
         let caller = crate::hooks::Caller {
             queue: queue.clone(),
@@ -68,7 +99,10 @@ pub fn spawn_stream(
             session: api.session_id.clone(),
             telemetry: api.telemetry.clone(),
         };
-        let work = async move { api_call(caller, providers, store.await, req, streaming, api).await };
+        let work = async move {
+            let req = prepare.await?;
+            api_call(caller, providers, store.await, req, streaming, api).await
+        };
         match supervise(work, &cancel).await {
             Ok(done) => queue.push(Event::Done {
                 stream,

@@ -116,10 +116,19 @@ function M.quickfix(open)
   end
 end
 
-local set_keymaps, clear_keymaps
+local set_keymaps, clear_keymaps, add_hunks
 
 --- Answers a request whose hunks are all resolved.
 local function settle(req)
+  if req.on_settle then
+    -- hunks staged by mia itself (`:Mia edit`): nobody in the core waits
+    local n = 0
+    for _, h in ipairs(req.hunks) do
+      n = n + (h.state == "accepted" and 1 or 0)
+    end
+    req.on_settle(n, #req.hunks)
+    return
+  end
   local accepted = {}
   for _, h in ipairs(req.hunks) do
     if h.state == "accepted" then
@@ -156,7 +165,7 @@ local function resolve(h, accept, batch)
     if not batch then
       vim.bo[b].undolevels = vim.bo[b].undolevels
     end
-    if h.req.old_text == "" and api.nvim_buf_line_count(b) == 1 and api.nvim_buf_get_lines(b, 0, 1, false)[1] == "" then
+    if not h.req.on_settle and h.req.old_text == "" and api.nvim_buf_line_count(b) == 1 and api.nvim_buf_get_lines(b, 0, 1, false)[1] == "" then
       api.nvim_buf_set_lines(b, 0, -1, false, h.b_lines)
     else
       api.nvim_buf_set_lines(b, start, start + count, false, h.b_lines)
@@ -341,7 +350,6 @@ function M.place(r)
     return false
   end
   local hunks = diff.hunks(old_text, r.diff.newText)
-  local old_lines, new_lines = diff.lines_of(old_text), diff.lines_of(r.diff.newText)
   local meta = diff.meta_of(r.data)
   local req = {
     call = r.call,
@@ -354,9 +362,18 @@ function M.place(r)
     reply.send(r.call, "allow_once")
     return true
   end
+  add_hunks(req, b, win, hunks, 0)
+  M.show(req, win, type(meta.subject) == "string" and meta.subject or r.diff.path)
+  return true
+end
+
+--- Places `hunks` (of `req.old_text` → `req.new_text`, rows counted from
+--- `offset`) in buffer `b` as pending hunks of `req`.
+add_hunks = function(req, b, win, hunks, offset)
+  local old_lines, new_lines = diff.lines_of(req.old_text), diff.lines_of(req.new_text)
   local width = math.max(20, api.nvim_win_get_width(win))
   for i, hk in ipairs(hunks) do
-    local a_start, a_count, b_start, b_count = hk[1], hk[2], hk[3], hk[4]
+    local a_start, a_count, b_start, b_count = hk[1] + offset, hk[2], hk[3], hk[4]
     local b_lines = {}
     local virt = {}
     for j = 0, b_count - 1 do
@@ -379,7 +396,7 @@ function M.place(r)
       local last = a_start + a_count - 2
       h.mark = api.nvim_buf_set_extmark(b, hunk_ns, a_start - 1, 0, {
         end_row = last,
-        end_col = #(old_lines[a_start + a_count - 1] or ""),
+        end_col = #(old_lines[a_start - offset + a_count - 1] or ""),
         hl_group = "DiffDelete",
         hl_eol = true,
         right_gravity = false,
@@ -409,6 +426,11 @@ function M.place(r)
   pending[b] = pending[b] or {}
   vim.list_extend(pending[b], req.hunks)
   set_keymaps(b)
+end
+
+--- Lists `req`'s hunks, moves the cursor to the first and says how to
+--- review them (`subject`: the file's name).
+function M.show(req, win, subject)
   M.quickfix(false)
   if api.nvim_win_is_valid(win) then
     api.nvim_set_current_win(win)
@@ -420,7 +442,7 @@ function M.place(r)
       "mia: %d pending hunk%s in %s: %s/%s move, %s accept, %s reject (:Mia review list)",
       #req.hunks,
       #req.hunks == 1 and "" or "s",
-      type(meta.subject) == "string" and meta.subject or r.diff.path,
+      subject,
       ui.keys().next_hunk or "",
       ui.keys().prev_hunk or "",
       ui.keys().accept_hunk or "",
@@ -428,7 +450,62 @@ function M.place(r)
     ),
     vim.log.levels.INFO
   )
-  return true
+end
+
+--- Stages `new_lines` in place of the `#old_lines` lines of buffer `b`
+--- from row `row` (0-based) as pending hunks, reviewed like any staged
+--- edit: the hunk keys and `:Mia review` accept or reject them, accepting
+--- writes the buffer (not the file). `on_settle(accepted, total)` runs once
+--- every hunk is resolved. The request, or nil when nothing differs.
+--- @param b integer
+--- @param row integer
+--- @param old_lines string[]
+--- @param new_lines string[]
+--- @param opts { tool: string, subject: string, on_settle: fun(accepted: integer, total: integer), win?: integer }
+--- @return table|nil
+function M.stage(b, row, old_lines, new_lines, opts)
+  local old_text = table.concat(old_lines, "\n") .. "\n"
+  local new_text = #new_lines > 0 and (table.concat(new_lines, "\n") .. "\n") or ""
+  local hunks = diff.hunks(old_text, new_text)
+  if #hunks == 0 then
+    return nil
+  end
+  local req = { tool = opts.tool, old_text = old_text, new_text = new_text, hunks = {}, on_settle = opts.on_settle }
+  local win = opts.win
+  if not (win and api.nvim_win_is_valid(win) and api.nvim_win_get_buf(win) == b) then
+    win = vim.fn.bufwinid(b)
+  end
+  add_hunks(req, b, win ~= -1 and win or 0, hunks, row)
+  M.show(req, win ~= -1 and win or 0, opts.subject)
+  return req
+end
+
+--- Takes down the pending hunks of `req` (from `M.stage`) without
+--- resolving them; how many there were.
+function M.unstage(req)
+  local n = 0
+  for _, h in ipairs(req.hunks) do
+    if not h.state then
+      h.state = "dropped"
+      n = n + 1
+      pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.mark)
+      if h.virt then
+        pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.virt)
+      end
+      local list = pending[h.buf] or {}
+      for i, x in ipairs(list) do
+        if x == h then
+          table.remove(list, i)
+          break
+        end
+      end
+      if #list == 0 then
+        pending[h.buf] = nil
+        clear_keymaps(h.buf)
+      end
+    end
+  end
+  return n
 end
 
 --- Every pending hunk (for tests and statuslines): `{ buf, lnum, old, new }`.
@@ -445,18 +522,27 @@ end
 --- @return integer
 function M.drop()
   local dropped = 0
+  local kept = {}
   for b, list in pairs(pending) do
     for _, h in ipairs(list) do
-      h.state = "dropped"
-      pcall(api.nvim_buf_del_extmark, b, hunk_ns, h.mark)
-      if h.virt then
-        pcall(api.nvim_buf_del_extmark, b, hunk_ns, h.virt)
+      if h.req.on_settle then
+        -- `:Mia edit`'s: no answer of the chat waits for them
+        kept[b] = kept[b] or {}
+        table.insert(kept[b], h)
+      else
+        h.state = "dropped"
+        dropped = dropped + 1
+        pcall(api.nvim_buf_del_extmark, b, hunk_ns, h.mark)
+        if h.virt then
+          pcall(api.nvim_buf_del_extmark, b, hunk_ns, h.virt)
+        end
       end
     end
-    dropped = dropped + #list
-    clear_keymaps(b)
+    if not kept[b] then
+      clear_keymaps(b)
+    end
   end
-  pending = {}
+  pending = kept
   if vim.fn.getqflist({ title = 0 }).title == "mia: pending hunks" then
     M.quickfix(false)
   end

@@ -422,6 +422,27 @@ impl PermissionConfig {
         self.mode_default(mode, effect)
     }
 
+    /// The deny rule for `tool` in `mode` that covers `path` in any of its
+    /// spellings, described; nil when none does. Unlike [`Self::decide`]
+    /// it asks nothing else (outside the project, the mode's default):
+    /// for what the user starts by hand, such as `:Mia edit`, only a deny
+    /// rule stops it.
+    pub fn denying_rule(&self, mode: &str, tool: &str, path: &CanonicalPath) -> Option<String> {
+        let absolute = path.physical.to_string_lossy();
+        let as_dir = |s: &str| format!("{}/", s.trim_end_matches('/'));
+        let dirs = [as_dir(&path.subject), as_dir(&absolute), as_dir(&path.lexical)];
+        let every_spelling = [
+            path.subject.as_str(),
+            absolute.as_ref(),
+            path.lexical.as_str(),
+            dirs[0].as_str(),
+            dirs[1].as_str(),
+            dirs[2].as_str(),
+        ];
+        self.deny_rule(mode, tool, &every_spelling)
+            .map(|r| format!("denied by the rule {}", describe(r)))
+    }
+
     fn decide_path(
         &self,
         mode: &str,
