@@ -182,6 +182,11 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    gateway-cost tests, hostile values included.
   ctype TYPE       streaming: "ok", sent as SSE but labelled Content-Type
                    TYPE (e.g. text/html).  For the unknown-framing test.
+  cached N         the answer "ok" whose usage says N more prompt tokens
+                   were read from the provider's cache (OpenAI: N added to
+                   prompt_tokens and given as prompt_tokens_details.
+                   cached_tokens; Anthropic: cache_read_input_tokens N;
+                   other formats: no cache field, as echo).  For pricing tests.
 Non-streaming requests get the same content in one reply (reset and stall
 misbehave the same way; truncate, malformed, unicode answer normally).
 "Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
@@ -213,7 +218,7 @@ requests: 0, x-ratelimit-reset-requests: "<S>s".
 
 ANTHROPIC.  Events ``event: <type>\\ndata: <json>\\n\\n``: message_start
 (message id msg_scn<seq>, usage {input_tokens, output_tokens 1,
-cache_creation_input_tokens 0, cache_read_input_tokens 0}), ping, then per
+cache_creation_input_tokens 0, cache_read_input_tokens 0 or cached's N}), ping, then per
 content block content_block_start, content_block_delta(s), content_block_stop:
 a thinking block (thinking_delta per reasoning token, then signature_delta
 "sig-scn<seq>"), a text block (text_delta per token), tool_use blocks (id
@@ -408,6 +413,7 @@ class Plan:
     late: float = 0.0              # lateheaders: seconds before the headers
     window_limit: tuple | None = None  # window: (requests, seconds)
     gateway: tuple | None = None   # gateway: (header | usage | both, value text)
+    cached: int = 0                # cached: prompt tokens read from the cache
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -498,6 +504,8 @@ def parse_scenario(text, seq, whole=None):
         return Plan("lateheaders", ["ok"], late=int(args[0]) / 1000)
     if key == "gateway" and len(args) == 2 and args[0] in ("header", "usage", "both"):
         return Plan("gateway", ["ok"], gateway=(args[0], args[1]))
+    if key == "cached" and len(args) == 1 and n is not None:
+        return Plan("cached", ["ok"], cached=n)
     if key == "ctype" and len(args) == 1:
         return Plan("ctype", ["ok"], content_type=args[0])
     if key == "unicode":
@@ -673,8 +681,11 @@ class OpenAI(Format):
 
     def usage(self, plan, req):
         out = plan.output_tokens()
-        usage = {"prompt_tokens": req.prompt, "completion_tokens": out,
-                 "total_tokens": req.prompt + out}
+        prompt = req.prompt + plan.cached
+        usage = {"prompt_tokens": prompt, "completion_tokens": out,
+                 "total_tokens": prompt + out}
+        if plan.cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": plan.cached}
         if plan.reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": len(plan.reasoning)}
         if plan.gateway and plan.gateway[0] in ("usage", "both"):
@@ -827,7 +838,7 @@ class Anthropic(Format):
     def start_events(self, plan, req, seq):
         usage = {"input_tokens": req.prompt if plan.usage else 0,
                  "output_tokens": 1 if plan.usage else 0,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": plan.cached}
         return [named_sse("message_start", {"type": "message_start", "message": {
                     "id": f"msg_scn{seq}", "type": "message", "role": "assistant",
                     "model": req.model, "content": [], "stop_reason": None,
@@ -914,7 +925,7 @@ class Anthropic(Format):
                 "stop_reason": self.FINISH[plan.finish], "stop_sequence": None,
                 "usage": {"input_tokens": req.prompt if plan.usage else 0,
                           "output_tokens": plan.output_tokens() if plan.usage else 0,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": plan.cached}}
 
     def models(self):
         data = [{"type": "model", "id": mid, "display_name": name,

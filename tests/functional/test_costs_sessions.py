@@ -509,3 +509,17 @@ def test_leaving_neovim_logs_the_summary_and_the_next_start_shows_it_once(make, 
     third = make("third")
     third.lua("vim.wait(300)")
     assert "last time" not in third.messages()
+
+
+def test_cached_tokens_of_a_model_without_a_cache_price_cost_nothing(editor_factory, server, tmp_path):
+    """A price without `cache_read` bills cache reads at 0, as the cost
+    contract says (they were billed at the input price)."""
+    ed = editor_factory(setup=scenario_setup(server, pricing={"scn/echo": {"input": 3.0, "output": 15.0}}))
+    prompt(ed, "cached 100000")
+    done = ed.lua("return require('mia.chat')._last_done()")
+    u = done["usage"]
+    assert u["cache_read_tokens"] == 100000
+    assert done["cost"]["cache_read_usd"] == 0
+    assert done["cost"]["total_usd"] == pytest.approx((u["input_tokens"] * 3.0 + u["output_tokens"] * 15.0) / 1e6)
+    footer = ed.chat_text(footers=True).split("\n")[-1]
+    assert re.fullmatch(r"── echo · [\d,]+ in · 1 out · 100K cached · \$0\.\d+ ──", footer), footer

@@ -143,10 +143,10 @@ fn a_model_without_a_price_has_an_unknown_cost_not_zero() {
 }
 
 #[test]
-fn cache_tokens_of_a_model_without_cache_prices_are_billed_at_the_input_price() {
-    // gpt-4o-2024-05-13 lists no cached-input price: 1M cached tokens at its $5 input price.
+fn cache_tokens_of_a_model_without_cache_prices_cost_nothing() {
+    // gpt-4o-2024-05-13 lists no cached-input price: 1M cached tokens cost 0, not its $5 input price.
     let c = cost_of(builtin(), "openai", "gpt-4o-2024-05-13", &usage(0, 0, 1_000_000, 0));
-    assert_some_usd(c.cache_read_usd, 5.0);
+    assert_some_usd(c.cache_read_usd, 0.0);
 }
 
 // ---- how a model finds its price ---------------------------------------
