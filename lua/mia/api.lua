@@ -286,7 +286,8 @@ function M.statusline(opts)
   local mode = chat and chat.mode() or cfg.mode
   local money = require("mia.costs").usd(cost)
   if unknown then
-    money = cost > 0 and (money .. "+?") or "cost unknown"
+    -- some answers had no price: they count $0.00, and the statusline says so
+    money = money .. (cost > 0 and " (+unpriced)" or " (unpriced)")
   elseif live then
     money = "~" .. money
   end

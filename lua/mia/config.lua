@@ -10,6 +10,7 @@
 --- @field models? string[] Models this provider serves (shown in errors and completion).
 --- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
 --- @field native_tools? boolean false for a server or model that refuses `tools`: tools go in the system prompt (default true).
+--- @field local? boolean Models on your own machine: a call without a price costs $0.00 (default true for kind "ollama").
 --- @field api_version? string Azure OpenAI only: the `api-version` query parameter (default "2024-10-21").
 
 --- @class mia.AgentConfig An external agent speaking the Agent Client Protocol over stdio (`:Mia agent NAME`)
@@ -314,6 +315,7 @@ local function validate(opts)
     check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)
     check_type(path .. ".api_version", p.api_version, "string", true)
     check_type(path .. ".native_tools", p.native_tools, "boolean", true)
+    check_type(path .. ".local", p["local"], "boolean", true)
   end
   check_type("retry", opts.retry, "table", true)
   local retryable = { "rate_limit", "server_error", "network_error", "timeout" }

@@ -115,7 +115,7 @@ function M.lines(report)
       M.usd(t.cost_usd),
       (t.unknown_cost_requests or 0) > 0
           and string.format(
-            "  (+ %d requests with unknown prices: %s in · %s out tokens)",
+            "  (+ %d requests to models without a price, not counted: %s in · %s out tokens)",
             t.unknown_cost_requests,
             M.int(t.unknown_cost_input_tokens),
             M.int(t.unknown_cost_output_tokens)

@@ -51,8 +51,8 @@ end
 function M.text(s)
   local costs = require("mia.costs")
   local cost = costs.usd(s.cost_usd)
-  if s.unknown_cost_requests > 0 and s.unknown_cost_requests < s.requests then
-    cost = cost .. string.format(" + %d of unknown cost", s.unknown_cost_requests)
+  if s.unknown_cost_requests > 0 then
+    cost = cost .. string.format(" + %d without a price", s.unknown_cost_requests)
   end
   local k = s.tokens
   local tokens = string.format(

@@ -88,18 +88,35 @@ def test_the_live_session_cost_of_a_later_answer_starts_from_what_the_session_co
     assert drawn[-1] == "mia ask echo $0.0012", drawn
 
 
-def test_a_model_without_a_price_says_cost_unknown_never_zero(editor_factory, server, tmp_path):
-    ed = editor_factory(setup=scenario_setup(server))
+def test_a_model_without_a_price_shows_0_with_a_note_and_reports_keep_it_apart(editor_factory, server, tmp_path):
+    ed = editor_factory(setup=scenario_setup(server, costs={"session_warning_usd": 3}))
     prompt(ed, "echo priceless")
     assert ed.lua("return require('mia.chat')._last_done().cost") == {"known": False}
-    assert ed.chat_text(footers=True).endswith(" out · cost unknown ──")
-    assert ed.lua("return require('mia').statusline()") == "mia ask echo cost unknown"
+    assert ed.chat_text(footers=True).endswith(" out · $0.00 (no price for echo: add it to setup's `pricing`) ──")
+    assert ed.lua("return require('mia').statusline()") == "mia ask echo $0.00 (unpriced)"
     report = ed.lua("return require('mia').costs({ scope = 'session' })")
     assert report["totals"]["cost_usd"] == 0
     assert report["totals"]["unknown_cost_requests"] == 1
     assert report["totals"]["unknown_cost_input_tokens"] > 0
     lines = ed.lua("return require('mia.costs').lines(...)", report)
-    assert "(+ 1 requests with unknown prices: " in lines[0]
+    assert "(+ 1 requests to models without a price, not counted: " in lines[0]
+    # Budgets say once per session that they cannot count such calls.
+    prompt(ed, "echo again")
+    note = "scn/echo has no price, so your budgets do not count its calls"
+    assert ed.messages().count(note) == 1, ed.messages()
+
+
+def test_a_local_model_costs_a_known_zero(editor_factory, server, tmp_path):
+    root = f"http://127.0.0.1:{server.port}"
+    ed = editor_factory(setup=scenario_setup(server, model="box/echo", providers={
+        "box": {"kind": "ollama", "base_url": root}}))
+    prompt(ed, "echo on my machine")
+    done = ed.lua("return require('mia.chat')._last_done()")
+    assert done["cost"]["known"] is True and done["cost"]["total_usd"] == 0
+    assert ed.chat_text(footers=True).endswith(" out · $0.00 ──")
+    assert ed.lua("return require('mia').statusline()") == "mia ask echo $0.00"
+    report = ed.lua("return require('mia').costs({ scope = 'session' })")
+    assert report["totals"]["unknown_cost_requests"] == 0
 
 
 def test_usage_rows_and_messages_are_in_the_store(make, data_home):

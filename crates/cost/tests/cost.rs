@@ -303,14 +303,14 @@ fn footer_leaves_out_cache_when_nothing_was_read_from_it() {
 }
 
 #[test]
-fn footer_says_cost_unknown_and_marks_estimated_counts() {
+fn footer_says_a_model_has_no_price_and_marks_estimated_counts() {
     let u = Usage {
         estimated: true,
         ..usage(1247, 832, 0, 0)
     };
     assert_eq!(
         footer("myproxy/house", &u, &Cost::default()),
-        "── myproxy/house · ~1,247 in · ~832 out · cost unknown ──"
+        "── myproxy/house · ~1,247 in · ~832 out · $0.00 (no price for myproxy/house: add it to setup's `pricing`) ──"
     );
 }
 

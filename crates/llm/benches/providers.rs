@@ -158,6 +158,7 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
         prompt_caching: false,
         api_version: None,
         native_tools: true,
+        local: None,
     }
 }
 

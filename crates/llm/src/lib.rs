@@ -310,7 +310,7 @@ async fn attempt_once(
     // last streamed chunk's) `usage.cost`, else the response header.
     let cost = match acc.gateway_cost.or(header_cost) {
         Some(usd) => mia_cost::gateway::cost(usd),
-        None => mia_cost::cost_of(providers.pricing(), &provider.name, model, &usage),
+        None => providers.cost_of(&provider.name, model, &usage),
     };
     Ok(StreamDone {
         message: acc.message(),

@@ -99,10 +99,22 @@ pub struct ProviderConfig {
     /// then travel in the system prompt ([`super::prompt_tools`]).
     #[serde(default = "yes")]
     pub native_tools: bool,
+    /// Whether the models run on the user's machine, so a call costs a
+    /// known $0.00 when no price is set (default: the kind's, true for
+    /// `ollama`).
+    #[serde(default)]
+    pub local: Option<bool>,
 }
 
 fn yes() -> bool {
     true
+}
+
+impl ProviderConfig {
+    /// Whether its calls are free when no price says otherwise (see `local`).
+    pub fn is_local(&self) -> bool {
+        self.local.unwrap_or_else(|| self.kind.format().local())
+    }
 }
 
 /// How failed requests are retried: exponential backoff with jitter, or the
@@ -385,6 +397,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
                 prompt_caching: false,
                 api_version: None,
                 native_tools: true,
+                local: None,
             };
             Some((b.name.to_string(), entry))
         })
@@ -448,6 +461,18 @@ impl Providers {
                 mia_cost::PricingRegistry::builtin().clone()
             })
         })
+    }
+
+    /// What one call of `model` on `provider` cost ([`mia_cost::cost_of`]),
+    /// except that a local provider's model without a price is a known
+    /// $0.00 rather than unknown.
+    pub fn cost_of(&self, provider: &str, model: &str, usage: &mia_cost::Usage) -> mia_cost::Cost {
+        let pricing = self.pricing();
+        let local = self.config.providers.get(provider).is_some_and(ProviderConfig::is_local);
+        if local && pricing.price(provider, model).is_none() {
+            return mia_cost::Cost::free();
+        }
+        mia_cost::cost_of(pricing, provider, model, usage)
     }
 
     /// Splits `"provider/model"` at the first `/` (so `openrouter/anthropic/x`
@@ -674,6 +699,7 @@ mod tests {
             prompt_caching: false,
             api_version: None,
             native_tools: true,
+            local: None,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();

@@ -103,6 +103,7 @@ fn providers(kind: ProviderKind, port: u16, max_retries: u32) -> Providers {
             prompt_caching: false,
             api_version: None,
             native_tools: true,
+            local: None,
         },
     );
     Providers::new(config)
@@ -258,6 +259,7 @@ fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
         prompt_caching: false,
         api_version: None,
         native_tools: true,
+        local: None,
     };
     config.providers.insert("lit".into(), entry(Some(KEY), None));
     config
