@@ -121,7 +121,8 @@
 --- @field limits? mia.Limits Sizes a server's answer may not pass.
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
---- @field costs? mia.CostsConfig Cost warnings and limits.
+--- @field costs? mia.CostsConfig Cost warnings and limits (defaults: warn at $3 a session, $20 a day; ask at $10, $50).
+--- @field budgets? boolean false turns every cost warning and limit off (default true).
 --- @field pricing? table<string, { input: number, output: number, cache_read?: number, cache_write?: number, context?: integer }> USD per million tokens (and the context window in tokens, for :Mia context and the statusline), by "provider/model"; overrides the built-in price list.
 --- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
 --- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
@@ -219,7 +220,7 @@ end
 --- three equal).
 M.options = {
   "model", "providers", "agents", "timeouts", "retry", "http", "limits", "permissions", "tools", "costs",
-  "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
+  "budgets", "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
   "checkpoints", "mcp", "rules", "telemetry", "modes",
 }
 
@@ -394,6 +395,7 @@ local function validate(opts)
     end
   end
   check_type("costs", opts.costs, "table", true)
+  check_type("budgets", opts.budgets, "boolean", true)
   for key, v in pairs(opts.costs or {}) do
     if key == "hard_limit" then
       check_type("costs.hard_limit", v, "boolean")

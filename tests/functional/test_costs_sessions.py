@@ -211,7 +211,32 @@ def test_a_warning_shows_once_when_crossed(make):
     prompt(ed, "echo first")
     prompt(ed, "echo second")
     warnings = ed.lua("return warnings")
-    assert len(warnings) == 1 and "past your" in warnings[0]
+    assert len(warnings) == 1 and "approaching your $10.00 session limit" in warnings[0]
+
+
+def capture_warnings(ed):
+    ed.lua("_G.warnings = {}; vim.notify = function(m, l) if l == vim.log.levels.WARN then table.insert(warnings, m) end end")
+
+
+def test_budgets_are_on_by_default_and_the_warning_names_the_limit(editor_factory, server):
+    """A fresh config with a priced model: the $3 session warning fires,
+    naming the $10 session limit it approaches."""
+    ed = editor_factory(setup=scenario_setup(server, pricing={"scn/echo": {"input": 0, "output": 1e6}}))
+    capture_warnings(ed)
+    prompt(ed, "long 2")  # 2 output tokens: $2.00
+    assert ed.lua("return warnings") == []
+    prompt(ed, "long 2")  # $4.00
+    assert ed.lua("return warnings") == ["mia: this session has cost $4.00 — approaching your $10.00 session limit"]
+
+
+def test_budgets_false_turns_every_warning_and_limit_off(editor_factory, server):
+    ed = editor_factory(setup=scenario_setup(server, budgets=False, pricing={"scn/echo": {"input": 0, "output": 1e6}}))
+    capture_warnings(ed)
+    ed.lua("_G.asked = false; vim.ui.input = function(_, cb) _G.asked = true; cb('n') end")
+    prompt(ed, "long 12")  # $12: past the default warning and session limit
+    prompt(ed, "echo still sent")
+    assert ed.lua("return warnings") == []
+    assert ed.lua("return asked") is False
 
 
 @pytest.mark.parametrize("answer,sent", [("n", False), ("y", True)])

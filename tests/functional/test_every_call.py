@@ -167,5 +167,5 @@ def test_a_call_that_crosses_the_daily_warning_warns_once(make):
     assert call(ed, "echo second").get("err") is None
     notes = ed.lua("return notes")
     assert len(notes) == 1
-    assert notes[0][0].startswith("mia: today's requests have cost $") and "daily warning" in notes[0][0]
+    assert notes[0][0].startswith("mia: today's requests have cost $") and "approaching your $50.00 daily limit" in notes[0][0]
     assert notes[0][1] == ed.lua("return vim.log.levels.WARN")

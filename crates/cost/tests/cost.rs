@@ -387,8 +387,23 @@ fn warnings_at(session: f64, daily: f64) -> BudgetConfig {
     BudgetConfig {
         session_warning_usd: Some(session),
         daily_warning_usd: Some(daily),
+        session_limit_usd: None,
+        daily_limit_usd: None,
         ..BudgetConfig::default()
     }
+}
+
+#[test]
+fn a_warning_names_the_limit_it_approaches() {
+    let w = crossed_warnings(&BudgetConfig::default(), spend(2.9, 19.9), spend(3.12, 20.12));
+    assert_eq!(
+        w[0].message,
+        "mia: this session has cost $3.12 — approaching your $10.00 session limit"
+    );
+    assert_eq!(
+        w[1].message,
+        "mia: today's requests have cost $20.12 — approaching your $50.00 daily limit"
+    );
 }
 
 #[test]

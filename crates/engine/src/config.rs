@@ -45,6 +45,8 @@ pub struct Config {
     pub permissions: Section,
     pub tools: Section,
     pub costs: Section,
+    /// `false`: no cost warning or limit at all (they are on by default).
+    pub budgets: Option<bool>,
     pub pricing: Section,
     /// Where mia keeps its data; `None`: the front-end's place for it.
     pub data_dir: Option<String>,
@@ -90,6 +92,7 @@ impl Default for Config {
             permissions: None,
             tools: None,
             costs: None,
+            budgets: None,
             pricing: None,
             data_dir: None,
             log_file: None,
@@ -552,7 +555,7 @@ mod tests {
         let keys = Config::keys();
         assert_eq!(keys.first(), Some(&"model"));
         assert_eq!(keys.last(), Some(&"$schema"));
-        assert_eq!(keys.len(), 26);
+        assert_eq!(keys.len(), 27);
     }
 
     /// The LuaCATS `@field`s of `mia.Config` (lua/mia/config.lua) and the

@@ -197,7 +197,7 @@ impl AcpConfig {
                 rules.push(json!({ "tool": "switch_mode", "action": "deny", "mode": m.id }));
             }
         }
-        let costs = object(&opts, "costs")?.cloned().unwrap_or_default();
+        let mut costs = object(&opts, "costs")?.cloned().unwrap_or_default();
         for (key, v) in &costs {
             let path = format!("costs.{key}");
             match key.as_str() {
@@ -216,6 +216,9 @@ impl AcpConfig {
                     ))
                 }
             }
+        }
+        if config.budgets == Some(false) {
+            costs.insert("enabled".into(), json!(false));
         }
         let tools = object(&opts, "tools")?.cloned().unwrap_or_default();
         for (key, v) in &tools {
