@@ -319,7 +319,7 @@ local function validate(opts)
     check_type(path .. ".local", p["local"], "boolean", true)
   end
   check_type("retry", opts.retry, "table", true)
-  local retryable = { "rate_limit", "server_error", "network_error", "timeout" }
+  local retryable = { "rate_limit", "server_error", "overloaded", "network_error", "timeout" }
   for key, v in pairs(opts.retry or {}) do
     if key == "pacing" then
       check_type("retry.pacing", v, "boolean")

@@ -15,6 +15,9 @@ pub enum ErrorClass {
     AuthFailure,
     ModelNotFound,
     ServerError,
+    /// The provider is overloaded (Anthropic's `overloaded_error`, HTTP
+    /// 529): retried with backoff, like a server error, but named apart.
+    Overloaded,
     ContextOverflow,
     ContentFilter,
     InvalidRequest,
@@ -37,6 +40,7 @@ impl ErrorClass {
             ErrorClass::AuthFailure => "auth_failure",
             ErrorClass::ModelNotFound => "model_not_found",
             ErrorClass::ServerError => "server_error",
+            ErrorClass::Overloaded => "overloaded",
             ErrorClass::ContextOverflow => "context_overflow",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::InvalidRequest => "invalid_request",
@@ -70,7 +74,11 @@ impl LlmError {
     pub fn new(class: ErrorClass, provider: Option<&str>, message: impl Into<String>) -> Self {
         let retryable = matches!(
             class,
-            ErrorClass::RateLimit | ErrorClass::ServerError | ErrorClass::NetworkError | ErrorClass::Timeout
+            ErrorClass::RateLimit
+                | ErrorClass::ServerError
+                | ErrorClass::Overloaded
+                | ErrorClass::NetworkError
+                | ErrorClass::Timeout
         );
         LlmError {
             class,
@@ -140,6 +148,10 @@ pub fn classify_http(f: &HttpFailure<'_>) -> LlmError {
             ErrorClass::ContentFilter,
             format!("{p}: the request was blocked by the provider's content filter ({said}). Rephrase the prompt."),
         ),
+        529 => (
+            ErrorClass::Overloaded,
+            format!("{p}: the provider is overloaded ({said}). It usually passes; try again shortly."),
+        ),
         s if s >= 500 => (
             ErrorClass::ServerError,
             format!("{p}: server error ({said}). The provider is having trouble; try again shortly."),
@@ -184,6 +196,9 @@ pub fn from_provider_error(
         ErrorClass::RateLimit => format!("{p}: rate limited ({message}). {RATE_LIMIT_ADVICE}"),
         ErrorClass::ServerError => {
             format!("{p}: server error ({message}). The provider is having trouble; try again shortly.")
+        }
+        ErrorClass::Overloaded => {
+            format!("{p}: the provider is overloaded ({message}). It usually passes; try again shortly.")
         }
         ErrorClass::Timeout => format!("{p}: the provider timed out ({message}). Try again."),
         ErrorClass::AuthFailure => {
@@ -365,7 +380,7 @@ mod tests {
                 a
             }
         };
-        assert_eq!(c("overloaded_error", "Overloaded"), ErrorClass::ServerError);
+        assert_eq!(c("overloaded_error", "Overloaded"), ErrorClass::Overloaded);
         assert!(from_provider_error("p", anthropic::ERROR_TYPES, "overloaded_error", "Overloaded", None).retryable);
         assert_eq!(c("RESOURCE_EXHAUSTED", "quota"), ErrorClass::RateLimit);
         assert_eq!(

@@ -102,6 +102,7 @@ async fn with_retries(
                 }
                 emit(Delta::Retry {
                     attempt,
+                    max_retries: retry.max_retries,
                     delay_ms: ratelimit::duration_ms(wait),
                     class: ErrorClass::RateLimit,
                     message: format!(
@@ -116,6 +117,7 @@ async fn with_retries(
                 if wait >= Duration::from_secs(1) {
                     emit(Delta::Retry {
                         attempt,
+                        max_retries: retry.max_retries,
                         delay_ms: ratelimit::duration_ms(wait),
                         class: ErrorClass::RateLimit,
                         message: format!(
@@ -174,6 +176,7 @@ async fn with_retries(
         tracing::info!(provider = %provider.name, attempt, delay_ms = ratelimit::duration_ms(delay), class = err.class.as_str(), "retrying");
         emit(Delta::Retry {
             attempt,
+            max_retries: retry.max_retries,
             delay_ms: rounded_ms(delay),
             class: err.class,
             message: err.message.clone(),

@@ -164,9 +164,10 @@ impl Jitter {
 pub const DEFAULT_JITTER: f64 = 0.1;
 
 /// The classes a retry can help with; `retry.retry_on` picks among them.
-pub const RETRYABLE_CLASSES: [ErrorClass; 4] = [
+pub const RETRYABLE_CLASSES: [ErrorClass; 5] = [
     ErrorClass::RateLimit,
     ErrorClass::ServerError,
+    ErrorClass::Overloaded,
     ErrorClass::NetworkError,
     ErrorClass::Timeout,
 ];
