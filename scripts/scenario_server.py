@@ -92,6 +92,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   http STATUS [m]  status 400-599 with the format's error body (tables below);
                    words after STATUS replace the message.  429 carries
                    "retry-after: 1" (Gemini: RetryInfo "1s" instead).
+  needkey KEY      401 (the format's auth error, "Incorrect API key provided.")
+                   unless the request's credential is KEY, then "ok".  For
+                   key re-reading tests.
   badkey [masked]  401 (the format's auth error) whose message echoes the
                    request's credential (Bearer token, x-api-key or
                    x-goog-api-key): "Incorrect API key provided: <key>.";
@@ -477,6 +480,8 @@ def parse_scenario(text, seq, whole=None):
             error = (key,)
         if error:
             return Plan(key, echo_tokens(f"ok after {n}"), error=error, gate=n)
+    if key == "needkey" and len(args) == 1:
+        return Plan("needkey", ["ok"], error=("needkey", args[0]))
     if key == "badkey" and args in ([], ["masked"]):
         return Plan("badkey", error=("badkey", bool(args)))
     if key == "context" and not args:
@@ -567,6 +572,8 @@ class Format:
         what, *args = error
         if what == "http":
             return self.error(args[0], args[1], req.model)
+        if what == "needkey":
+            return self.error(401, "Incorrect API key provided.", req.model)
         if what == "badkey":
             shown = credential[:8] + "*" * 20 + credential[-4:] if args[0] else credential
             return self.error(401, f"Incorrect API key provided: {shown}.", req.model)
@@ -1555,6 +1562,8 @@ class Server:
             await asyncio.sleep(plan.late)
         if plan.split:
             out.split(seq)
+        if plan.error and plan.error[0] == "needkey" and credential(headers) == plan.error[1]:
+            plan.error = None
         if plan.error:
             if plan.error[0] == "overloaded" and req.stream:
                 out.head(200, fmt.stream_fields(), close)

@@ -6,6 +6,7 @@
 --- @field base_url? string API root, e.g. "http://127.0.0.1:11434" for Ollama (kind "ollama").
 --- @field api_key_env? string Environment variable holding the key (preferred: keys stay out of your config).
 --- @field api_key? string The key itself, for setups that cannot use the environment.
+--- @field api_key_cmd? string[] A program and its arguments that print the key, e.g. { "pass", "show", "openai" } (run in the background, cached; used before api_key_env).
 --- @field headers? table<string,string> Extra HTTP headers sent with every request.
 --- @field models? string[] Models this provider serves (shown in errors and completion).
 --- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
@@ -311,6 +312,16 @@ local function validate(opts)
       )
     end
     check_type(path .. ".api_key", p.api_key, "string", true)
+    check_type(path .. ".api_key_cmd", p.api_key_cmd, "table", true)
+    if p.api_key_cmd ~= nil then
+      local argv = p.api_key_cmd
+      local ok = #argv > 0 and vim.iter(pairs(argv)):all(function(k, v)
+        return type(k) == "number" and k >= 1 and k <= #argv and type(v) == "string"
+      end) and argv[1] ~= ""
+      if not ok then
+        fail(path .. ".api_key_cmd", 'must be a list of strings, the program first, e.g. { "pass", "show", "openai" }', argv)
+      end
+    end
     check_type(path .. ".headers", p.headers, "table", true)
     check_type(path .. ".models", p.models, "table", true)
     check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)

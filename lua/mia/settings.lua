@@ -40,6 +40,8 @@ function M.core()
       base_url = p.base_url,
       api_key_env = p.api_key_env,
       api_key = p.api_key,
+      api_key_cmd = p.api_key_cmd,
+      ["local"] = p["local"],
       prompt_caching = p.prompt_caching,
       api_version = p.api_version,
     }

@@ -159,6 +159,7 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
         api_version: None,
         native_tools: true,
         local: None,
+        api_key_cmd: None,
     }
 }
 

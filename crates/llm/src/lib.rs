@@ -15,6 +15,7 @@ pub mod delta;
 pub mod error;
 pub mod gemini;
 pub mod http;
+pub mod key_cmd;
 pub mod message;
 pub mod ollama;
 pub mod openai;
@@ -85,10 +86,12 @@ async fn with_retries(
     stream: bool,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
-    let (provider, model) = providers.resolve(&req.model)?;
+    let (mut provider, model) = providers.keyed(&req.model, false).await?;
     let retry = &providers.config.retry;
     let mut delays = retry.delays();
     let mut attempt = 0u32;
+    // A refused key is read again (command or variable) and tried once more.
+    let mut reread = false;
     // A timed-out attempt is retried with longer limits (×1.5 each, capped).
     let mut stretch = 1.0f64;
     loop {
@@ -153,6 +156,24 @@ async fn with_retries(
                 err
             }
         };
+        if err.class == ErrorClass::AuthFailure && !delivered {
+            if let Some(sources) = providers.key_sources(&provider.name) {
+                if !reread {
+                    reread = true;
+                    // Read again: a command's key may have been rotated, a
+                    // variable changed (`vim.env`). The same key is not sent twice.
+                    let (fresh, _) = providers.keyed(&req.model, true).await?;
+                    if fresh.api_key.is_some() && fresh.api_key != provider.api_key {
+                        tracing::info!(provider = %provider.name, "the key was refused: read again, retrying once");
+                        provider = fresh;
+                        continue;
+                    }
+                }
+                let mut err = err;
+                err.message = format!("{} The key was read again before giving up: check {sources}.", err.message);
+                return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+            }
+        }
         let backoff = delays.next();
         if !retry.retries(&err) || delivered || attempt >= retry.max_retries {
             return Err(finalize_error(providers, &provider, &model, err, attempt).await);
@@ -497,7 +518,7 @@ async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> R
 
 /// The models `provider` serves (its `models` endpoint).
 pub async fn list_models(providers: &Providers, provider: &str) -> Result<Vec<String>, LlmError> {
-    let (resolved, _) = providers.resolve(&format!("{provider}/-"))?;
+    let (resolved, _) = providers.keyed(&format!("{provider}/-"), false).await?;
     list_models_of(providers, &resolved).await
 }
 
@@ -519,7 +540,7 @@ pub struct Health {
 /// an unknown provider is an error; a failing one is `connected = false`
 /// with the error.
 pub async fn health_check(providers: &Providers, provider: &str) -> Result<Health, LlmError> {
-    let (resolved, _) = providers.resolve(&format!("{provider}/-"))?;
+    let (resolved, _) = providers.keyed(&format!("{provider}/-"), false).await?;
     let started = std::time::Instant::now();
     let listed = list_models_of(providers, &resolved).await;
     let latency_ms = ratelimit::duration_ms(started.elapsed());

@@ -84,6 +84,12 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub api_key: Option<String>,
+    /// A program and its arguments that print the key (a password manager:
+    /// `["pass", "show", "openai"]`), run off Neovim's main thread, cached
+    /// for the process, run again once when the provider refuses the key
+    /// ([`crate::key_cmd`]). Used before `api_key_env`.
+    #[serde(default)]
+    pub api_key_cmd: Option<Vec<String>>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -337,6 +343,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("base_url", &self.base_url)
             .field("api_key_env", &self.api_key_env)
             .field("api_key", &hidden(&self.api_key))
+            .field("api_key_cmd", &self.api_key_cmd)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("models", &self.models)
             .field("prompt_caching", &self.prompt_caching)
@@ -393,6 +400,7 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
                 base_url: Some(b.base_url.to_string()),
                 api_key_env: b.api_key_env.map(str::to_string),
                 api_key: None,
+                api_key_cmd: None,
                 headers: BTreeMap::new(),
                 models: Vec::new(),
                 prompt_caching: false,
@@ -435,6 +443,8 @@ pub struct Providers {
     pricing: std::sync::OnceLock<mia_cost::PricingRegistry>,
     pub rate_limits: super::ratelimit::RateLimits,
     clients: Mutex<HashMap<String, reqwest::Client>>,
+    /// The keys `api_key_cmd` printed, by provider, for the process.
+    command_keys: tokio::sync::Mutex<HashMap<String, String>>,
 }
 
 impl Providers {
@@ -449,6 +459,7 @@ impl Providers {
             pricing: std::sync::OnceLock::new(),
             rate_limits: Default::default(),
             clients: Mutex::new(HashMap::new()),
+            command_keys: Default::default(),
         }
     }
 
@@ -510,7 +521,9 @@ impl Providers {
             (None, None) => None,
         };
         let needs_key = !cfg.kind.format().key_optional() || cfg.api_key_env.is_some();
-        if needs_key && api_key.is_none() {
+        // A key command runs later, off this thread ([`Providers::keyed`]).
+        let by_command = cfg.api_key.is_none() && cfg.api_key_cmd.is_some();
+        if needs_key && api_key.is_none() && !by_command {
             let fix = match &cfg.api_key_env {
                 Some(var) => format!("Set {var} in the environment Neovim starts from"),
                 None => format!("Set providers.{name}.api_key_env in setup()"),
@@ -536,6 +549,76 @@ impl Providers {
             },
             model_id.to_string(),
         ))
+    }
+
+    /// [`Providers::resolve`] with the key read for the request: from
+    /// `api_key_cmd` (run once per process, cached) before `api_key_env`.
+    /// With `fresh` (after the provider refused the key) the command runs
+    /// again and the variable is read again. Runs on the runtime only.
+    pub async fn keyed(&self, model: &str, fresh: bool) -> Result<(ResolvedProvider, String), LlmError> {
+        let (mut provider, model) = self.resolve(model)?;
+        let Some(cfg) = self.config.providers.get(&provider.name) else {
+            return Ok((provider, model));
+        };
+        if cfg.api_key.is_some() {
+            return Ok((provider, model));
+        }
+        if let Some(argv) = &cfg.api_key_cmd {
+            let mut keys = self.command_keys.lock().await;
+            if fresh {
+                keys.remove(&provider.name);
+            }
+            if let Some(key) = keys.get(&provider.name) {
+                provider.api_key = Some(key.clone());
+                return Ok((provider, model));
+            }
+            match super::key_cmd::run(argv).await {
+                Ok(key) => {
+                    keys.insert(provider.name.clone(), key.clone());
+                    provider.api_key = Some(key);
+                    return Ok((provider, model));
+                }
+                // The variable, if there is one, is the fallback.
+                Err(_) if provider.api_key.is_some() => return Ok((provider, model)),
+                Err(e) => {
+                    let name = &provider.name;
+                    return Err(LlmError::new(
+                        ErrorClass::AuthFailure,
+                        Some(name),
+                        format!("{name}: no API key: providers.{name}.api_key_cmd failed: {e}."),
+                    ));
+                }
+            }
+        }
+        Ok((provider, model))
+    }
+
+    /// What to check when `provider` refused a key that was read twice:
+    /// both places a key can come from, the ones configured named first
+    /// ("the key `pass show openai` prints (providers.openai.api_key_cmd)
+    /// and $OPENAI_API_KEY (providers.openai.api_key_env)"). None for a key
+    /// written in the config, which nothing reads again.
+    pub fn key_sources(&self, provider: &str) -> Option<String> {
+        let cfg = self.config.providers.get(provider)?;
+        if cfg.api_key.is_some() || (cfg.api_key_cmd.is_none() && cfg.api_key_env.is_none()) {
+            return None;
+        }
+        let p = provider;
+        let cmd = match &cfg.api_key_cmd {
+            Some(argv) => format!("the key `{}` prints (providers.{p}.api_key_cmd)", argv.join(" ")),
+            None => format!("providers.{p}.api_key_cmd (a command that prints the key, e.g. {{ \"pass\", \"show\", \"{p}\" }})"),
+        };
+        let env = match &cfg.api_key_env {
+            Some(var) => format!("${var} (providers.{p}.api_key_env)"),
+            None => format!("providers.{p}.api_key_env (a variable that holds it)"),
+        };
+        Some(if cfg.api_key_env.is_some() && cfg.api_key_cmd.is_none() {
+            format!("{env}, or set {cmd}")
+        } else if cfg.api_key_env.is_some() {
+            format!("{cmd} and {env}")
+        } else {
+            format!("{cmd}, or set {env}")
+        })
     }
 
     /// The pooled client of `provider`, built on first use (on the runtime,
@@ -577,6 +660,12 @@ impl Providers {
                     .filter_map(|(k, v)| header_secret(k, v).map(str::to_string));
                 key.into_iter().chain(headers).collect::<Vec<_>>()
             })
+            .chain(
+                self.command_keys
+                    .try_lock()
+                    .map(|keys| keys.values().cloned().collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            )
             .filter(|key| key.len() >= 8)
             .collect();
         keys.sort();
@@ -701,6 +790,7 @@ mod tests {
             api_version: None,
             native_tools: true,
             local: None,
+            api_key_cmd: None,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();
