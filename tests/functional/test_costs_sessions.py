@@ -106,10 +106,12 @@ def test_a_model_without_a_price_shows_0_with_a_note_and_reports_keep_it_apart(e
     assert ed.messages().count(note) == 1, ed.messages()
 
 
-def test_a_local_model_costs_a_known_zero(editor_factory, server, tmp_path):
-    root = f"http://127.0.0.1:{server.port}"
+@pytest.mark.parametrize("provider", [{"kind": "ollama"}, {"kind": "openai_compatible", "local": True}])
+def test_a_local_model_costs_a_known_zero(editor_factory, server, provider):
+    """An Ollama provider, or any provider marked local."""
+    root = f"http://127.0.0.1:{server.port}" + ("/v1" if provider["kind"] != "ollama" else "")
     ed = editor_factory(setup=scenario_setup(server, model="box/echo", providers={
-        "box": {"kind": "ollama", "base_url": root}}))
+        "box": {**provider, "base_url": root}}))
     prompt(ed, "echo on my machine")
     done = ed.lua("return require('mia.chat')._last_done()")
     assert done["cost"]["known"] is True and done["cost"]["total_usd"] == 0
