@@ -16,6 +16,8 @@ local current = nil
 local last_state = "idle"
 --- the last finished turn's end (`stopReason`, `model`, `usage`, `cost`, …)
 local last_done = nil
+--- Defined below M.send, which calls it.
+local post_response
 --- The chat's session: its id in the core (nil until the first prompt),
 --- and what the statusline shows of it.
 local session = { id = nil, cost_usd = 0, title = nil, prompts = 0 }
@@ -403,7 +405,7 @@ function M.prompt(text, opts)
     end
     native = result
   end
-  local entry = { model = model, retries = 0 }
+  local entry = { model = model, retries = 0, text = {} }
   entry.handle = require("mia")._handle_of(native)
   current = entry
   last_state = "streaming"
@@ -413,12 +415,16 @@ function M.prompt(text, opts)
     on_update = function(u)
       if current == entry then
         entry.recorded = entry.recorded or u.sessionUpdate == "user_message_chunk"
+        if u.sessionUpdate == "agent_message_chunk" and type(u.content) == "table" and type(u.content.text) == "string" then
+          entry.text[#entry.text + 1] = u.content.text
+        end
         on_update(u)
       end
     end,
     -- Most frames: a plain piece of the answer, drawn as on_update would.
     on_text = function(piece)
       if current == entry then
+        entry.text[#entry.text + 1] = piece
         status.clear()
         render.text(M.buffer(), piece)
       end
@@ -447,10 +453,32 @@ function M.prompt(text, opts)
       else
         entry.done = e
         last_done = e
+        post_response(entry, e)
         finish("done")
       end
     end,
   })
+end
+
+--- Runs the `post_response` hooks (|mia.register_transform_hook()|) over a
+--- finished turn: `{ text, model, stop_reason, usage, cost, session_id }`.
+--- The answer is already shown and stored, so what they return is not
+--- used: they see chat turns (to log, count, check), they do not rewrite them.
+function post_response(entry, e)
+  local hooks = require("mia.hooks")
+  if not hooks.has("post_response") then
+    return
+  end
+  local model = entry.model or require("mia.config").get().model
+  local done = {
+    text = table.concat(entry.text),
+    model = e.model,
+    stop_reason = e.stopReason,
+    usage = e.usage,
+    cost = e.cost,
+    session_id = session.id,
+  }
+  hooks.run("post_response", done, hooks.info(model))
 end
 
 --- Reopens a stored session (from mia.sessions.load): the core owns it
