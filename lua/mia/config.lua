@@ -118,7 +118,7 @@
 --- @field agents? table<string, mia.AgentConfig> External ACP agents the chat can switch to (`:Mia agent NAME`).
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
---- @field http? { pool_idle_timeout_ms?: integer, pool_max_idle_per_host?: integer, tcp_keepalive_ms?: integer } Connection reuse (defaults 90000, 8, 60000; 0 turns one off).
+--- @field http? { pool_idle_timeout_ms?: integer, pool_max_idle_per_host?: integer, max_connections_per_host?: integer, tcp_keepalive_ms?: integer } Connection reuse (defaults 30000, 6, 6, 60000; 0 turns one off).
 --- @field limits? mia.Limits Sizes a server's answer may not pass.
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
@@ -375,8 +375,8 @@ local function validate(opts)
   end
   check_type("http", opts.http, "table", true)
   for key, v in pairs(opts.http or {}) do
-    if key ~= "pool_idle_timeout_ms" and key ~= "pool_max_idle_per_host" and key ~= "tcp_keepalive_ms" then
-      fail("http." .. tostring(key), "is not an HTTP option (pool_idle_timeout_ms, pool_max_idle_per_host, tcp_keepalive_ms)", v)
+    if not ({ pool_idle_timeout_ms = 1, pool_max_idle_per_host = 1, max_connections_per_host = 1, tcp_keepalive_ms = 1 })[key] then
+      fail("http." .. tostring(key), "is not an HTTP option (pool_idle_timeout_ms, pool_max_idle_per_host, max_connections_per_host, tcp_keepalive_ms)", v)
     elseif type(v) ~= "number" or v < 0 or v ~= math.floor(v) or v >= 2 ^ 53 then
       fail("http." .. key, "must be a whole number >= 0 (0 turns it off)", v)
     end

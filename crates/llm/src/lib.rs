@@ -142,7 +142,9 @@ async fn with_retries(
             emit(d)
         };
         let timeouts = providers.config.timeouts.stretched(stretch);
+        let slot = providers.connection_slot(&provider.name).await;
         let result = attempt_once(providers, &provider, &model, req, stream, &timeouts, &mut watch).await;
+        drop(slot);
         let err = match result {
             Ok(mut done) => {
                 done.retries = attempt;

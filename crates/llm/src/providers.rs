@@ -283,20 +283,26 @@ impl Default for Limits {
 /// How connections to providers are kept for reuse (`setup({ http = {...} })`).
 /// One connection serves request after request; idle ones are closed after
 /// `pool_idle_timeout_ms`. 0 turns a setting off (no idle timeout, no idle
-/// connections kept, no TCP keep-alive).
+/// connections kept, no TCP keep-alive, no cap on connections).
+///
+/// The defaults are the provider contract's: at most 6 connections per
+/// host (`max_connections_per_host`: a 7th request at once waits for a
+/// free one, as browsers do) and 30 s idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct HttpConfig {
     pub pool_idle_timeout_ms: u64,
     pub pool_max_idle_per_host: usize,
+    pub max_connections_per_host: usize,
     pub tcp_keepalive_ms: u64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
-            pool_idle_timeout_ms: 90_000,
-            pool_max_idle_per_host: 8,
+            pool_idle_timeout_ms: 30_000,
+            pool_max_idle_per_host: 6,
+            max_connections_per_host: 6,
             tcp_keepalive_ms: 60_000,
         }
     }
@@ -443,6 +449,10 @@ pub struct Providers {
     pricing: std::sync::OnceLock<mia_cost::PricingRegistry>,
     pub rate_limits: super::ratelimit::RateLimits,
     clients: Mutex<HashMap<String, reqwest::Client>>,
+    /// One slot per connection a provider's requests may hold at once
+    /// (`http.max_connections_per_host`), by provider: each provider has
+    /// its own client, so its own connections.
+    slots: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
     /// The keys `api_key_cmd` printed, by provider, for the process.
     command_keys: tokio::sync::Mutex<HashMap<String, String>>,
 }
@@ -460,6 +470,7 @@ impl Providers {
             rate_limits: Default::default(),
             clients: Mutex::new(HashMap::new()),
             command_keys: Default::default(),
+            slots: Mutex::new(HashMap::new()),
         }
     }
 
@@ -619,6 +630,23 @@ impl Providers {
         } else {
             format!("{cmd}, or set {env}")
         })
+    }
+
+    /// A connection slot of `provider`, held for one request (sending it and
+    /// reading its answer): at most `http.max_connections_per_host` requests
+    /// of a provider are in flight, the others wait here. None without a cap.
+    pub async fn connection_slot(&self, provider: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let max = self.config.http.max_connections_per_host;
+        if max == 0 {
+            return None;
+        }
+        let slots = {
+            let mut all = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            all.entry(provider.to_string())
+                .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(max)))
+                .clone()
+        };
+        slots.acquire_owned().await.ok()
     }
 
     /// The pooled client of `provider`, built on first use (on the runtime,
