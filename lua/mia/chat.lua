@@ -20,7 +20,7 @@ local last_done = nil
 local post_response
 --- The chat's session: its id in the core (nil until the first prompt),
 --- and what the statusline shows of it.
-local session = { id = nil, cost_usd = 0, title = nil, prompts = 0 }
+local session = { id = nil, cost_usd = 0, title = nil, prompts = 0, messages = 0 }
 
 local function core()
   return require("mia")._core()
@@ -177,9 +177,15 @@ function M.figures()
   if live then
     local u = type(live.usage) == "table" and live.usage or {}
     local now = (u.input_tokens or 0) + (u.output_tokens or 0) + (u.cache_read_tokens or 0) + (u.cache_write_tokens or 0)
-    return { tokens = (session.tokens or 0) + now, used = live.used, size = live.size, estimated = u.estimated == true }
+    return {
+      tokens = (session.tokens or 0) + now,
+      used = live.used,
+      size = live.size,
+      estimated = u.estimated == true,
+      messages = session.messages or 0,
+    }
   end
-  return { tokens = session.tokens or 0, used = session.used, size = session.size, estimated = false }
+  return { tokens = session.tokens or 0, used = session.used, size = session.size, estimated = false, messages = session.messages or 0 }
 end
 
 local function finish(state)
@@ -410,6 +416,7 @@ function M.prompt(text, opts)
   current = entry
   last_state = "streaming"
   session.prompts = session.prompts + 1
+  session.messages = (session.messages or 0) + 1
   -- After :Mia clear or a load, the old turn's last events draw nothing.
   require("mia.bridge").watch(native.id, {
     on_update = function(u)
@@ -453,6 +460,7 @@ function M.prompt(text, opts)
       else
         entry.done = e
         last_done = e
+        session.messages = (session.messages or 0) + 1
         post_response(entry, e)
         finish("done")
       end
@@ -497,9 +505,12 @@ function M.load(data)
   render.reset(b)
   status.clear()
   status.clear_live()
-  local prompts = 0
+  local prompts, answers = 0, 0
   local commands = {}
   for _, item in ipairs(data.items) do
+    if item["end"] and item["end"].stopReason ~= "error" then
+      answers = answers + 1
+    end
     if item.update and item.update.sessionUpdate == "user_message_chunk" and not render.is_mention(item.update) then
       prompts = prompts + 1
     elseif item.update and item.update.sessionUpdate == "available_commands_update" then
@@ -512,6 +523,7 @@ function M.load(data)
     mode = data.session.mode ~= "" and data.session.mode or nil,
     cost_usd = data.cost_usd or 0,
     prompts = prompts,
+    messages = prompts + answers,
   }
   render.replay(b, data.items)
   set_agent_commands(commands)
@@ -628,7 +640,7 @@ function M.clear()
   if session.id then
     pcall(core().session_close, session.id)
   end
-  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0 }
+  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0, messages = 0 }
   set_agent_commands({})
   window.clear()
   local b = window.existing()

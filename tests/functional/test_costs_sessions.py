@@ -180,7 +180,7 @@ def costs_command(ed, args):
 def test_costs_subcommand_prints_the_weekly_report_without_waiting_for_it(make):
     ed = make()
     prompt(ed, "echo weekly")
-    assert "Cost weekly: $0.0" in costs_command(ed, "weekly")
+    assert re.search(r"Cost weekly \(from \d{4}-\d\d-\d\d\): \$0\.0", costs_command(ed, "weekly"))
     with pytest.raises(NvimError, match="unknown cost report `hourly`"):
         ed.nvim.command("Mia costs hourly")
 
@@ -383,7 +383,7 @@ def test_the_costs_window_opens_renders_the_chart_cycles_and_closes(make):
     ed.nvim.input("<Tab>")
     ed.wait("vim.b.mia_costs_scope == 'daily'")
     assert "today" in "".join(t[0] for t in ed.lua("return vim.api.nvim_win_get_config(0)")["title"])
-    assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]").startswith("Cost today: $")
+    assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]").startswith("Cost today (" + ed.lua("return os.date('%Y-%m-%d')") + "): $")
     ed.nvim.input("q")
     ed.lua("vim.wait(50)")
     assert ed.lua("return vim.api.nvim_win_get_config(0).relative") == ""
@@ -493,7 +493,9 @@ def test_a_session_ending_shows_its_summary_once_with_the_top_suggestion(make):
     assert re.fullmatch(r"mia: session “echo question 0” ended: \$0\.\d+ · 3 requests", lines[0]), text
     assert lines[1] == (f"  tokens: {t['input_tokens']:,} input · {t['output_tokens']:,} output · "
                         f"{t['cache_read_tokens']:,} cache read · {t['cache_write_tokens']:,} cache write"), text
-    assert lines[2] == "  tip: " + top["text"], text
+    assert re.fullmatch(r"  duration: \d+ s", lines[2]), text
+    assert lines[3] == "  agents: mia (scn/echo)", text
+    assert lines[4] == "  tip: " + top["text"], text
     # The new session has no usage: ending it says nothing.
     ed.nvim.input(":Mia new<CR>")
     ed.lua("vim.wait(200)")
@@ -567,3 +569,36 @@ def test_cached_tokens_of_a_model_without_a_cache_price_cost_nothing(editor_fact
     assert done["cost"]["total_usd"] == pytest.approx((u["input_tokens"] * 3.0 + u["output_tokens"] * 15.0) / 1e6)
     footer = ed.chat_text(footers=True).split("\n")[-1]
     assert re.fullmatch(r"── echo · [\d,]+ in · 1 out · 100K cached · \$0\.\d+ ──", footer), footer
+
+
+def screen_row(ed, row):
+    return ed.lua("""local row = ...
+      local s = {}
+      for col = 1, vim.o.columns do s[#s + 1] = vim.fn.screenstring(row, col) end
+      return vim.trim(table.concat(s))""", row)
+
+
+def test_the_statusline_shows_the_message_count_and_tokens_and_the_daily_report_its_date_and_sessions(make):
+    ed = make()
+    ed.lua("""vim.o.laststatus = 2
+      _G.mia_status = function() return require('mia').statusline({ messages = true, tokens = true }) end
+      vim.o.statusline = '%!v:lua.mia_status()'""")
+    prompt(ed, "echo one")
+    prompt(ed, "echo two")
+    ed.nvim.command("redraw!")
+    tokens = ed.lua("return require('mia.chat').figures().tokens")
+    rows = [screen_row(ed, r) for r in range(1, ed.lua("return vim.o.lines") + 1)]
+    status = [m for r in rows for m in re.findall(r"mia ask echo \S+ \d+ msgs? \S+ tok", r)]
+    assert status, "\n".join(rows)
+    assert re.fullmatch(r"mia ask echo \$0\.\d+ 4 msgs \S+ tok", status[-1]), status
+    assert tokens > 0
+    # A second session on the same day, with the same model.
+    ed.nvim.command("Mia new")
+    prompt(ed, "echo three")
+    ed.nvim.command("Mia costs daily")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Sessions by model', 1, true) ~= nil")
+    out = ed.messages()
+    today = ed.lua("return os.date('%Y-%m-%d')")
+    assert f"Cost daily ({today}): $" in out, out
+    assert "sessions: 2" in out, out
+    assert "Sessions by model: scn/echo 2" in out, out
