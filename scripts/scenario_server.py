@@ -133,6 +133,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    "ok after N".
   context          400: the format's context-window-exceeded error.
   filtered         one word token, then a content-filter finish.
+  filtered400      400 refusing the prompt as OpenAI and Azure do: the message
+                   names no filter, error.code "content_filter" does (other
+                   formats: their usual 400 with that message).
   nousage          echo, without usage (OpenAI: no usage chunk or field;
                    Anthropic: all usage numbers 0; Gemini: no usageMetadata).
   ratelimited-window S
@@ -486,6 +489,8 @@ def parse_scenario(text, seq, whole=None):
         return Plan("badkey", error=("badkey", bool(args)))
     if key == "context" and not args:
         return Plan("context", error=("context",))
+    if key == "filtered400" and not args:
+        return Plan("filtered400", error=("filtered400",))
     if key == "filtered" and not args:
         return Plan("filtered", Words(1), finish="filter")
     if key == "nousage":
@@ -572,6 +577,12 @@ class Format:
         what, *args = error
         if what == "http":
             return self.error(args[0], args[1], req.model)
+        if what == "filtered400":
+            status, body, headers = self.error(400, "The response was filtered due to the prompt triggering "
+                                               "the content management policy. Please modify your prompt.", req.model)
+            if isinstance(body.get("error"), dict) and "code" in body["error"]:
+                body["error"]["type"], body["error"]["code"] = None, "content_filter"
+            return status, body, headers
         if what == "needkey":
             return self.error(401, "Incorrect API key provided.", req.model)
         if what == "badkey":

@@ -250,7 +250,17 @@ local function on_update(u)
     -- Any agent's switch, mia's own included (`_meta.mia.previousModeId`:
     -- the mode it left, when the agent says).
     local meta = type(u._meta) == "table" and type(u._meta.mia) == "table" and u._meta.mia or {}
-    local data = { modeId = u.currentModeId, previousModeId = meta.previousModeId }
+    -- An external agent's update does not name the mode it left: the chat
+    -- remembers the last one announced (else the agent's session started in).
+    local previous = meta.previousModeId or session.seen_mode
+    if previous == nil then
+      local agents = package.loaded["mia.agents"]
+      local modes = agents and agents.external() and agents.modes() or nil
+      local started = modes and modes.currentModeId
+      previous = started ~= u.currentModeId and started or nil
+    end
+    session.seen_mode = u.currentModeId
+    local data = { modeId = u.currentModeId, previousModeId = previous }
     api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = data })
     vim.cmd.redrawstatus({ bang = true })
     return

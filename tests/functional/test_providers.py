@@ -203,6 +203,15 @@ def test_the_chat_counts_retries_against_their_maximum_and_says_once_that_one_wo
     assert text.count(f"{what}, retried successfully") == 1, text
 
 
+def test_a_coded_content_filter_400_is_a_content_filter_error(ed, server):
+    """OpenAI and Azure say it in error.code, not in the message."""
+    if ed.fmt != "openai":
+        pytest.skip("the code is OpenAI's (and Azure's) error shape")
+    r = run(ed, "filtered400")
+    assert r["err"]["class"] == "content_filter", r["err"]
+    assert len(chat_requests(server)) == 1
+
+
 def test_retries_give_up_after_max_retries(ed, server):
     r = run(ed, "fail5xx 9 500")
     assert r["err"]["class"] == "server_error"

@@ -247,8 +247,11 @@ fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     whole_in(d, 1, (1 << 31) - 1, "a positive whole number")
 }
 
+/// At most the store's own cap on a page ([`mia_store::MAX_PAGE`]): a
+/// larger size would be cut to it anyway, unannounced.
 fn page_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    whole_in(d, 1, 1000, "a whole number from 1 to 1000")
+    const MAX: u64 = mia_store::MAX_PAGE as u64;
+    whole_in(d, 1, MAX, &format!("a whole number from 1 to {MAX}"))
 }
 
 fn memory_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

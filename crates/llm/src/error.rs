@@ -144,7 +144,7 @@ pub fn classify_http(f: &HttpFailure<'_>) -> LlmError {
             ErrorClass::ContextOverflow,
             format!("{p}: the conversation is too long for `{}` ({said}). Start a new chat or shorten the context.", f.model),
         ),
-        400 | 422 if lower.contains("content_filter") || lower.contains("content policy") => (
+        400 | 422 if lower.contains("content_filter") || lower.contains("content policy") || names_content_filter(f.body) => (
             ErrorClass::ContentFilter,
             format!("{p}: the request was blocked by the provider's content filter ({said}). Rephrase the prompt."),
         ),
@@ -229,6 +229,19 @@ pub fn parse_chunk(provider: &str, data: &str) -> Result<serde_json::Value, LlmE
             format!("{provider}: the stream carried a malformed chunk ({e}): {start}"),
         )
     })
+}
+
+/// Whether an error body's own code says a content filter refused it:
+/// OpenAI and Azure send `error.code = "content_filter"` (or
+/// `content_policy_violation`) with a message that names no filter.
+fn names_content_filter(body: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+        return false;
+    };
+    ["/error/code", "/error/type", "/error/innererror/code"]
+        .iter()
+        .filter_map(|p| v.pointer(p).and_then(|c| c.as_str()))
+        .any(|c| matches!(c, "content_filter" | "content_policy_violation" | "ResponsibleAIPolicyViolation"))
 }
 
 fn is_context_overflow(lower: &str) -> bool {
