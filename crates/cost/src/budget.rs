@@ -160,7 +160,10 @@ pub fn crossed_warnings(cfg: &BudgetConfig, before: Spend, after: Spend) -> Vec<
     if let Some(t) = crossed(cfg.session_warning_usd, before.session_usd, after.session_usd) {
         let spent = usd(after.session_usd);
         let message = match ahead(cfg.session_limit_usd, after.session_usd) {
-            Some(l) => format!("mia: this session has cost {spent} — approaching your {} session limit", usd(l)),
+            Some(l) => format!(
+                "mia: this session has cost {spent} — approaching your {} session limit",
+                usd(l)
+            ),
             None => format!("mia: this session has cost {spent}, past your {} warning", usd(t)),
         };
         warnings.push(Warning {
@@ -171,8 +174,14 @@ pub fn crossed_warnings(cfg: &BudgetConfig, before: Spend, after: Spend) -> Vec<
     if let Some(t) = crossed(cfg.daily_warning_usd, before.day_usd, after.day_usd) {
         let spent = usd(after.day_usd);
         let message = match ahead(cfg.daily_limit_usd, after.day_usd) {
-            Some(l) => format!("mia: today's requests have cost {spent} — approaching your {} daily limit", usd(l)),
-            None => format!("mia: today's requests have cost {spent}, past your {} daily warning", usd(t)),
+            Some(l) => format!(
+                "mia: today's requests have cost {spent} — approaching your {} daily limit",
+                usd(l)
+            ),
+            None => format!(
+                "mia: today's requests have cost {spent}, past your {} daily warning",
+                usd(t)
+            ),
         };
         warnings.push(Warning {
             kind: WarningKind::Daily,
@@ -189,10 +198,7 @@ mod tests {
     #[test]
     fn fields_left_out_take_the_contract_defaults_and_are_soft() {
         let cfg: BudgetConfig = serde_json::from_str(r#"{ "session_limit_usd": 5 }"#).unwrap();
-        assert_eq!(
-            (cfg.session_warning_usd, cfg.session_limit_usd),
-            (Some(3.0), Some(5.0))
-        );
+        assert_eq!((cfg.session_warning_usd, cfg.session_limit_usd), (Some(3.0), Some(5.0)));
         assert_eq!((cfg.daily_warning_usd, cfg.daily_limit_usd), (Some(20.0), Some(50.0)));
         assert!(!cfg.hard_limit && cfg.enabled);
     }

@@ -241,7 +241,12 @@ fn names_content_filter(body: &str) -> bool {
     ["/error/code", "/error/type", "/error/innererror/code"]
         .iter()
         .filter_map(|p| v.pointer(p).and_then(|c| c.as_str()))
-        .any(|c| matches!(c, "content_filter" | "content_policy_violation" | "ResponsibleAIPolicyViolation"))
+        .any(|c| {
+            matches!(
+                c,
+                "content_filter" | "content_policy_violation" | "ResponsibleAIPolicyViolation"
+            )
+        })
 }
 
 fn is_context_overflow(lower: &str) -> bool {

@@ -172,7 +172,10 @@ async fn with_retries(
                     }
                 }
                 let mut err = err;
-                err.message = format!("{} The key was read again before giving up: check {sources}.", err.message);
+                err.message = format!(
+                    "{} The key was read again before giving up: check {sources}.",
+                    err.message
+                );
                 return Err(finalize_error(providers, &provider, &model, err, attempt).await);
             }
         }

@@ -491,7 +491,11 @@ impl Providers {
     /// $0.00 rather than unknown.
     pub fn cost_of(&self, provider: &str, model: &str, usage: &mia_cost::Usage) -> mia_cost::Cost {
         let pricing = self.pricing();
-        let local = self.config.providers.get(provider).is_some_and(ProviderConfig::is_local);
+        let local = self
+            .config
+            .providers
+            .get(provider)
+            .is_some_and(ProviderConfig::is_local);
         if local && pricing.price(provider, model).is_none() {
             return mia_cost::Cost::free();
         }
@@ -617,7 +621,9 @@ impl Providers {
         let p = provider;
         let cmd = match &cfg.api_key_cmd {
             Some(argv) => format!("the key `{}` prints (providers.{p}.api_key_cmd)", argv.join(" ")),
-            None => format!("providers.{p}.api_key_cmd (a command that prints the key, e.g. {{ \"pass\", \"show\", \"{p}\" }})"),
+            None => format!(
+                "providers.{p}.api_key_cmd (a command that prints the key, e.g. {{ \"pass\", \"show\", \"{p}\" }})"
+            ),
         };
         let env = match &cfg.api_key_env {
             Some(var) => format!("${var} (providers.{p}.api_key_env)"),

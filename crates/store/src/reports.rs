@@ -219,22 +219,29 @@ pub(crate) fn sessions_by_model(
     let err = |e: rusqlite::Error| from_sqlite(path, "counting sessions per model", &e);
     let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
     let rows = stmt
-        .query_map(params_from_iter(&args), |r| Ok((r.get::<_, String>(0)?, count(r.get(1)?))))
+        .query_map(params_from_iter(&args), |r| {
+            Ok((r.get::<_, String>(0)?, count(r.get(1)?)))
+        })
         .map_err(err)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(err)
 }
 
 /// Each agent of the report's rows and the models it called
 /// (`provider/model`), by agent then model.
-pub(crate) fn agent_models(conn: &Connection, path: &Path, q: &ReportQuery) -> Result<Vec<(String, String)>, StoreError> {
+pub(crate) fn agent_models(
+    conn: &Connection,
+    path: &Path,
+    q: &ReportQuery,
+) -> Result<Vec<(String, String)>, StoreError> {
     let (where_clause, args) = filter(q);
-    let sql = format!(
-        "SELECT DISTINCT agent, provider || '/' || model FROM usage {where_clause} ORDER BY 1, 2 LIMIT 100"
-    );
+    let sql =
+        format!("SELECT DISTINCT agent, provider || '/' || model FROM usage {where_clause} ORDER BY 1, 2 LIMIT 100");
     let err = |e: rusqlite::Error| from_sqlite(path, "listing the models of agents", &e);
     let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
     let rows = stmt
-        .query_map(params_from_iter(&args), |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .query_map(params_from_iter(&args), |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
         .map_err(err)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(err)
 }
