@@ -98,6 +98,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
   http STATUS [m]  status 400-599 with the format's error body (tables below);
                    words after STATUS replace the message.  429 carries
                    "retry-after: 1" (Gemini: RetryInfo "1s" instead).
+  needkey KEY      401 (the format's auth error, "Incorrect API key provided.")
+                   unless the request's credential is KEY, then "ok".  For
+                   key re-reading tests.
   badkey [masked]  401 (the format's auth error) whose message echoes the
                    request's credential (Bearer token, x-api-key or
                    x-goog-api-key): "Incorrect API key provided: <key>.";
@@ -143,6 +146,9 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    were sent); non-streaming: the overloaded HTTP error.
   context          400: the format's context-window-exceeded error.
   filtered         one word token, then a content-filter finish.
+  filtered400      400 refusing the prompt as OpenAI and Azure do: the message
+                   names no filter, error.code "content_filter" does (other
+                   formats: their usual 400 with that message).
   nousage          echo, without usage (OpenAI: no usage chunk or field;
                    Anthropic: all usage numbers 0; Gemini: no usageMetadata).
   ratelimited-window S
@@ -198,6 +204,11 @@ reasoning tokens ``"r%05d " % i`` (i = 0, 1, ...).  Same names everywhere:
                    gateway-cost tests, hostile values included.
   ctype TYPE       streaming: "ok", sent as SSE but labelled Content-Type
                    TYPE (e.g. text/html).  For the unknown-framing test.
+  cached N         the answer "ok" whose usage says N more prompt tokens
+                   were read from the provider's cache (OpenAI: N added to
+                   prompt_tokens and given as prompt_tokens_details.
+                   cached_tokens; Anthropic: cache_read_input_tokens N;
+                   other formats: no cache field, as echo).  For pricing tests.
 Non-streaming requests get the same content in one reply (reset and stall
 misbehave the same way; truncate, malformed, unicode answer normally).
 "Output tokens" are reasoning + text tokens + 3 per tool call; prompt tokens
@@ -229,7 +240,7 @@ requests: 0, x-ratelimit-reset-requests: "<S>s".
 
 ANTHROPIC.  Events ``event: <type>\\ndata: <json>\\n\\n``: message_start
 (message id msg_scn<seq>, usage {input_tokens, output_tokens 1,
-cache_creation_input_tokens 0, cache_read_input_tokens 0}), ping, then per
+cache_creation_input_tokens 0, cache_read_input_tokens 0 or cached's N}), ping, then per
 content block content_block_start, content_block_delta(s), content_block_stop:
 a thinking block (thinking_delta per reasoning token, then signature_delta
 "sig-scn<seq>"), a text block (text_delta per token), tool_use blocks (id
@@ -487,6 +498,7 @@ class Plan:
     gateway: tuple | None = None   # gateway: (header | usage | both, value text)
     same_ids: bool = False         # sameids: OpenAI call ids "call_<k>" in every answer
     custom: bool = False           # custom: the call is a freeform tool's, args {"input": text}
+    cached: int = 0                # cached: prompt tokens read from the cache
 
     def output_tokens(self):
         return len(self.reasoning) + len(self.tokens) + 3 * len(self.calls)
@@ -564,10 +576,14 @@ def parse_scenario(text, seq, whole=None):
             error = (key,)
         if error:
             return Plan(key, echo_tokens(f"ok after {n}"), error=error, gate=n)
+    if key == "needkey" and len(args) == 1:
+        return Plan("needkey", ["ok"], error=("needkey", args[0]))
     if key == "badkey" and args in ([], ["masked"]):
         return Plan("badkey", error=("badkey", bool(args)))
     if key == "context" and not args:
         return Plan("context", error=("context",))
+    if key == "filtered400" and not args:
+        return Plan("filtered400", error=("filtered400",))
     if key == "filtered" and not args:
         return Plan("filtered", Words(1), finish="filter")
     if key == "nousage":
@@ -591,6 +607,8 @@ def parse_scenario(text, seq, whole=None):
         return Plan("lateheaders", ["ok"], late=int(args[0]) / 1000)
     if key == "gateway" and len(args) == 2 and args[0] in ("header", "usage", "both"):
         return Plan("gateway", ["ok"], gateway=(args[0], args[1]))
+    if key == "cached" and len(args) == 1 and n is not None:
+        return Plan("cached", ["ok"], cached=n)
     if key == "ctype" and len(args) == 1:
         return Plan("ctype", ["ok"], content_type=args[0])
     if key in ("reply", "replystall") and len(args) >= 2:
@@ -669,6 +687,14 @@ class Format:
         what, *args = error
         if what == "http":
             return self.error(args[0], args[1], req.model)
+        if what == "filtered400":
+            status, body, headers = self.error(400, "The response was filtered due to the prompt triggering "
+                                               "the content management policy. Please modify your prompt.", req.model)
+            if isinstance(body.get("error"), dict) and "code" in body["error"]:
+                body["error"]["type"], body["error"]["code"] = None, "content_filter"
+            return status, body, headers
+        if what == "needkey":
+            return self.error(401, "Incorrect API key provided.", req.model)
         if what == "badkey":
             shown = credential[:8] + "*" * 20 + credential[-4:] if args[0] else credential
             return self.error(401, f"Incorrect API key provided: {shown}.", req.model)
@@ -787,8 +813,11 @@ class OpenAI(Format):
 
     def usage(self, plan, req):
         out = plan.output_tokens()
-        usage = {"prompt_tokens": req.prompt, "completion_tokens": out,
-                 "total_tokens": req.prompt + out}
+        prompt = req.prompt + plan.cached
+        usage = {"prompt_tokens": prompt, "completion_tokens": out,
+                 "total_tokens": prompt + out}
+        if plan.cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": plan.cached}
         if plan.reasoning:
             usage["completion_tokens_details"] = {"reasoning_tokens": len(plan.reasoning)}
         if plan.gateway and plan.gateway[0] in ("usage", "both"):
@@ -943,7 +972,7 @@ class Anthropic(Format):
     def start_events(self, plan, req, seq):
         usage = {"input_tokens": req.prompt if plan.usage else 0,
                  "output_tokens": 1 if plan.usage else 0,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": plan.cached}
         return [named_sse("message_start", {"type": "message_start", "message": {
                     "id": f"msg_scn{seq}", "type": "message", "role": "assistant",
                     "model": req.model, "content": [], "stop_reason": None,
@@ -1033,7 +1062,7 @@ class Anthropic(Format):
                 "stop_reason": self.FINISH[plan.finish], "stop_sequence": None,
                 "usage": {"input_tokens": req.prompt if plan.usage else 0,
                           "output_tokens": plan.output_tokens() if plan.usage else 0,
-                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}
+                          "cache_creation_input_tokens": 0, "cache_read_input_tokens": plan.cached}}
 
     def models(self):
         data = [{"type": "model", "id": mid, "display_name": name,
@@ -1901,6 +1930,8 @@ class Server:
             await asyncio.sleep(plan.late)
         if plan.split:
             out.split(seq)
+        if plan.error and plan.error[0] == "needkey" and credential(headers) == plan.error[1]:
+            plan.error = None
         if plan.error:
             if plan.error[0] == "overloaded" and req.stream:
                 out.head(200, fmt.stream_fields(), close)

@@ -284,6 +284,7 @@ local function short_tokens(n)
 end
 
 --- @class mia.StatuslineOpts
+--- @field messages? boolean also show the session's message count, your prompts and mia's answers (`4 msgs`)
 --- @field tokens? boolean also show the session's tokens (`12.3k tok`; `~` while an answer streams)
 --- @field context? boolean also show how full the model's context window was at the last request (`42% ctx`)
 
@@ -306,14 +307,19 @@ function M.statusline(opts)
   local mode = chat and chat.mode() or cfg.mode
   local money = require("mia.costs").usd(cost)
   if unknown then
-    money = cost > 0 and (money .. "+?") or "cost unknown"
+    -- some answers had no price: they count $0.00, and the statusline says so
+    money = money .. (cost > 0 and " (+unpriced)" or " (unpriced)")
   elseif live then
     money = "~" .. money
   end
   local s = string.format("mia %s %s %s", mode, model, money)
-  if type(opts) == "table" and (opts.tokens or opts.context) then
-    local f = chat and chat.figures() or { tokens = 0 }
+  if type(opts) == "table" and (opts.messages or opts.tokens or opts.context) then
+    local f = chat and chat.figures() or { tokens = 0, messages = 0 }
     local mark = f.estimated and "~" or ""
+    if opts.messages then
+      local n = f.messages or 0
+      s = s .. string.format(" %d msg%s", n, n == 1 and "" or "s")
+    end
     if opts.tokens then
       s = s .. " " .. mark .. short_tokens(f.tokens or 0) .. " tok"
     end

@@ -16,9 +16,11 @@ local current = nil
 local last_state = "idle"
 --- the last finished turn's end (`stopReason`, `model`, `usage`, `cost`, …)
 local last_done = nil
+--- Defined below M.send, which calls it.
+local post_response
 --- The chat's session: its id in the core (nil until the first prompt),
 --- and what the statusline shows of it.
-local session = { id = nil, cost_usd = 0, title = nil, prompts = 0 }
+local session = { id = nil, cost_usd = 0, title = nil, prompts = 0, messages = 0 }
 
 local function core()
   return require("mia")._core()
@@ -191,9 +193,15 @@ function M.figures()
   if live then
     local u = type(live.usage) == "table" and live.usage or {}
     local now = (u.input_tokens or 0) + (u.output_tokens or 0) + (u.cache_read_tokens or 0) + (u.cache_write_tokens or 0)
-    return { tokens = (session.tokens or 0) + now, used = live.used, size = live.size, estimated = u.estimated == true }
+    return {
+      tokens = (session.tokens or 0) + now,
+      used = live.used,
+      size = live.size,
+      estimated = u.estimated == true,
+      messages = session.messages or 0,
+    }
   end
-  return { tokens = session.tokens or 0, used = session.used, size = session.size, estimated = false }
+  return { tokens = session.tokens or 0, used = session.used, size = session.size, estimated = false, messages = session.messages or 0 }
 end
 
 local function finish(state)
@@ -258,7 +266,17 @@ local function on_update(u)
     -- Any agent's switch, mia's own included (`_meta.mia.previousModeId`:
     -- the mode it left, when the agent says).
     local meta = type(u._meta) == "table" and type(u._meta.mia) == "table" and u._meta.mia or {}
-    local data = { modeId = u.currentModeId, previousModeId = meta.previousModeId }
+    -- An external agent's update does not name the mode it left: the chat
+    -- remembers the last one announced (else the agent's session started in).
+    local previous = meta.previousModeId or session.seen_mode
+    if previous == nil then
+      local agents = package.loaded["mia.agents"]
+      local modes = agents and agents.external() and agents.modes() or nil
+      local started = modes and modes.currentModeId
+      previous = started ~= u.currentModeId and started or nil
+    end
+    session.seen_mode = u.currentModeId
+    local data = { modeId = u.currentModeId, previousModeId = previous }
     api.nvim_exec_autocmds("User", { pattern = "MiaModeChanged", data = data })
     vim.cmd.redrawstatus({ bang = true })
     return
@@ -401,22 +419,27 @@ function M.prompt(text, opts)
   if not sent then
     error(native, 0)
   end
-  local entry = { model = agents.answer_label(model), retries = 0 }
+  local entry = { model = agents.answer_label(model), retries = 0, text = {} }
   entry.handle = require("mia")._handle_of(native)
   current = entry
   last_state = "streaming"
   session.prompts = session.prompts + 1
+  session.messages = (session.messages or 0) + 1
   -- After :Mia clear or a load, the old turn's last events draw nothing.
   require("mia.bridge").watch(native.id, {
     on_update = function(u)
       if current == entry then
         entry.recorded = entry.recorded or u.sessionUpdate == "user_message_chunk"
+        if u.sessionUpdate == "agent_message_chunk" and type(u.content) == "table" and type(u.content.text) == "string" then
+          entry.text[#entry.text + 1] = u.content.text
+        end
         on_update(u)
       end
     end,
     -- Most frames: a plain piece of the answer, drawn as on_update would.
     on_text = function(piece)
       if current == entry then
+        entry.text[#entry.text + 1] = piece
         status.clear()
         render.text(M.buffer(), piece)
       end
@@ -445,10 +468,33 @@ function M.prompt(text, opts)
       else
         entry.done = e
         last_done = e
+        session.messages = (session.messages or 0) + 1
+        post_response(entry, e)
         finish("done")
       end
     end,
   })
+end
+
+--- Runs the `post_response` hooks (|mia.register_transform_hook()|) over a
+--- finished turn: `{ text, model, stop_reason, usage, cost, session_id }`.
+--- The answer is already shown and stored, so what they return is not
+--- used: they see chat turns (to log, count, check), they do not rewrite them.
+function post_response(entry, e)
+  local hooks = require("mia.hooks")
+  if not hooks.has("post_response") then
+    return
+  end
+  local model = entry.model or require("mia.config").get().model
+  local done = {
+    text = table.concat(entry.text),
+    model = e.model,
+    stop_reason = e.stopReason,
+    usage = e.usage,
+    cost = e.cost,
+    session_id = session.id,
+  }
+  hooks.run("post_response", done, hooks.info(model))
 end
 
 --- Reopens a stored session (from mia.sessions.load): the core owns it
@@ -467,9 +513,12 @@ function M.load(data)
   render.reset(b)
   status.clear()
   status.clear_live()
-  local prompts = 0
+  local prompts, answers = 0, 0
   local commands = {}
   for _, item in ipairs(data.items) do
+    if item["end"] and item["end"].stopReason ~= "error" then
+      answers = answers + 1
+    end
     if item.update and item.update.sessionUpdate == "user_message_chunk" and not render.is_mention(item.update) then
       prompts = prompts + 1
     elseif item.update and item.update.sessionUpdate == "available_commands_update" then
@@ -482,6 +531,7 @@ function M.load(data)
     mode = data.session.mode ~= "" and data.session.mode or nil,
     cost_usd = data.cost_usd or 0,
     prompts = prompts,
+    messages = prompts + answers,
   }
   render.replay(b, data.items)
   set_agent_commands(commands)
@@ -598,7 +648,7 @@ function M.clear()
   if session.id then
     pcall(core().agent_close_session, session.id)
   end
-  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0 }
+  session = { id = nil, cost_usd = 0, title = nil, mode = session.mode, prompts = 0, messages = 0 }
   set_agent_commands({})
   window.clear()
   local b = window.existing()

@@ -104,7 +104,7 @@ M.subcommands = {
     end,
   },
   tools = {
-    desc = "list every tool the model can call, grouped by source",
+    desc = "list every registered tool, grouped by source (the mode may offer fewer)",
     run = function()
       require("mia.tools.view").show()
     end,

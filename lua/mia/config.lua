@@ -6,10 +6,12 @@
 --- @field base_url? string API root, e.g. "http://127.0.0.1:11434" for Ollama (kind "ollama").
 --- @field api_key_env? string Environment variable holding the key (preferred: keys stay out of your config).
 --- @field api_key? string The key itself, for setups that cannot use the environment.
+--- @field api_key_cmd? string[] A program and its arguments that print the key, e.g. { "pass", "show", "openai" } (run in the background, cached; used before api_key_env).
 --- @field headers? table<string,string> Extra HTTP headers sent with every request.
 --- @field models? string[] Models this provider serves (shown in errors and completion).
 --- @field prompt_caching? boolean Anthropic only: cache the system prompt and the conversation prefix.
 --- @field native_tools? boolean false for a server or model that refuses `tools`: tools go in the system prompt (default true).
+--- @field local? boolean Models on your own machine: a call without a price costs $0.00 (default true for kind "ollama").
 --- @field api_version? string Azure OpenAI only: the `api-version` query parameter (default "2024-10-21").
 --- @field api? "chat"|"responses" OpenAI's API to speak (kinds openai, azure_openai, openai_compatible); unset: kind openai picks per model, the others "chat".
 
@@ -117,11 +119,12 @@
 --- @field agents? table<string, mia.AgentConfig> External ACP agents the chat can switch to (`:Mia agent NAME`).
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
---- @field http? { pool_idle_timeout_ms?: integer, pool_max_idle_per_host?: integer, tcp_keepalive_ms?: integer } Connection reuse (defaults 90000, 8, 60000; 0 turns one off).
+--- @field http? { pool_idle_timeout_ms?: integer, pool_max_idle_per_host?: integer, max_connections_per_host?: integer, tcp_keepalive_ms?: integer } Connection reuse (defaults 30000, 6, 6, 60000; 0 turns one off).
 --- @field limits? mia.Limits Sizes a server's answer may not pass.
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
---- @field costs? mia.CostsConfig Cost warnings and limits.
+--- @field costs? mia.CostsConfig Cost warnings and limits (defaults: warn at $3 a session, $20 a day; ask at $10, $50).
+--- @field budgets? boolean false turns every cost warning and limit off (default true).
 --- @field pricing? table<string, { input: number, output: number, cache_read?: number, cache_write?: number, context?: integer }> USD per million tokens (and the context window in tokens, for :Mia context and the statusline), by "provider/model"; overrides the built-in price list.
 --- @field data_dir? string Where mia keeps its data (default stdpath("data") .. "/mia").
 --- @field log_file? string Log file (default stdpath("log") .. "/mia.log").
@@ -219,7 +222,7 @@ end
 --- three equal).
 M.options = {
   "model", "providers", "agents", "timeouts", "retry", "http", "limits", "permissions", "tools", "costs",
-  "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
+  "budgets", "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
   "checkpoints", "mcp", "rules", "telemetry", "modes",
 }
 
@@ -310,11 +313,22 @@ local function validate(opts)
       )
     end
     check_type(path .. ".api_key", p.api_key, "string", true)
+    check_type(path .. ".api_key_cmd", p.api_key_cmd, "table", true)
+    if p.api_key_cmd ~= nil then
+      local argv = p.api_key_cmd
+      local ok = #argv > 0 and vim.iter(pairs(argv)):all(function(k, v)
+        return type(k) == "number" and k >= 1 and k <= #argv and type(v) == "string"
+      end) and argv[1] ~= ""
+      if not ok then
+        fail(path .. ".api_key_cmd", 'must be a list of strings, the program first, e.g. { "pass", "show", "openai" }', argv)
+      end
+    end
     check_type(path .. ".headers", p.headers, "table", true)
     check_type(path .. ".models", p.models, "table", true)
     check_type(path .. ".prompt_caching", p.prompt_caching, "boolean", true)
     check_type(path .. ".api_version", p.api_version, "string", true)
     check_type(path .. ".native_tools", p.native_tools, "boolean", true)
+    check_type(path .. ".local", p["local"], "boolean", true)
     -- the kinds whose wire format speaks both of OpenAI's APIs (WireFormat::speaks_responses)
     local kind = p.kind or (builtin[name] and name)
     if p.api ~= nil and p.api ~= "chat" and p.api ~= "responses" then
@@ -324,7 +338,7 @@ local function validate(opts)
     end
   end
   check_type("retry", opts.retry, "table", true)
-  local retryable = { "rate_limit", "server_error", "network_error", "timeout" }
+  local retryable = { "rate_limit", "server_error", "overloaded", "network_error", "timeout" }
   for key, v in pairs(opts.retry or {}) do
     if key == "pacing" then
       check_type("retry.pacing", v, "boolean")
@@ -369,8 +383,8 @@ local function validate(opts)
   end
   check_type("http", opts.http, "table", true)
   for key, v in pairs(opts.http or {}) do
-    if key ~= "pool_idle_timeout_ms" and key ~= "pool_max_idle_per_host" and key ~= "tcp_keepalive_ms" then
-      fail("http." .. tostring(key), "is not an HTTP option (pool_idle_timeout_ms, pool_max_idle_per_host, tcp_keepalive_ms)", v)
+    if not ({ pool_idle_timeout_ms = 1, pool_max_idle_per_host = 1, max_connections_per_host = 1, tcp_keepalive_ms = 1 })[key] then
+      fail("http." .. tostring(key), "is not an HTTP option (pool_idle_timeout_ms, pool_max_idle_per_host, max_connections_per_host, tcp_keepalive_ms)", v)
     elseif type(v) ~= "number" or v < 0 or v ~= math.floor(v) or v >= 2 ^ 53 then
       fail("http." .. key, "must be a whole number >= 0 (0 turns it off)", v)
     end
@@ -400,6 +414,7 @@ local function validate(opts)
     end
   end
   check_type("costs", opts.costs, "table", true)
+  check_type("budgets", opts.budgets, "boolean", true)
   for key, v in pairs(opts.costs or {}) do
     if key == "hard_limit" then
       check_type("costs.hard_limit", v, "boolean")

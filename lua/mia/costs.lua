@@ -108,14 +108,18 @@ end
 --- The report as lines (what `:Mia costs` prints and the window shows).
 function M.lines(report)
   local t = report.totals
+  local title = report.title or ""
+  if type(report.date) == "string" then
+    title = string.format("%s (%s%s)", title, report.scope == "daily" and "" or "from ", report.date)
+  end
   local lines = {
     string.format(
       "Cost %s: %s%s",
-      report.title or "",
+      title,
       M.usd(t.cost_usd),
       (t.unknown_cost_requests or 0) > 0
           and string.format(
-            "  (+ %d requests with unknown prices: %s in · %s out tokens)",
+            "  (+ %d requests to models without a price, not counted: %s in · %s out tokens)",
             t.unknown_cost_requests,
             M.int(t.unknown_cost_input_tokens),
             M.int(t.unknown_cost_output_tokens)
@@ -132,6 +136,13 @@ function M.lines(report)
     ),
     string.format("Requests: %d · messages: %d · sessions: %d · model time: %.1f s", t.requests, t.messages, t.sessions, (t.duration_ms or 0) / 1000),
   }
+  if report.scope ~= "session" and type(report.sessions_by_model) == "table" and #report.sessions_by_model > 0 then
+    local per = {}
+    for _, m in ipairs(report.sessions_by_model) do
+      per[#per + 1] = string.format("%s %d", m.model, m.sessions)
+    end
+    lines[#lines + 1] = "Sessions by model: " .. table.concat(per, " · ")
+  end
   if (report.gateway_requests or 0) > 0 then
     -- |mia-gateway-cost|: the gateway's own figures, already in the totals
     lines[#lines + 1] = string.format(

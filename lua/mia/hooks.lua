@@ -2,6 +2,10 @@
 --- (`pre_request`) or an answer once it is complete (`post_response`).
 --- Both run on the main thread, in registration order.
 ---
+--- `post_response` hooks run for mia.stream/mia.send answers (their return
+--- value replaces the answer) and for every finished chat turn (they see
+--- it; see chat.lua's `post_response`).
+---
 --- `pre_request` hooks run for every request that goes to a model (chat and
 --- agent turns, compaction, mia.stream/mia.send): the core asks for them
 --- with a "hook" call event (see `M.answer`) right before it sends, and only

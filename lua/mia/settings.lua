@@ -40,6 +40,8 @@ function M.core()
       base_url = p.base_url,
       api_key_env = p.api_key_env,
       api_key = p.api_key,
+      api_key_cmd = p.api_key_cmd,
+      ["local"] = p["local"],
       prompt_caching = p.prompt_caching,
       api_version = p.api_version,
       api = p.api,
@@ -98,7 +100,9 @@ function M.agent()
     permissions = { modes = policies, rules = rules },
     mode_prompts = next(prompts) and prompts or vim.empty_dict(),
     mode_tools = next(tools) and tools or vim.empty_dict(),
-    costs = (c.costs and next(c.costs)) and c.costs or vim.empty_dict(),
+    costs = c.budgets == false and { enabled = false }
+      or (c.costs and next(c.costs)) and c.costs
+      or vim.empty_dict(),
     data_dir = c.data_dir,
     max_turns = (c.tools or {}).max_turns,
     bash_timeout_ms = (c.tools or {}).bash_timeout_ms,

@@ -22,8 +22,15 @@ function M.of(report, title)
     return nil
   end
   local top = report.suggestions and report.suggestions[1]
+  local agents = {}
+  for _, am in ipairs(report.agent_models or {}) do
+    agents[#agents + 1] = string.format("%s (%s)", am.agent, am.model)
+  end
   return {
     title = title,
+    -- wall-clock: from the first request to the end of the last
+    duration_ms = (t.first_at_ms and t.last_at_ms) and math.max(0, t.last_at_ms - t.first_at_ms) or nil,
+    agents = agents,
     cost_usd = t.cost_usd,
     unknown_cost_requests = t.unknown_cost_requests or 0,
     requests = t.requests,
@@ -51,8 +58,8 @@ end
 function M.text(s)
   local costs = require("mia.costs")
   local cost = costs.usd(s.cost_usd)
-  if s.unknown_cost_requests > 0 and s.unknown_cost_requests < s.requests then
-    cost = cost .. string.format(" + %d of unknown cost", s.unknown_cost_requests)
+  if s.unknown_cost_requests > 0 then
+    cost = cost .. string.format(" + %d without a price", s.unknown_cost_requests)
   end
   local k = s.tokens
   local tokens = string.format(
@@ -70,10 +77,29 @@ function M.text(s)
     string.format("mia: session%s ended: %s · %d request%s", name, cost, s.requests, s.requests == 1 and "" or "s"),
     "  tokens: " .. tokens,
   }
+  if s.duration_ms then
+    lines[#lines + 1] = "  duration: " .. M.duration(s.duration_ms)
+  end
+  if s.agents and #s.agents > 0 then
+    lines[#lines + 1] = "  agents: " .. table.concat(s.agents, ", ")
+  end
   if s.suggestion then
     lines[#lines + 1] = "  tip: " .. s.suggestion.text
   end
   return table.concat(lines, "\n")
+end
+
+--- A wall-clock duration: "42 s", "3 min 5 s", "2 h 7 min".
+--- @param ms number
+--- @return string
+function M.duration(ms)
+  local s = math.floor(ms / 1000 + 0.5)
+  if s < 60 then
+    return s .. " s"
+  elseif s < 3600 then
+    return string.format("%d min %d s", math.floor(s / 60), s % 60)
+  end
+  return string.format("%d h %d min", math.floor(s / 3600), math.floor(s % 3600 / 60))
 end
 
 --- Shows the summary of session `id` once it is read (asynchronously);

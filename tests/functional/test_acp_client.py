@@ -185,7 +185,7 @@ def test_claude_agent_acp_cost_past_a_warning_threshold_is_announced_once(editor
     rows = usage_rows(ed)
     assert len(rows) == 2 and all(r[0] == "claude" and r[4] > 0 for r in rows), rows
     warnings = ed.lua("return warnings")
-    assert len(warnings) == 1 and "past your" in warnings[0], warnings
+    assert len(warnings) == 1 and "approaching your $50.00 daily limit" in warnings[0], warnings
 
 
 @pytest.mark.skipif(not CLAUDE.exists(), reason="claude-agent-acp is not installed: run scripts/bootstrap")

@@ -88,18 +88,37 @@ def test_the_live_session_cost_of_a_later_answer_starts_from_what_the_session_co
     assert drawn[-1] == "mia ask echo $0.0012", drawn
 
 
-def test_a_model_without_a_price_says_cost_unknown_never_zero(editor_factory, server, tmp_path):
-    ed = editor_factory(setup=scenario_setup(server))
+def test_a_model_without_a_price_shows_0_with_a_note_and_reports_keep_it_apart(editor_factory, server, tmp_path):
+    ed = editor_factory(setup=scenario_setup(server, costs={"session_warning_usd": 3}))
     prompt(ed, "echo priceless")
     assert ed.lua("return require('mia.chat')._last_done().cost") == {"known": False}
-    assert ed.chat_text(footers=True).endswith(" out · cost unknown ──")
-    assert ed.lua("return require('mia').statusline()") == "mia ask echo cost unknown"
+    assert ed.chat_text(footers=True).endswith(" out · $0.00 (no price for echo: add it to setup's `pricing`) ──")
+    assert ed.lua("return require('mia').statusline()") == "mia ask echo $0.00 (unpriced)"
     report = ed.lua("return require('mia').costs({ scope = 'session' })")
     assert report["totals"]["cost_usd"] == 0
     assert report["totals"]["unknown_cost_requests"] == 1
     assert report["totals"]["unknown_cost_input_tokens"] > 0
     lines = ed.lua("return require('mia.costs').lines(...)", report)
-    assert "(+ 1 requests with unknown prices: " in lines[0]
+    assert "(+ 1 requests to models without a price, not counted: " in lines[0]
+    # Budgets say once per session that they cannot count such calls.
+    prompt(ed, "echo again")
+    note = "scn/echo has no price, so your budgets do not count its calls"
+    assert ed.messages().count(note) == 1, ed.messages()
+
+
+@pytest.mark.parametrize("provider", [{"kind": "ollama"}, {"kind": "openai_compatible", "local": True}])
+def test_a_local_model_costs_a_known_zero(editor_factory, server, provider):
+    """An Ollama provider, or any provider marked local."""
+    root = f"http://127.0.0.1:{server.port}" + ("/v1" if provider["kind"] != "ollama" else "")
+    ed = editor_factory(setup=scenario_setup(server, model="box/echo", providers={
+        "box": {**provider, "base_url": root}}))
+    prompt(ed, "echo on my machine")
+    done = ed.lua("return require('mia.chat')._last_done()")
+    assert done["cost"]["known"] is True and done["cost"]["total_usd"] == 0
+    assert ed.chat_text(footers=True).endswith(" out · $0.00 ──")
+    assert ed.lua("return require('mia').statusline()") == "mia ask echo $0.00"
+    report = ed.lua("return require('mia').costs({ scope = 'session' })")
+    assert report["totals"]["unknown_cost_requests"] == 0
 
 
 def test_usage_rows_and_messages_are_in_the_store(make, data_home):
@@ -161,7 +180,7 @@ def costs_command(ed, args):
 def test_costs_subcommand_prints_the_weekly_report_without_waiting_for_it(make):
     ed = make()
     prompt(ed, "echo weekly")
-    assert "Cost weekly: $0.0" in costs_command(ed, "weekly")
+    assert re.search(r"Cost weekly \(from \d{4}-\d\d-\d\d\): \$0\.0", costs_command(ed, "weekly"))
     with pytest.raises(NvimError, match="unknown cost report `hourly`"):
         ed.nvim.command("Mia costs hourly")
 
@@ -194,7 +213,32 @@ def test_a_warning_shows_once_when_crossed(make):
     prompt(ed, "echo first")
     prompt(ed, "echo second")
     warnings = ed.lua("return warnings")
-    assert len(warnings) == 1 and "past your" in warnings[0]
+    assert len(warnings) == 1 and "approaching your $10.00 session limit" in warnings[0]
+
+
+def capture_warnings(ed):
+    ed.lua("_G.warnings = {}; vim.notify = function(m, l) if l == vim.log.levels.WARN then table.insert(warnings, m) end end")
+
+
+def test_budgets_are_on_by_default_and_the_warning_names_the_limit(editor_factory, server):
+    """A fresh config with a priced model: the $3 session warning fires,
+    naming the $10 session limit it approaches."""
+    ed = editor_factory(setup=scenario_setup(server, pricing={"scn/echo": {"input": 0, "output": 1e6}}))
+    capture_warnings(ed)
+    prompt(ed, "long 2")  # 2 output tokens: $2.00
+    assert ed.lua("return warnings") == []
+    prompt(ed, "long 2")  # $4.00
+    assert ed.lua("return warnings") == ["mia: this session has cost $4.00 — approaching your $10.00 session limit"]
+
+
+def test_budgets_false_turns_every_warning_and_limit_off(editor_factory, server):
+    ed = editor_factory(setup=scenario_setup(server, budgets=False, pricing={"scn/echo": {"input": 0, "output": 1e6}}))
+    capture_warnings(ed)
+    ed.lua("_G.asked = false; vim.ui.input = function(_, cb) _G.asked = true; cb('n') end")
+    prompt(ed, "long 12")  # $12: past the default warning and session limit
+    prompt(ed, "echo still sent")
+    assert ed.lua("return warnings") == []
+    assert ed.lua("return asked") is False
 
 
 @pytest.mark.parametrize("answer,sent", [("n", False), ("y", True)])
@@ -339,7 +383,7 @@ def test_the_costs_window_opens_renders_the_chart_cycles_and_closes(make):
     ed.nvim.input("<Tab>")
     ed.wait("vim.b.mia_costs_scope == 'daily'")
     assert "today" in "".join(t[0] for t in ed.lua("return vim.api.nvim_win_get_config(0)")["title"])
-    assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]").startswith("Cost today: $")
+    assert ed.lua("return vim.api.nvim_buf_get_lines(0, 0, 1, false)[1]").startswith("Cost today (" + ed.lua("return os.date('%Y-%m-%d')") + "): $")
     ed.nvim.input("q")
     ed.lua("vim.wait(50)")
     assert ed.lua("return vim.api.nvim_win_get_config(0).relative") == ""
@@ -449,7 +493,9 @@ def test_a_session_ending_shows_its_summary_once_with_the_top_suggestion(make):
     assert re.fullmatch(r"mia: session “echo question 0” ended: \$0\.\d+ · 3 requests", lines[0]), text
     assert lines[1] == (f"  tokens: {t['input_tokens']:,} input · {t['output_tokens']:,} output · "
                         f"{t['cache_read_tokens']:,} cache read · {t['cache_write_tokens']:,} cache write"), text
-    assert lines[2] == "  tip: " + top["text"], text
+    assert re.fullmatch(r"  duration: \d+ s", lines[2]), text
+    assert lines[3] == "  agents: mia (scn/echo)", text
+    assert lines[4] == "  tip: " + top["text"], text
     # The new session has no usage: ending it says nothing.
     ed.nvim.input(":Mia new<CR>")
     ed.lua("vim.wait(200)")
@@ -509,3 +555,50 @@ def test_leaving_neovim_logs_the_summary_and_the_next_start_shows_it_once(make, 
     third = make("third")
     third.lua("vim.wait(300)")
     assert "last time" not in third.messages()
+
+
+def test_cached_tokens_of_a_model_without_a_cache_price_cost_nothing(editor_factory, server, tmp_path):
+    """A price without `cache_read` bills cache reads at 0, as the cost
+    contract says (they were billed at the input price)."""
+    ed = editor_factory(setup=scenario_setup(server, pricing={"scn/echo": {"input": 3.0, "output": 15.0}}))
+    prompt(ed, "cached 100000")
+    done = ed.lua("return require('mia.chat')._last_done()")
+    u = done["usage"]
+    assert u["cache_read_tokens"] == 100000
+    assert done["cost"]["cache_read_usd"] == 0
+    assert done["cost"]["total_usd"] == pytest.approx((u["input_tokens"] * 3.0 + u["output_tokens"] * 15.0) / 1e6)
+    footer = ed.chat_text(footers=True).split("\n")[-1]
+    assert re.fullmatch(r"── echo · [\d,]+ in · 1 out · 100K cached · \$0\.\d+ ──", footer), footer
+
+
+def screen_row(ed, row):
+    return ed.lua("""local row = ...
+      local s = {}
+      for col = 1, vim.o.columns do s[#s + 1] = vim.fn.screenstring(row, col) end
+      return vim.trim(table.concat(s))""", row)
+
+
+def test_the_statusline_shows_the_message_count_and_tokens_and_the_daily_report_its_date_and_sessions(make):
+    ed = make()
+    ed.lua("""vim.o.laststatus = 2
+      _G.mia_status = function() return require('mia').statusline({ messages = true, tokens = true }) end
+      vim.o.statusline = '%!v:lua.mia_status()'""")
+    prompt(ed, "echo one")
+    prompt(ed, "echo two")
+    ed.nvim.command("redraw!")
+    tokens = ed.lua("return require('mia.chat').figures().tokens")
+    rows = [screen_row(ed, r) for r in range(1, ed.lua("return vim.o.lines") + 1)]
+    status = [m for r in rows for m in re.findall(r"mia ask echo \S+ \d+ msgs? \S+ tok", r)]
+    assert status, "\n".join(rows)
+    assert re.fullmatch(r"mia ask echo \$0\.\d+ 4 msgs \S+ tok", status[-1]), status
+    assert tokens > 0
+    # A second session on the same day, with the same model.
+    ed.nvim.command("Mia new")
+    prompt(ed, "echo three")
+    ed.nvim.command("Mia costs daily")
+    ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Sessions by model', 1, true) ~= nil")
+    out = ed.messages()
+    today = ed.lua("return os.date('%Y-%m-%d')")
+    assert f"Cost daily ({today}): $" in out, out
+    assert "sessions: 2" in out, out
+    assert "Sessions by model: scn/echo 2" in out, out

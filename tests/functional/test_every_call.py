@@ -167,5 +167,23 @@ def test_a_call_that_crosses_the_daily_warning_warns_once(make):
     assert call(ed, "echo second").get("err") is None
     notes = ed.lua("return notes")
     assert len(notes) == 1
-    assert notes[0][0].startswith("mia: today's requests have cost $") and "daily warning" in notes[0][0]
+    assert notes[0][0].startswith("mia: today's requests have cost $") and "approaching your $50.00 daily limit" in notes[0][0]
     assert notes[0][1] == ed.lua("return vim.log.levels.WARN")
+
+
+def test_a_post_response_hook_sees_every_chat_turn(make):
+    """post_response hooks run for the chat's (agent loop's) turns too, not
+    only for mia.stream/mia.send; with the turn's answer and its model."""
+    ed = make()
+    ed.lua("""_G.seen = {}
+      require('mia').register_transform_hook({ name = 'watch', phase = 'post_response', fn = function(done, info)
+        table.insert(seen, { text = done.text, provider = info.provider, stop = done.stop_reason,
+                             out = done.usage.output_tokens, known = done.cost.known })
+      end })""")
+    ed.nvim.command("Mia prompt echo hooked chat turn")
+    ed.wait("require('mia.chat').state() == 'done'")
+    ed.nvim.command("Mia prompt echo second")
+    ed.wait("#seen == 2")
+    seen = ed.lua("return seen")
+    assert seen[0] == {"text": "echo hooked chat turn", "provider": "scn", "stop": "end_turn", "out": 4, "known": True}
+    assert seen[1]["text"] == "echo second"

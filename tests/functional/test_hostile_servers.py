@@ -135,7 +135,7 @@ def test_a_retry_after_beyond_the_cap_is_not_retried_or_slept_on(make_ed, server
 def test_an_unreadable_retry_after_falls_back_to_backoff(make_ed, server, fmt, value):
     ed = make_ed(fmt)
     assert prompt(ed, f"retry429-raw 1 {value}") == "done"
-    assert last_turn(ed).strip().endswith("ok after 1")
+    assert last_turn(ed).strip().endswith("ok after 1\n\n> _rate limited, retried successfully_")
     assert len(posts(server)) == 2
 
 

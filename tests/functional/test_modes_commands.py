@@ -33,6 +33,19 @@ def test_modes_use_acp_shape_and_switching_fires_an_event(ed):
         ed.lua("require('mia').set_mode('nope')")
 
 
+def test_an_agents_mode_update_without_the_mode_it_left_still_says_which_it_was(ed):
+    """ACP's current_mode_update carries only the new mode (an external
+    agent's has no _meta): MiaModeChanged names the previous one anyway."""
+    ed.lua("""_G.changes = {}
+      vim.api.nvim_create_autocmd('User', { pattern = 'MiaModeChanged', callback = function(a) table.insert(_G.changes, a.data) end })""")
+    ed.nvim.command("Mia mode architect")
+    ed.lua("require('mia.chat')._agent_update({ sessionUpdate = 'current_mode_update', currentModeId = 'code' })")
+    ed.lua("require('mia.chat')._agent_update({ sessionUpdate = 'current_mode_update', currentModeId = 'ask' })")
+    assert ed.lua("return _G.changes") == [{"modeId": "architect", "previousModeId": "ask"},
+                                           {"modeId": "code", "previousModeId": "architect"},
+                                           {"modeId": "ask", "previousModeId": "code"}]
+
+
 def test_a_mode_switch_mid_run_takes_effect_at_the_next_request(ed, server):
     ed.lua("""require('mia').register_tool({ name = 'go_architect', description = 'switch',
       execute = function() require('mia').set_mode('architect'); return 'switched' end })""")

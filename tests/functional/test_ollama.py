@@ -131,7 +131,7 @@ def test_without_counts_the_usage_is_estimated(ollama):
 def test_an_error_line_in_the_stream_is_retried_then_answered(ollama, server):
     ed = ollama()
     prompt(ed, "overloaded 1")
-    assert ed.chat_text().endswith("ok after 1")
+    assert ed.chat_text().endswith("ok after 1\n\n> _server error, retried successfully_")
     assert len(posts(server)) == 2
 
 

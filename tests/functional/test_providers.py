@@ -183,7 +183,33 @@ def test_overloaded_error_after_200_is_retried(ed, server):
     r = run(ed, "overloaded 1")
     assert r.get("err") is None, r.get("err")
     assert text_of(r) == "ok after 1"
-    assert [d["class"] for d in r["deltas"] if d["type"] == "retry"] == ["server_error"]
+    # Anthropic's overloaded_error is a class of its own, retried with backoff.
+    want = "overloaded" if ed.fmt == "anthropic" else "server_error"
+    assert [d["class"] for d in r["deltas"] if d["type"] == "retry"] == [want]
+
+
+@pytest.mark.parametrize("scenario, what", [("fail5xx 1 502", "server error"),
+                                            ("overloaded 1", "provider overloaded")])
+def test_the_chat_counts_retries_against_their_maximum_and_says_once_that_one_worked(
+        editor_factory, server, scenario, what):
+    ed = retry_editor(editor_factory, server, "anthropic", {"initial_delay_ms": 1500, "jitter": False})
+    ed.nvim.command("Mia prompt " + scenario)
+    ed.wait("require('mia.chat').status_text() ~= nil")
+    status = ed.lua("return require('mia.chat').status_text()")
+    assert re.fullmatch(f"⏳ {what}, retrying in [12] s, 1/3 — :Mia stop cancels", status), status
+    ed.wait("require('mia.chat').state() == 'done'")
+    text = ed.chat_text()
+    assert "ok after 1" in text
+    assert text.count(f"{what}, retried successfully") == 1, text
+
+
+def test_a_coded_content_filter_400_is_a_content_filter_error(ed, server):
+    """OpenAI and Azure say it in error.code, not in the message."""
+    if ed.fmt != "openai":
+        pytest.skip("the code is OpenAI's (and Azure's) error shape")
+    r = run(ed, "filtered400")
+    assert r["err"]["class"] == "content_filter", r["err"]
+    assert len(chat_requests(server)) == 1
 
 
 def test_retries_give_up_after_max_retries(ed, server):
@@ -224,7 +250,7 @@ def test_retry_on_leaves_out_the_classes_not_named(editor_factory, server, fmt):
 
 
 @pytest.mark.parametrize("retry, says", [
-    ({"retry_on": ["invalid_request"]}, "`retry.retry_on[1]` must be one of rate_limit, server_error, network_error, timeout"),
+    ({"retry_on": ["invalid_request"]}, "`retry.retry_on[1]` must be one of rate_limit, server_error, overloaded, network_error, timeout"),
     ({"jitter": 2}, "`retry.jitter` must be true, false or a fraction from 0 to 1"),
     ({"max_retry": 2}, "`retry.max_retry` is not a retry option"),
 ])
@@ -494,7 +520,7 @@ def test_chat_shows_a_live_retry_status_that_stop_cancels(ed, server):
     ed.lua("require('mia').setup(vim.tbl_extend('force', require('mia.config').get(), { model = ... }))", ed.model)
     ed.nvim.command("Mia prompt retry429 1 5")
     ed.wait("require('mia.chat').status_text() ~= nil")
-    assert ed.lua("return require('mia.chat').status_text()") == "⏳ rate limited, retrying in 5s (attempt 1) — :Mia stop cancels"
+    assert ed.lua("return require('mia.chat').status_text()") == "⏳ rate limited, retrying in 5 s, 1/3 — :Mia stop cancels"
     ed.nvim.command("Mia stop")
     ed.wait("require('mia.chat').state() == 'cancelled'")
     assert ed.lua("return require('mia.chat').status_text()") is None

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::format::usd;
 
-/// The user's cost thresholds, in USD. Any of them may be unset.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+/// The user's cost thresholds, in USD. A threshold left out of the
+/// configuration takes the cost contract's default ([`BudgetConfig::default`]);
+/// `enabled = false` (`setup({ budgets = false })`) turns them all off.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct BudgetConfig {
     pub session_warning_usd: Option<f64>,
@@ -20,19 +22,44 @@ pub struct BudgetConfig {
     /// `true`: a reached limit refuses further requests. `false` (default):
     /// it asks for confirmation, so a long task is not cut off unasked.
     pub hard_limit: bool,
+    /// `false`: no warning and no limit at all.
+    pub enabled: bool,
+}
+
+/// The cost contract's thresholds: a session warns at $3 and asks at $10,
+/// a day warns at $20 and asks at $50 (soft limits).
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig {
+            session_warning_usd: Some(3.0),
+            session_limit_usd: Some(10.0),
+            daily_warning_usd: Some(20.0),
+            daily_limit_usd: Some(50.0),
+            hard_limit: false,
+            enabled: true,
+        }
+    }
 }
 
 impl BudgetConfig {
+    /// No thresholds at all (`budgets = false`).
+    pub fn off() -> Self {
+        BudgetConfig {
+            enabled: false,
+            ..BudgetConfig::default()
+        }
+    }
+
     /// Whether a limit is set: without one, every request proceeds and
     /// the gate needs no spend.
     pub fn has_limit(&self) -> bool {
-        self.session_limit_usd.is_some() || self.daily_limit_usd.is_some()
+        self.enabled && (self.session_limit_usd.is_some() || self.daily_limit_usd.is_some())
     }
 
     /// Whether a warning threshold is set: without one, nothing needs the
     /// spend before a request to see what it crossed.
     pub fn has_warning(&self) -> bool {
-        self.session_warning_usd.is_some() || self.daily_warning_usd.is_some()
+        self.enabled && (self.session_warning_usd.is_some() || self.daily_warning_usd.is_some())
     }
 }
 
@@ -80,6 +107,9 @@ pub struct Warning {
 /// The caller owns what a confirmation means (e.g. not asking again for the
 /// rest of the session).
 pub fn gate(cfg: &BudgetConfig, spend: Spend) -> Gate {
+    if !cfg.enabled {
+        return Gate::Proceed;
+    }
     let reached = |limit: Option<f64>, spent: f64| limit.filter(|l| spent >= *l);
     if let Some(limit) = reached(cfg.session_limit_usd, spend.session_usd) {
         return if cfg.hard_limit {
@@ -117,28 +147,45 @@ pub fn gate(cfg: &BudgetConfig, spend: Spend) -> Gate {
 }
 
 /// The warnings whose threshold lies between the spend `before` a request
-/// (exclusive) and `after` it (inclusive), session first.
+/// (exclusive) and `after` it (inclusive), session first. A warning names
+/// the limit it approaches ("$3.12 — approaching your $10.00 session
+/// limit"), or the warning threshold when no limit is set above it.
 pub fn crossed_warnings(cfg: &BudgetConfig, before: Spend, after: Spend) -> Vec<Warning> {
+    if !cfg.enabled {
+        return Vec::new();
+    }
     let crossed = |threshold: Option<f64>, from: f64, to: f64| threshold.filter(|t| from < *t && *t <= to);
+    let ahead = |limit: Option<f64>, spent: f64| limit.filter(|l| spent < *l);
     let mut warnings = Vec::new();
     if let Some(t) = crossed(cfg.session_warning_usd, before.session_usd, after.session_usd) {
+        let spent = usd(after.session_usd);
+        let message = match ahead(cfg.session_limit_usd, after.session_usd) {
+            Some(l) => format!(
+                "mia: this session has cost {spent} — approaching your {} session limit",
+                usd(l)
+            ),
+            None => format!("mia: this session has cost {spent}, past your {} warning", usd(t)),
+        };
         warnings.push(Warning {
             kind: WarningKind::Session,
-            message: format!(
-                "mia: this session has cost {}, past your {} warning",
-                usd(after.session_usd),
-                usd(t)
-            ),
+            message,
         });
     }
     if let Some(t) = crossed(cfg.daily_warning_usd, before.day_usd, after.day_usd) {
-        warnings.push(Warning {
-            kind: WarningKind::Daily,
-            message: format!(
-                "mia: today's requests have cost {}, past your {} daily warning",
-                usd(after.day_usd),
+        let spent = usd(after.day_usd);
+        let message = match ahead(cfg.daily_limit_usd, after.day_usd) {
+            Some(l) => format!(
+                "mia: today's requests have cost {spent} — approaching your {} daily limit",
+                usd(l)
+            ),
+            None => format!(
+                "mia: today's requests have cost {spent}, past your {} daily warning",
                 usd(t)
             ),
+        };
+        warnings.push(Warning {
+            kind: WarningKind::Daily,
+            message,
         });
     }
     warnings
@@ -149,24 +196,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_fields_default_to_unset_and_soft() {
+    fn fields_left_out_take_the_contract_defaults_and_are_soft() {
         let cfg: BudgetConfig = serde_json::from_str(r#"{ "session_limit_usd": 5 }"#).unwrap();
-        assert_eq!(
-            cfg,
-            BudgetConfig {
-                session_limit_usd: Some(5.0),
-                ..BudgetConfig::default()
-            }
-        );
-        assert!(!cfg.hard_limit);
+        assert_eq!((cfg.session_warning_usd, cfg.session_limit_usd), (Some(3.0), Some(5.0)));
+        assert_eq!((cfg.daily_warning_usd, cfg.daily_limit_usd), (Some(20.0), Some(50.0)));
+        assert!(!cfg.hard_limit && cfg.enabled);
     }
 
     #[test]
-    fn no_limits_always_proceed() {
+    fn budgets_off_always_proceed_and_never_warn() {
         let spend = Spend {
             session_usd: 1e6,
             day_usd: 1e6,
         };
-        assert_eq!(gate(&BudgetConfig::default(), spend), Gate::Proceed);
+        assert_eq!(gate(&BudgetConfig::off(), spend), Gate::Proceed);
+        assert!(crossed_warnings(&BudgetConfig::off(), Spend::default(), spend).is_empty());
+        assert!(!BudgetConfig::off().has_limit() && !BudgetConfig::off().has_warning());
     }
 }

@@ -73,8 +73,9 @@ pub fn source_mark(source: CostSource) -> &'static str {
 ///
 /// "in" is the uncached input, "cached" (shown only when there were cache
 /// reads) the tokens read from the prompt cache. Counts the server did not
-/// send are estimates and carry a `~`; a model without a price shows
-/// "cost unknown" rather than a misleading $0.00; a cost an LLM gateway gave is marked ([`source_mark`]).
+/// send are estimates and carry a `~`; a model without a price shows the
+/// $0.00 reports count for it with a note that says so and how to add one
+/// (a bare $0.00 would read as free); a cost an LLM gateway gave is marked ([`source_mark`]).
 pub fn footer(model: &str, usage: &Usage, cost: &Cost) -> String {
     let approx = if usage.estimated { "~" } else { "" };
     let mut parts = vec![
@@ -87,7 +88,7 @@ pub fn footer(model: &str, usage: &Usage, cost: &Cost) -> String {
     }
     parts.push(match cost.total_usd {
         Some(total) if cost.known => format!("{}{}", usd(total), source_mark(cost.source)),
-        _ => "cost unknown".to_string(),
+        _ => format!("$0.00 (no price for {model}: add it to setup's `pricing`)"),
     });
     format!("── {} ──", parts.join(" · "))
 }

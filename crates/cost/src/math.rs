@@ -62,7 +62,8 @@ pub fn prompt_tokens(usage: &Usage) -> u64 {
 /// (Google: "prompts > 200k tokens"), and then to the whole request, output
 /// included; with several tiers the largest matching threshold wins. A model
 /// (or tier) without a cache read or cache write price bills those tokens at
-/// its input price: that can overstate, never understate, what was spent.
+/// 0, as the cost contract sets: a provider that lists no cache price does
+/// not bill cache reads or writes apart.
 pub fn rates(price: &Price, prompt_tokens: u64) -> Rates {
     let tier = price
         .tiers
@@ -76,8 +77,8 @@ pub fn rates(price: &Price, prompt_tokens: u64) -> Rates {
     Rates {
         input,
         output,
-        cache_read: cache_read.unwrap_or(input),
-        cache_write: cache_write.unwrap_or(input),
+        cache_read: cache_read.unwrap_or(0.0),
+        cache_write: cache_write.unwrap_or(0.0),
     }
 }
 
@@ -153,11 +154,11 @@ mod tests {
     }
 
     #[test]
-    fn missing_cache_prices_fall_back_to_the_input_price_of_the_chosen_level() {
+    fn missing_cache_prices_count_as_zero_at_the_chosen_level() {
         let base = rates(&two_tiers(), 10);
-        assert_eq!((base.cache_read, base.cache_write), (0.1, 1.0));
+        assert_eq!((base.cache_read, base.cache_write), (0.1, 0.0));
         let tiered = rates(&two_tiers(), 200_000);
-        assert_eq!((tiered.cache_read, tiered.cache_write), (2.0, 2.0));
+        assert_eq!((tiered.cache_read, tiered.cache_write), (0.0, 0.0));
     }
 
     #[test]

@@ -27,7 +27,7 @@ const PROVIDER_ALIASES: &[(&str, &str)] = &[("gemini", "google")];
 /// The prices of one model, in USD per million tokens.
 ///
 /// `cache_read` and `cache_write` are `None` when the catalogue lists no
-/// separate price; such tokens are then billed at the input price (see
+/// separate price; such tokens then cost 0 (see
 /// [`super::math::rates`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

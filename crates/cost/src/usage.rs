@@ -53,6 +53,21 @@ pub enum CostSource {
     Mixed,
 }
 
+impl Cost {
+    /// A known $0.00: a call to a model on the user's own machine.
+    pub fn free() -> Cost {
+        Cost {
+            known: true,
+            total_usd: Some(0.0),
+            input_usd: Some(0.0),
+            output_usd: Some(0.0),
+            cache_read_usd: Some(0.0),
+            cache_write_usd: Some(0.0),
+            source: CostSource::Local,
+        }
+    }
+}
+
 impl CostSource {
     pub fn is_local(&self) -> bool {
         *self == CostSource::Local

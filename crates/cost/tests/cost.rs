@@ -143,10 +143,10 @@ fn a_model_without_a_price_has_an_unknown_cost_not_zero() {
 }
 
 #[test]
-fn cache_tokens_of_a_model_without_cache_prices_are_billed_at_the_input_price() {
-    // gpt-4o-2024-05-13 lists no cached-input price: 1M cached tokens at its $5 input price.
+fn cache_tokens_of_a_model_without_cache_prices_cost_nothing() {
+    // gpt-4o-2024-05-13 lists no cached-input price: 1M cached tokens cost 0, not its $5 input price.
     let c = cost_of(builtin(), "openai", "gpt-4o-2024-05-13", &usage(0, 0, 1_000_000, 0));
-    assert_some_usd(c.cache_read_usd, 5.0);
+    assert_some_usd(c.cache_read_usd, 0.0);
 }
 
 // ---- how a model finds its price ---------------------------------------
@@ -303,14 +303,14 @@ fn footer_leaves_out_cache_when_nothing_was_read_from_it() {
 }
 
 #[test]
-fn footer_says_cost_unknown_and_marks_estimated_counts() {
+fn footer_says_a_model_has_no_price_and_marks_estimated_counts() {
     let u = Usage {
         estimated: true,
         ..usage(1247, 832, 0, 0)
     };
     assert_eq!(
         footer("myproxy/house", &u, &Cost::default()),
-        "── myproxy/house · ~1,247 in · ~832 out · cost unknown ──"
+        "── myproxy/house · ~1,247 in · ~832 out · $0.00 (no price for myproxy/house: add it to setup's `pricing`) ──"
     );
 }
 
@@ -399,8 +399,23 @@ fn warnings_at(session: f64, daily: f64) -> BudgetConfig {
     BudgetConfig {
         session_warning_usd: Some(session),
         daily_warning_usd: Some(daily),
+        session_limit_usd: None,
+        daily_limit_usd: None,
         ..BudgetConfig::default()
     }
+}
+
+#[test]
+fn a_warning_names_the_limit_it_approaches() {
+    let w = crossed_warnings(&BudgetConfig::default(), spend(2.9, 19.9), spend(3.12, 20.12));
+    assert_eq!(
+        w[0].message,
+        "mia: this session has cost $3.12 — approaching your $10.00 session limit"
+    );
+    assert_eq!(
+        w[1].message,
+        "mia: today's requests have cost $20.12 — approaching your $50.00 daily limit"
+    );
 }
 
 #[test]

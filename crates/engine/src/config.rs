@@ -45,6 +45,8 @@ pub struct Config {
     pub permissions: Section,
     pub tools: Section,
     pub costs: Section,
+    /// `false`: no cost warning or limit at all (they are on by default).
+    pub budgets: Option<bool>,
     pub pricing: Section,
     /// Where mia keeps its data; `None`: the front-end's place for it.
     pub data_dir: Option<String>,
@@ -90,6 +92,7 @@ impl Default for Config {
             permissions: None,
             tools: None,
             costs: None,
+            budgets: None,
             pricing: None,
             data_dir: None,
             log_file: None,
@@ -244,8 +247,11 @@ fn positive<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     whole_in(d, 1, (1 << 31) - 1, "a positive whole number")
 }
 
+/// At most the store's own cap on a page ([`mia_store::MAX_PAGE`]): a
+/// larger size would be cut to it anyway, unannounced.
 fn page_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    whole_in(d, 1, 1000, "a whole number from 1 to 1000")
+    const MAX: u64 = mia_store::MAX_PAGE as u64;
+    whole_in(d, 1, MAX, &format!("a whole number from 1 to {MAX}"))
 }
 
 fn memory_mb<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -552,7 +558,7 @@ mod tests {
         let keys = Config::keys();
         assert_eq!(keys.first(), Some(&"model"));
         assert_eq!(keys.last(), Some(&"$schema"));
-        assert_eq!(keys.len(), 26);
+        assert_eq!(keys.len(), 27);
     }
 
     /// The LuaCATS `@field`s of `mia.Config` (lua/mia/config.lua) and the

@@ -77,6 +77,7 @@ pub enum MiaEvent {
     /// A request failed and is retried after `delay_ms`.
     Retry {
         attempt: u32,
+        max_retries: u32,
         delay_ms: u64,
         class: ErrorClass,
         message: String,

@@ -162,6 +162,8 @@ fn provider(kind: ProviderKind, base: &str) -> ProviderConfig {
         api_version: None,
         native_tools: true,
         api: None,
+        local: None,
+        api_key_cmd: None,
     }
 }
 

@@ -141,7 +141,7 @@ const fn family(remaining: &'static str, limit: &'static str, reset: &'static st
 
 /// Anthropic's `error.type` names.
 pub const ERROR_TYPES: super::error::ErrorTypes = &[
-    ("overloaded_error", ErrorClass::ServerError),
+    ("overloaded_error", ErrorClass::Overloaded),
     ("api_error", ErrorClass::ServerError),
     ("rate_limit_error", ErrorClass::RateLimit),
     ("authentication_error", ErrorClass::AuthFailure),
@@ -989,7 +989,7 @@ mod tests {
     fn error_event_is_classified_by_its_type() {
         let err = decode_all(&[r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#])
             .unwrap_err();
-        assert_eq!(err.class, ErrorClass::ServerError);
+        assert_eq!(err.class, ErrorClass::Overloaded);
         assert!(err.retryable);
         assert_eq!(err.provider.as_deref(), Some("anthropic"));
         assert!(err.message.contains("Overloaded"), "{}", err.message);

@@ -73,7 +73,7 @@ pub fn message_text(m: &Message) -> String {
 /// (`Ok(None)`: estimate it). A failing endpoint is an error; the caller
 /// falls back to the estimate and says why.
 pub async fn count_tokens(providers: &Providers, req: &ChatRequest) -> Result<Option<u64>, LlmError> {
-    let (provider, model) = providers.resolve(&req.model)?;
+    let (provider, model) = providers.keyed(&req.model, false).await?;
     let Some(count) = provider.format().count_request(&provider, &model, req) else {
         return Ok(None);
     };

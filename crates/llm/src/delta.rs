@@ -33,6 +33,8 @@ pub enum Delta {
     },
     Retry {
         attempt: u32,
+        /// `retry.max_retries`: the notice says "2/3".
+        max_retries: u32,
         delay_ms: u64,
         class: ErrorClass,
         message: String,

@@ -15,6 +15,9 @@ pub enum ErrorClass {
     AuthFailure,
     ModelNotFound,
     ServerError,
+    /// The provider is overloaded (Anthropic's `overloaded_error`, HTTP
+    /// 529): retried with backoff, like a server error, but named apart.
+    Overloaded,
     ContextOverflow,
     ContentFilter,
     InvalidRequest,
@@ -37,6 +40,7 @@ impl ErrorClass {
             ErrorClass::AuthFailure => "auth_failure",
             ErrorClass::ModelNotFound => "model_not_found",
             ErrorClass::ServerError => "server_error",
+            ErrorClass::Overloaded => "overloaded",
             ErrorClass::ContextOverflow => "context_overflow",
             ErrorClass::ContentFilter => "content_filter",
             ErrorClass::InvalidRequest => "invalid_request",
@@ -70,7 +74,11 @@ impl LlmError {
     pub fn new(class: ErrorClass, provider: Option<&str>, message: impl Into<String>) -> Self {
         let retryable = matches!(
             class,
-            ErrorClass::RateLimit | ErrorClass::ServerError | ErrorClass::NetworkError | ErrorClass::Timeout
+            ErrorClass::RateLimit
+                | ErrorClass::ServerError
+                | ErrorClass::Overloaded
+                | ErrorClass::NetworkError
+                | ErrorClass::Timeout
         );
         LlmError {
             class,
@@ -136,9 +144,13 @@ pub fn classify_http(f: &HttpFailure<'_>) -> LlmError {
             ErrorClass::ContextOverflow,
             format!("{p}: the conversation is too long for `{}` ({said}). Start a new chat or shorten the context.", f.model),
         ),
-        400 | 422 if lower.contains("content_filter") || lower.contains("content policy") => (
+        400 | 422 if lower.contains("content_filter") || lower.contains("content policy") || names_content_filter(f.body) => (
             ErrorClass::ContentFilter,
             format!("{p}: the request was blocked by the provider's content filter ({said}). Rephrase the prompt."),
+        ),
+        529 => (
+            ErrorClass::Overloaded,
+            format!("{p}: the provider is overloaded ({said}). It usually passes; try again shortly."),
         ),
         s if s >= 500 => (
             ErrorClass::ServerError,
@@ -185,6 +197,9 @@ pub fn from_provider_error(
         ErrorClass::ServerError => {
             format!("{p}: server error ({message}). The provider is having trouble; try again shortly.")
         }
+        ErrorClass::Overloaded => {
+            format!("{p}: the provider is overloaded ({message}). It usually passes; try again shortly.")
+        }
         ErrorClass::Timeout => format!("{p}: the provider timed out ({message}). Try again."),
         ErrorClass::AuthFailure => {
             format!("{p}: authentication failed ({message}). Check the API key for {p}.")
@@ -214,6 +229,24 @@ pub fn parse_chunk(provider: &str, data: &str) -> Result<serde_json::Value, LlmE
             format!("{provider}: the stream carried a malformed chunk ({e}): {start}"),
         )
     })
+}
+
+/// Whether an error body's own code says a content filter refused it:
+/// OpenAI and Azure send `error.code = "content_filter"` (or
+/// `content_policy_violation`) with a message that names no filter.
+fn names_content_filter(body: &str) -> bool {
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(body) else {
+        return false;
+    };
+    ["/error/code", "/error/type", "/error/innererror/code"]
+        .iter()
+        .filter_map(|p| v.pointer(p).and_then(|c| c.as_str()))
+        .any(|c| {
+            matches!(
+                c,
+                "content_filter" | "content_policy_violation" | "ResponsibleAIPolicyViolation"
+            )
+        })
 }
 
 fn is_context_overflow(lower: &str) -> bool {
@@ -365,7 +398,7 @@ mod tests {
                 a
             }
         };
-        assert_eq!(c("overloaded_error", "Overloaded"), ErrorClass::ServerError);
+        assert_eq!(c("overloaded_error", "Overloaded"), ErrorClass::Overloaded);
         assert!(from_provider_error("p", anthropic::ERROR_TYPES, "overloaded_error", "Overloaded", None).retryable);
         assert_eq!(c("RESOURCE_EXHAUSTED", "quota"), ErrorClass::RateLimit);
         assert_eq!(

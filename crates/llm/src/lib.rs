@@ -15,6 +15,7 @@ pub mod delta;
 pub mod error;
 pub mod gemini;
 pub mod http;
+pub mod key_cmd;
 pub mod message;
 pub mod ollama;
 pub mod openai;
@@ -86,10 +87,12 @@ async fn with_retries(
     stream: bool,
     emit: &mut (dyn FnMut(Delta) + Send),
 ) -> Result<StreamDone, LlmError> {
-    let (provider, model) = providers.resolve(&req.model)?;
+    let (mut provider, model) = providers.keyed(&req.model, false).await?;
     let retry = &providers.config.retry;
     let mut delays = retry.delays();
     let mut attempt = 0u32;
+    // A refused key is read again (command or variable) and tried once more.
+    let mut reread = false;
     // A timed-out attempt is retried with longer limits (×1.5 each, capped).
     let mut stretch = 1.0f64;
     loop {
@@ -103,6 +106,7 @@ async fn with_retries(
                 }
                 emit(Delta::Retry {
                     attempt,
+                    max_retries: retry.max_retries,
                     delay_ms: ratelimit::duration_ms(wait),
                     class: ErrorClass::RateLimit,
                     message: format!(
@@ -117,6 +121,7 @@ async fn with_retries(
                 if wait >= Duration::from_secs(1) {
                     emit(Delta::Retry {
                         attempt,
+                        max_retries: retry.max_retries,
                         delay_ms: ratelimit::duration_ms(wait),
                         class: ErrorClass::RateLimit,
                         message: format!(
@@ -138,7 +143,9 @@ async fn with_retries(
             emit(d)
         };
         let timeouts = providers.config.timeouts.stretched(stretch);
+        let slot = providers.connection_slot(&provider.name).await;
         let result = attempt_once(providers, &provider, &model, req, stream, &timeouts, &mut watch).await;
+        drop(slot);
         let err = match result {
             Ok(mut done) => {
                 done.retries = attempt;
@@ -152,6 +159,27 @@ async fn with_retries(
                 err
             }
         };
+        if err.class == ErrorClass::AuthFailure && !delivered {
+            if let Some(sources) = providers.key_sources(&provider.name) {
+                if !reread {
+                    reread = true;
+                    // Read again: a command's key may have been rotated, a
+                    // variable changed (`vim.env`). The same key is not sent twice.
+                    let (fresh, _) = providers.keyed(&req.model, true).await?;
+                    if fresh.api_key.is_some() && fresh.api_key != provider.api_key {
+                        tracing::info!(provider = %provider.name, "the key was refused: read again, retrying once");
+                        provider = fresh;
+                        continue;
+                    }
+                }
+                let mut err = err;
+                err.message = format!(
+                    "{} The key was read again before giving up: check {sources}.",
+                    err.message
+                );
+                return Err(finalize_error(providers, &provider, &model, err, attempt).await);
+            }
+        }
         let backoff = delays.next();
         if !retry.retries(&err) || delivered || attempt >= retry.max_retries {
             return Err(finalize_error(providers, &provider, &model, err, attempt).await);
@@ -175,6 +203,7 @@ async fn with_retries(
         tracing::info!(provider = %provider.name, attempt, delay_ms = ratelimit::duration_ms(delay), class = err.class.as_str(), "retrying");
         emit(Delta::Retry {
             attempt,
+            max_retries: retry.max_retries,
             delay_ms: rounded_ms(delay),
             class: err.class,
             message: err.message.clone(),
@@ -311,7 +340,7 @@ async fn attempt_once(
     // last streamed chunk's) `usage.cost`, else the response header.
     let cost = match acc.gateway_cost.or(header_cost) {
         Some(usd) => mia_cost::gateway::cost(usd),
-        None => mia_cost::cost_of(providers.pricing(), &provider.name, model, &usage),
+        None => providers.cost_of(&provider.name, model, &usage),
     };
     Ok(StreamDone {
         message: acc.message(),
@@ -495,7 +524,7 @@ async fn list_models_of(providers: &Providers, provider: &ResolvedProvider) -> R
 
 /// The models `provider` serves (its `models` endpoint).
 pub async fn list_models(providers: &Providers, provider: &str) -> Result<Vec<String>, LlmError> {
-    let (resolved, _) = providers.resolve(&format!("{provider}/-"))?;
+    let (resolved, _) = providers.keyed(&format!("{provider}/-"), false).await?;
     list_models_of(providers, &resolved).await
 }
 
@@ -517,7 +546,7 @@ pub struct Health {
 /// an unknown provider is an error; a failing one is `connected = false`
 /// with the error.
 pub async fn health_check(providers: &Providers, provider: &str) -> Result<Health, LlmError> {
-    let (resolved, _) = providers.resolve(&format!("{provider}/-"))?;
+    let (resolved, _) = providers.keyed(&format!("{provider}/-"), false).await?;
     let started = std::time::Instant::now();
     let listed = list_models_of(providers, &resolved).await;
     let latency_ms = ratelimit::duration_ms(started.elapsed());

@@ -51,6 +51,11 @@ impl WireFormat for Ollama {
         true
     }
 
+    /// Ollama serves models on the user's machine: free unless `local = false`.
+    fn local(&self) -> bool {
+        true
+    }
+
     fn headers(&self, p: &ResolvedProvider) -> Vec<(String, String)> {
         wire::bearer(p)
     }

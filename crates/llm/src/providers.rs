@@ -84,6 +84,12 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub api_key: Option<String>,
+    /// A program and its arguments that print the key (a password manager:
+    /// `["pass", "show", "openai"]`), run off Neovim's main thread, cached
+    /// for the process, run again once when the provider refuses the key
+    /// ([`crate::key_cmd`]). Used before `api_key_env`.
+    #[serde(default)]
+    pub api_key_cmd: Option<Vec<String>>,
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
     #[serde(default)]
@@ -99,6 +105,11 @@ pub struct ProviderConfig {
     /// then travel in the system prompt ([`super::prompt_tools`]).
     #[serde(default = "yes")]
     pub native_tools: bool,
+    /// Whether the models run on the user's machine, so a call costs a
+    /// known $0.00 when no price is set (default: the kind's, true for
+    /// `ollama`).
+    #[serde(default)]
+    pub local: Option<bool>,
     /// Which of OpenAI's APIs a provider of kind `openai`, `azure_openai` or
     /// `openai_compatible` speaks; unset, kind `openai` picks per model
     /// ([`super::responses::prefers_responses`]) and the others use Chat
@@ -119,6 +130,13 @@ pub enum Api {
 
 fn yes() -> bool {
     true
+}
+
+impl ProviderConfig {
+    /// Whether its calls are free when no price says otherwise (see `local`).
+    pub fn is_local(&self) -> bool {
+        self.local.unwrap_or_else(|| self.kind.format().local())
+    }
 }
 
 /// How failed requests are retried: exponential backoff with jitter, or the
@@ -168,9 +186,10 @@ impl Jitter {
 pub const DEFAULT_JITTER: f64 = 0.1;
 
 /// The classes a retry can help with; `retry.retry_on` picks among them.
-pub const RETRYABLE_CLASSES: [ErrorClass; 4] = [
+pub const RETRYABLE_CLASSES: [ErrorClass; 5] = [
     ErrorClass::RateLimit,
     ErrorClass::ServerError,
+    ErrorClass::Overloaded,
     ErrorClass::NetworkError,
     ErrorClass::Timeout,
 ];
@@ -280,20 +299,26 @@ impl Default for Limits {
 /// How connections to providers are kept for reuse (`setup({ http = {...} })`).
 /// One connection serves request after request; idle ones are closed after
 /// `pool_idle_timeout_ms`. 0 turns a setting off (no idle timeout, no idle
-/// connections kept, no TCP keep-alive).
+/// connections kept, no TCP keep-alive, no cap on connections).
+///
+/// The defaults are the provider contract's: at most 6 connections per
+/// host (`max_connections_per_host`: a 7th request at once waits for a
+/// free one, as browsers do) and 30 s idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct HttpConfig {
     pub pool_idle_timeout_ms: u64,
     pub pool_max_idle_per_host: usize,
+    pub max_connections_per_host: usize,
     pub tcp_keepalive_ms: u64,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
-            pool_idle_timeout_ms: 90_000,
-            pool_max_idle_per_host: 8,
+            pool_idle_timeout_ms: 30_000,
+            pool_max_idle_per_host: 6,
+            max_connections_per_host: 6,
             tcp_keepalive_ms: 60_000,
         }
     }
@@ -354,6 +379,7 @@ impl std::fmt::Debug for ProviderConfig {
             .field("base_url", &self.base_url)
             .field("api_key_env", &self.api_key_env)
             .field("api_key", &hidden(&self.api_key))
+            .field("api_key_cmd", &self.api_key_cmd)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("models", &self.models)
             .field("prompt_caching", &self.prompt_caching)
@@ -412,12 +438,14 @@ pub fn builtin_providers() -> BTreeMap<String, ProviderConfig> {
                 base_url: Some(b.base_url.to_string()),
                 api_key_env: b.api_key_env.map(str::to_string),
                 api_key: None,
+                api_key_cmd: None,
                 headers: BTreeMap::new(),
                 models: Vec::new(),
                 prompt_caching: false,
                 api_version: None,
                 native_tools: true,
                 api: None,
+                local: None,
             };
             Some((b.name.to_string(), entry))
         })
@@ -454,6 +482,12 @@ pub struct Providers {
     pricing: std::sync::OnceLock<mia_cost::PricingRegistry>,
     pub rate_limits: super::ratelimit::RateLimits,
     clients: Mutex<HashMap<String, reqwest::Client>>,
+    /// One slot per connection a provider's requests may hold at once
+    /// (`http.max_connections_per_host`), by provider: each provider has
+    /// its own client, so its own connections.
+    slots: Mutex<HashMap<String, std::sync::Arc<tokio::sync::Semaphore>>>,
+    /// The keys `api_key_cmd` printed, by provider, for the process.
+    command_keys: tokio::sync::Mutex<HashMap<String, String>>,
 }
 
 impl Providers {
@@ -468,6 +502,8 @@ impl Providers {
             pricing: std::sync::OnceLock::new(),
             rate_limits: Default::default(),
             clients: Mutex::new(HashMap::new()),
+            command_keys: Default::default(),
+            slots: Mutex::new(HashMap::new()),
         }
     }
 
@@ -481,6 +517,22 @@ impl Providers {
                 mia_cost::PricingRegistry::builtin().clone()
             })
         })
+    }
+
+    /// What one call of `model` on `provider` cost ([`mia_cost::cost_of`]),
+    /// except that a local provider's model without a price is a known
+    /// $0.00 rather than unknown.
+    pub fn cost_of(&self, provider: &str, model: &str, usage: &mia_cost::Usage) -> mia_cost::Cost {
+        let pricing = self.pricing();
+        let local = self
+            .config
+            .providers
+            .get(provider)
+            .is_some_and(ProviderConfig::is_local);
+        if local && pricing.price(provider, model).is_none() {
+            return mia_cost::Cost::free();
+        }
+        mia_cost::cost_of(pricing, provider, model, usage)
     }
 
     /// Splits `"provider/model"` at the first `/` (so `openrouter/anthropic/x`
@@ -532,7 +584,9 @@ impl Providers {
             None => Api::Chat,
         };
         let needs_key = !cfg.kind.format().key_optional() || cfg.api_key_env.is_some();
-        if needs_key && api_key.is_none() {
+        // A key command runs later, off this thread ([`Providers::keyed`]).
+        let by_command = cfg.api_key.is_none() && cfg.api_key_cmd.is_some();
+        if needs_key && api_key.is_none() && !by_command {
             let fix = match &cfg.api_key_env {
                 Some(var) => format!("Set {var} in the environment Neovim starts from"),
                 None => format!("Set providers.{name}.api_key_env in setup()"),
@@ -559,6 +613,95 @@ impl Providers {
             },
             model_id.to_string(),
         ))
+    }
+
+    /// [`Providers::resolve`] with the key read for the request: from
+    /// `api_key_cmd` (run once per process, cached) before `api_key_env`.
+    /// With `fresh` (after the provider refused the key) the command runs
+    /// again and the variable is read again. Runs on the runtime only.
+    pub async fn keyed(&self, model: &str, fresh: bool) -> Result<(ResolvedProvider, String), LlmError> {
+        let (mut provider, model) = self.resolve(model)?;
+        let Some(cfg) = self.config.providers.get(&provider.name) else {
+            return Ok((provider, model));
+        };
+        if cfg.api_key.is_some() {
+            return Ok((provider, model));
+        }
+        if let Some(argv) = &cfg.api_key_cmd {
+            let mut keys = self.command_keys.lock().await;
+            if fresh {
+                keys.remove(&provider.name);
+            }
+            if let Some(key) = keys.get(&provider.name) {
+                provider.api_key = Some(key.clone());
+                return Ok((provider, model));
+            }
+            match super::key_cmd::run(argv).await {
+                Ok(key) => {
+                    keys.insert(provider.name.clone(), key.clone());
+                    provider.api_key = Some(key);
+                    return Ok((provider, model));
+                }
+                // The variable, if there is one, is the fallback.
+                Err(_) if provider.api_key.is_some() => return Ok((provider, model)),
+                Err(e) => {
+                    let name = &provider.name;
+                    return Err(LlmError::new(
+                        ErrorClass::AuthFailure,
+                        Some(name),
+                        format!("{name}: no API key: providers.{name}.api_key_cmd failed: {e}."),
+                    ));
+                }
+            }
+        }
+        Ok((provider, model))
+    }
+
+    /// What to check when `provider` refused a key that was read twice:
+    /// both places a key can come from, the ones configured named first
+    /// ("the key `pass show openai` prints (providers.openai.api_key_cmd)
+    /// and $OPENAI_API_KEY (providers.openai.api_key_env)"). None for a key
+    /// written in the config, which nothing reads again.
+    pub fn key_sources(&self, provider: &str) -> Option<String> {
+        let cfg = self.config.providers.get(provider)?;
+        if cfg.api_key.is_some() || (cfg.api_key_cmd.is_none() && cfg.api_key_env.is_none()) {
+            return None;
+        }
+        let p = provider;
+        let cmd = match &cfg.api_key_cmd {
+            Some(argv) => format!("the key `{}` prints (providers.{p}.api_key_cmd)", argv.join(" ")),
+            None => format!(
+                "providers.{p}.api_key_cmd (a command that prints the key, e.g. {{ \"pass\", \"show\", \"{p}\" }})"
+            ),
+        };
+        let env = match &cfg.api_key_env {
+            Some(var) => format!("${var} (providers.{p}.api_key_env)"),
+            None => format!("providers.{p}.api_key_env (a variable that holds it)"),
+        };
+        Some(if cfg.api_key_env.is_some() && cfg.api_key_cmd.is_none() {
+            format!("{env}, or set {cmd}")
+        } else if cfg.api_key_env.is_some() {
+            format!("{cmd} and {env}")
+        } else {
+            format!("{cmd}, or set {env}")
+        })
+    }
+
+    /// A connection slot of `provider`, held for one request (sending it and
+    /// reading its answer): at most `http.max_connections_per_host` requests
+    /// of a provider are in flight, the others wait here. None without a cap.
+    pub async fn connection_slot(&self, provider: &str) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let max = self.config.http.max_connections_per_host;
+        if max == 0 {
+            return None;
+        }
+        let slots = {
+            let mut all = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+            all.entry(provider.to_string())
+                .or_insert_with(|| std::sync::Arc::new(tokio::sync::Semaphore::new(max)))
+                .clone()
+        };
+        slots.acquire_owned().await.ok()
     }
 
     /// The pooled client of `provider`, built on first use (on the runtime,
@@ -600,6 +743,12 @@ impl Providers {
                     .filter_map(|(k, v)| header_secret(k, v).map(str::to_string));
                 key.into_iter().chain(headers).collect::<Vec<_>>()
             })
+            .chain(
+                self.command_keys
+                    .try_lock()
+                    .map(|keys| keys.values().cloned().collect::<Vec<_>>())
+                    .unwrap_or_default(),
+            )
             .filter(|key| key.len() >= 8)
             .collect();
         keys.sort();
@@ -724,6 +873,8 @@ mod tests {
             api_version: None,
             native_tools: true,
             api: None,
+            local: None,
+            api_key_cmd: None,
         };
         let p = providers_with(&[("openrouter", local)]);
         let (resolved, model) = p.resolve("openrouter/anthropic/claude").unwrap();

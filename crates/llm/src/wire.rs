@@ -72,6 +72,12 @@ pub trait WireFormat: Send + Sync {
         false
     }
 
+    /// Whether a provider of this kind runs on the user's machine unless its
+    /// `local` option says otherwise: its calls then cost a known $0.00.
+    fn local(&self) -> bool {
+        false
+    }
+
     /// Whether `base_url` must be configured (there is no usual address).
     fn needs_base_url(&self) -> bool {
         self.builtin().is_none()

@@ -104,6 +104,8 @@ fn providers(kind: ProviderKind, port: u16, max_retries: u32) -> Providers {
             api_version: None,
             native_tools: true,
             api: None,
+            local: None,
+            api_key_cmd: None,
         },
     );
     Providers::new(config)
@@ -260,6 +262,8 @@ fn secrets_are_every_key_from_setup_and_the_environment_but_placeholders() {
         api_version: None,
         native_tools: true,
         api: None,
+        local: None,
+        api_key_cmd: None,
     };
     config.providers.insert("lit".into(), entry(Some(KEY), None));
     config

@@ -67,6 +67,27 @@ pub struct CostReport {
     /// (`cost_source = "gateway"`), and their cost (part of the totals).
     pub gateway_requests: u64,
     pub gateway_usd: f64,
+    /// The first day the report covers, local `YYYY-MM-DD` (none for a session's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub date: Option<String>,
+    /// How many sessions used each model (`provider/model`), most first.
+    pub sessions_by_model: Vec<ModelSessions>,
+    /// Each agent and the models it called (`provider/model`).
+    pub agent_models: Vec<AgentModel>,
+}
+
+/// An agent and one model it called.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgentModel {
+    pub agent: String,
+    pub model: String,
+}
+
+/// One model's share of a report's sessions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelSessions {
+    pub model: String,
+    pub sessions: u64,
 }
 
 impl Store {
@@ -139,7 +160,27 @@ impl Store {
             self.read(move |c, p| super::reports::gateway_share(c, p, &query))
                 .await?
         };
+        let sessions_by_model = {
+            let query = query.clone();
+            self.read(move |c, p| super::reports::sessions_by_model(c, p, &query))
+                .await?
+                .into_iter()
+                .map(|(model, sessions)| ModelSessions { model, sessions })
+                .collect()
+        };
+        let agent_models = {
+            let query = query.clone();
+            self.read(move |c, p| super::reports::agent_models(c, p, &query))
+                .await?
+                .into_iter()
+                .map(|(agent, model)| AgentModel { agent, model })
+                .collect()
+        };
+        let date = from_ms.map(|ms| super::spend::day_label(super::spend::day_window(ms, q.utc_offset_s).1));
         Ok(CostReport {
+            date,
+            sessions_by_model,
+            agent_models,
             gateway_requests,
             gateway_usd,
             usage,

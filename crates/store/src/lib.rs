@@ -39,7 +39,7 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use cost_report::{CostQuery, CostReport, CostScope, CHART_DAYS};
+pub use cost_report::{AgentModel, CostQuery, CostReport, CostScope, ModelSessions, CHART_DAYS};
 pub use error::StoreError;
 pub use reports::{Breakdown, CostTypes, ReportQuery, Totals, UsageReport};
 pub use rows::{MessageKind, MessageRow, MessageState, SessionPage, SessionRow, SessionSummary, UsageRow};

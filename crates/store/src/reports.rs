@@ -198,6 +198,54 @@ pub(crate) fn gateway_share(conn: &Connection, path: &Path, q: &ReportQuery) -> 
     Ok((count(n), usd(i128::from(nanos))))
 }
 
+/// How many sessions used each model in the report's rows, most first
+/// (then by name): `(provider/model, sessions)`. Calls made outside a
+/// session (mia.stream) are not counted.
+pub(crate) fn sessions_by_model(
+    conn: &Connection,
+    path: &Path,
+    q: &ReportQuery,
+) -> Result<Vec<(String, u64)>, StoreError> {
+    let (where_clause, args) = filter(q);
+    let cond = if where_clause.is_empty() {
+        "WHERE session_id IS NOT NULL".to_string()
+    } else {
+        format!("{where_clause} AND session_id IS NOT NULL")
+    };
+    let sql = format!(
+        "SELECT provider || '/' || model, count(DISTINCT session_id) AS n FROM usage {cond} \
+         GROUP BY provider, model ORDER BY n DESC, 1"
+    );
+    let err = |e: rusqlite::Error| from_sqlite(path, "counting sessions per model", &e);
+    let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
+    let rows = stmt
+        .query_map(params_from_iter(&args), |r| {
+            Ok((r.get::<_, String>(0)?, count(r.get(1)?)))
+        })
+        .map_err(err)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(err)
+}
+
+/// Each agent of the report's rows and the models it called
+/// (`provider/model`), by agent then model.
+pub(crate) fn agent_models(
+    conn: &Connection,
+    path: &Path,
+    q: &ReportQuery,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let (where_clause, args) = filter(q);
+    let sql =
+        format!("SELECT DISTINCT agent, provider || '/' || model FROM usage {where_clause} ORDER BY 1, 2 LIMIT 100");
+    let err = |e: rusqlite::Error| from_sqlite(path, "listing the models of agents", &e);
+    let mut stmt = conn.prepare_cached(&sql).map_err(err)?;
+    let rows = stmt
+        .query_map(params_from_iter(&args), |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(err)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(err)
+}
+
 pub(crate) fn count(v: i64) -> u64 {
     v.max(0) as u64
 }

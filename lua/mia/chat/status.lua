@@ -33,10 +33,14 @@ local function retry_text(d, seconds)
   local what = ({
     rate_limit = "rate limited",
     server_error = "server error",
+    overloaded = "provider overloaded",
     network_error = "connection failed",
     timeout = "timed out",
   })[d.class] or d.class
-  return string.format("⏳ %s, retrying in %ds (attempt %d) — :Mia stop cancels", what, seconds, d.attempt)
+  if type(d.max_retries) == "number" then
+    return string.format("⏳ %s, retrying in %d s, %d/%d — :Mia stop cancels", what, seconds, d.attempt, d.max_retries)
+  end
+  return string.format("⏳ %s, retrying in %d s (attempt %d) — :Mia stop cancels", what, seconds, d.attempt)
 end
 
 --- Shows a retry (`{ attempt, delay_ms, class }`) below the last line of

@@ -1,5 +1,6 @@
 --- `:Mia tools`: every registered tool grouped by source (built-in, plugin,
---- user, project) with its description and a summary of its parameters.
+--- user, project) with its description and a summary of its parameters;
+--- the current mode may offer the model fewer (|:Mia-tools| says so).
 
 local M = {}
 

@@ -121,7 +121,7 @@ impl LiveMeter {
 
     fn update(&self) -> SessionUpdate {
         let now = self.current();
-        let cost = mia_cost::cost_of(self.providers.pricing(), &self.provider, &self.model, &now);
+        let cost = self.providers.cost_of(&self.provider, &self.model, &now);
         let mut usage = self.before;
         super::add_usage(&mut usage, &now);
         let mut total = self.before_cost.clone();

@@ -505,6 +505,8 @@ pub async fn run(
         let mut turn = 0;
         // The model as the provider named it in its last answer (the footer shows it).
         let mut answered_by = session.info().model;
+        // "server error, retried successfully": said once, at the turn's end.
+        let mut retried_note: Option<String> = None;
         while turn < max_turns {
             turn += 1;
             // The mode and model may change while the run goes on (`agent_set_session`, a mode switch); each request uses the current ones.
@@ -535,6 +537,7 @@ pub async fn run(
             let mut partial = recorder.partial();
             let started_ms = record::now_ms();
             let mut live = live::LiveMeter::new(&deps.providers, &chat, total, &total_cost, recorder.session_cost_usd);
+            let mut retried_for: Option<ErrorClass> = None;
             let mut on_delta = |delta: mia_llm::delta::Delta| match delta {
                 mia_llm::delta::Delta::Text { text } => {
                     partial.push(&text);
@@ -546,19 +549,24 @@ pub async fn run(
                 }
                 mia_llm::delta::Delta::Retry {
                     attempt,
+                    max_retries,
                     delay_ms,
                     class,
                     message,
-                } => mia_event(
-                    &q,
-                    stream,
-                    MiaEvent::Retry {
-                        attempt,
-                        delay_ms,
-                        class,
-                        message,
-                    },
-                ),
+                } => {
+                    retried_for = Some(class);
+                    mia_event(
+                        &q,
+                        stream,
+                        MiaEvent::Retry {
+                            attempt,
+                            max_retries,
+                            delay_ms,
+                            class,
+                            message,
+                        },
+                    )
+                }
                 _ => {}
             };
             let mut emit = |delta: mia_llm::delta::Delta| {
@@ -609,6 +617,9 @@ pub async fn run(
                 }
             };
             recorder.usage(&deps, stream, &done, &agent.name, started_ms).await;
+            if let Some(class) = retried_for.filter(|_| done.retries > 0) {
+                retried_note = Some(format!("{}, retried successfully", retry_words(class)));
+            }
             answered_by = done.model.clone();
             add_usage(&mut total, &done.usage);
             add_cost(&mut total_cost, &done.cost);
@@ -630,7 +641,7 @@ pub async fn run(
                     total_cost,
                     recorder.session_cost_usd,
                     stop,
-                    None,
+                    retried_note,
                 ));
             }
             let acp_ids = session.tool_call_ids(&message_id);
@@ -660,12 +671,27 @@ pub async fn run(
             total_cost,
             recorder.session_cost_usd,
             Stop::MaxTurnRequests,
-            Some(format!("stopped after {max_turns} turns (max_turns)")),
+            Some(match retried_note {
+                Some(note) => format!("{note}; stopped after {max_turns} turns (max_turns)"),
+                None => format!("stopped after {max_turns} turns (max_turns)"),
+            }),
         ))
     }
     .await;
     recorder.settle().await;
     result
+}
+
+/// What a retried failure was, in the words of the chat's retry notice.
+fn retry_words(class: ErrorClass) -> &'static str {
+    match class {
+        ErrorClass::RateLimit => "rate limited",
+        ErrorClass::ServerError => "server error",
+        ErrorClass::Overloaded => "provider overloaded",
+        ErrorClass::NetworkError => "connection failed",
+        ErrorClass::Timeout => "timed out",
+        other => other.as_str(),
+    }
 }
 
 /// The turn's end: totals over every request of the turn.

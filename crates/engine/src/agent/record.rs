@@ -522,5 +522,13 @@ impl Recorder {
                 mia_event(&deps.queue, stream, MiaEvent::Warning { text: w.message });
             }
         }
+        let budgeted = self.budgets.has_limit() || self.budgets.has_warning();
+        if budgeted && !done.cost.known && !self.session.unpriced_told.swap(true, Ordering::Relaxed) {
+            let text = format!(
+                "mia: {}/{} has no price, so your budgets do not count its calls: add it to setup's `pricing` (:h mia-config-pricing)",
+                done.provider, done.model
+            );
+            mia_event(&deps.queue, stream, MiaEvent::Warning { text });
+        }
     }
 }

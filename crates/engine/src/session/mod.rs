@@ -83,6 +83,9 @@ pub struct Session {
     pub files: Arc<crate::tools::landing::FileLedger>,
     /// Stored contents of the project's files, shared by the session's checkpoint scans.
     pub scan_cache: Arc<Mutex<crate::checkpoint::ScanCache>>,
+    /// Set once the user was told that budgets cannot count this session's
+    /// calls to models without a price (said once per session).
+    pub unpriced_told: std::sync::atomic::AtomicBool,
 }
 
 /// While alive, the session has a turn in flight; dropping it ends the turn.
@@ -193,6 +196,7 @@ impl Session {
             telemetry,
             files: Arc::default(),
             scan_cache: Arc::default(),
+            unpriced_told: Default::default(),
             state: Mutex::new(State {
                 info,
                 log: Vec::new(),
@@ -229,6 +233,7 @@ impl Session {
             telemetry,
             files: Arc::default(),
             scan_cache: Arc::default(),
+            unpriced_told: Default::default(),
             state: Mutex::new(State {
                 info,
                 log: log

@@ -197,7 +197,7 @@ impl AcpConfig {
                 rules.push(json!({ "tool": "switch_mode", "action": "deny", "mode": m.id }));
             }
         }
-        let costs = object(&opts, "costs")?.cloned().unwrap_or_default();
+        let mut costs = object(&opts, "costs")?.cloned().unwrap_or_default();
         for (key, v) in &costs {
             let path = format!("costs.{key}");
             match key.as_str() {
@@ -216,6 +216,9 @@ impl AcpConfig {
                     ))
                 }
             }
+        }
+        if config.budgets == Some(false) {
+            costs.insert("enabled".into(), json!(false));
         }
         let tools = object(&opts, "tools")?.cloned().unwrap_or_default();
         for (key, v) in &tools {
@@ -504,6 +507,8 @@ mod tests {
         assert!(err(json!({ "costs": { "daily_limit_usd": -1 } })).contains("`costs.daily_limit_usd`"));
         assert!(err(json!({ "mode": "yolo" })).contains("`mode` must be one of ask, architect, code"));
         assert!(err(json!({ "acp": { "list_page_size": 0 } })).contains("`acp.list_page_size`"));
+        // The store cuts pages at 500: a larger size is refused, not silently cut.
+        assert!(err(json!({ "acp": { "list_page_size": 501 } })).contains("a whole number from 1 to 500"));
         assert!(err(json!({ "mcp": { "servers": {} } })).contains("`mcp` is a setup() option mia-acp does not support"));
         assert!(AcpConfig::from_value(json!({ "chat": { "size": 40 }, "review": "hunks" })).is_ok());
         assert!(err(json!({ "acp": { "max_memory_mb": 64 } })).contains("`acp.max_memory_mb` must be a whole number"));
