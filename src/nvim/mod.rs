@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod acp_api;
 mod checkpoint_api;
+mod config_api;
 mod drain_json;
 mod error;
 mod mcp_api;
@@ -851,6 +852,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("protocol", version::PROTOCOL)?;
     m.set("init", lua.create_function(init)?)?;
     m.set("configure", lua.create_function(configure)?)?;
+    m.set("check_config", lua.create_function(config_api::check_config)?)?;
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
     m.set("set_hooks", lua.create_function(set_hooks)?)?;
