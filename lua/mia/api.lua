@@ -299,12 +299,13 @@ function M.statusline(opts)
   local cfg = require("mia.config").get()
   local chat = package.loaded["mia.chat"]
   local state = chat and chat.state() or "idle"
-  local model = (cfg.model:match("/(.+)$") or cfg.model)
+  -- No model when the library cannot load (its defaults are the core's): "?".
+  local model = cfg.model and (cfg.model:match("/(.+)$") or cfg.model) or "?"
   local cost, unknown, live = 0, false, false
   if chat then
     cost, unknown, live = chat.session_cost()
   end
-  local mode = chat and chat.mode() or cfg.mode
+  local mode = chat and chat.mode() or cfg.mode or "?"
   local money = require("mia.costs").usd(cost)
   if unknown then
     -- some answers had no price: they count $0.00, and the statusline says so

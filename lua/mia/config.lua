@@ -1,5 +1,9 @@
---- mia's configuration: defaults, validation and the part handed to the core.
---- `setup()` only stores and validates; nothing here loads the native library.
+--- mia's configuration: validation and the part handed to the core.
+--- The configuration is defined once, in the core (crates/engine/src/config.rs,
+--- `Config`): its keys at every depth, its types and its defaults. setup()
+--- checks here first what needs no core (errors appear at once, naming the
+--- option), then hands the table to the core's own check (`check_config`),
+--- which refuses a misspelt key at any depth with its path.
 
 --- @class mia.ProviderConfig
 --- @field kind "anthropic"|"openai"|"gemini"|"openai_compatible"|"azure_openai"|"ollama" Which wire format the provider speaks.
@@ -45,8 +49,13 @@
 --- @field action "allow"|"ask"|"deny"
 --- @field mode? string Only in this mode
 
+--- @class mia.ModePolicy What a mode's tools may do without asking, per effect
+--- @field read? "allow"|"ask"|"deny"
+--- @field write? "allow"|"ask"|"deny"
+--- @field execute? "allow"|"ask"|"deny"
+
 --- @class mia.PermissionConfig
---- @field modes? table<string, { read: string, write: string, execute: string }> Default action per mode and effect
+--- @field modes? table<string, mia.ModePolicy> Default action per mode and effect
 --- @field rules? mia.PermissionRule[] Checked before the mode's defaults; deny rules always win
 
 --- @class mia.ToolsConfig
@@ -101,6 +110,28 @@
 --- @field tool_names? table<string, string> Names of some tools, by the server's name for them (e.g. { read_text_file = "fs_read" })
 --- @field path_rules? boolean Whether mia's path rules hold for the tools' path arguments (default true)
 
+--- @class mia.McpConfig
+--- @field servers? table<string, mia.McpServerConfig> The servers, by a name of yours
+
+--- @class mia.HttpConfig Connection reuse; 0 turns one off
+--- @field pool_idle_timeout_ms? integer An idle connection closes after this (default 30000)
+--- @field pool_max_idle_per_host? integer Idle connections kept per host (default 6)
+--- @field max_connections_per_host? integer Connections open at once to one host (default 6)
+--- @field tcp_keepalive_ms? integer TCP keep-alive interval (default 60000)
+
+--- @class mia.RulesConfig
+--- @field files? string[] Rules files, relative to the project (globs allowed)
+--- @field user_file? string|false Your own rules file (default stdpath("config") .. "/mia/rules.md"); false for none
+--- @field max_kb? integer Most of each file put in the prompt (default 32)
+
+--- @class mia.ModeConfig A user mode, or changes to a built-in one
+--- @field name? string Shown in the mode list (default: its id)
+--- @field description? string
+--- @field system? string Added to the system prompt in this mode
+--- @field tools? string[] The tools the mode offers (default all)
+--- @field permissions? mia.ModePolicy What its tools may do without asking
+--- @field switch_mode? boolean The mode may propose leaving itself (the `switch_mode` tool; architect's is true)
+
 --- @class mia.OtlpConfig
 --- @field endpoint? string The collector's base address, e.g. "http://localhost:4318", or "http://localhost:4317" for gRPC (default: $OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT)
 --- @field protocol? "http/protobuf"|"grpc" How exports travel (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else "http/protobuf")
@@ -119,7 +150,7 @@
 --- @field agents? table<string, mia.AgentConfig> External ACP agents the chat can switch to (`:Mia agent NAME`).
 --- @field timeouts? mia.Timeouts Network time limits.
 --- @field retry? mia.RetryConfig How failed requests are retried.
---- @field http? { pool_idle_timeout_ms?: integer, pool_max_idle_per_host?: integer, max_connections_per_host?: integer, tcp_keepalive_ms?: integer } Connection reuse (defaults 30000, 6, 6, 60000; 0 turns one off).
+--- @field http? mia.HttpConfig Connection reuse (defaults 30000, 6, 6, 60000; 0 turns one off).
 --- @field limits? mia.Limits Sizes a server's answer may not pass.
 --- @field permissions? mia.PermissionConfig What tools may do without asking.
 --- @field tools? mia.ToolsConfig Limits of the agent loop and the built-in tools.
@@ -135,10 +166,10 @@
 --- @field review? "diff"|"hunks" How proposed edits are reviewed: a diff float, or pending hunks in the file's buffer (default "diff").
 --- @field review_keys? mia.ReviewKeys Keys of the review.
 --- @field checkpoints? mia.CheckpointsConfig What :Mia undo keeps.
---- @field mcp? { servers?: table<string, mia.McpServerConfig> } Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
---- @field rules? false|{ files?: string[], user_file?: string|false, max_kb?: integer } Project rules files put in the system prompt (`:h mia-rules`); false turns them off.
+--- @field mcp? mia.McpConfig Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
+--- @field rules? false|mia.RulesConfig Project rules files put in the system prompt (`:h mia-rules`); false turns them off.
 --- @field telemetry? mia.TelemetryConfig OpenTelemetry export (`:h mia-telemetry`).
---- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
+--- @field modes? table<string, mia.ModeConfig> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
 
@@ -158,31 +189,42 @@ M.review_keys = {
   dismiss = "q",
 }
 
---- The defaults are the core's (crates/engine/src/config.rs, `Config::default`); setup() does not load
---- the core, so the model, system prompt, log level and checkpoints are copied here, and a test there keeps
---- this copy equal to it.
---- @return mia.Config
-local function defaults()
-  return {
-    model = "anthropic/claude-sonnet-4-5",
-    providers = {},
-    -- timeouts, retry, limits and tools are left out: what the user leaves
-    -- unset there gets the core's defaults (the Default impls in src/).
-    data_dir = vim.fn.stdpath("data") .. "/mia",
-    log_file = vim.fn.stdpath("log") .. "/mia.log",
-    log_level = "info",
-    system = "You are mia, a concise and precise coding assistant inside the user's editor. Answer in Markdown.",
-    chat = { position = "right", size = 0, synmaxcol = 1000, syntax = "mia_chat" },
-    permissions = { rules = {} },
-    mode = M._names().default_mode,
-    review = "diff",
-    review_keys = vim.deepcopy(M.review_keys),
-    checkpoints = { max_age_days = 30, max_mb = 512, max_file_kb = 4096, max_scan_files = 20000 },
-  }
+--- @type mia.Config?
+local current = nil
+
+local function default_data_dir()
+  return vim.fn.stdpath("data") .. "/mia"
 end
 
---- The names setup() checks against while the native library is not loaded
---- (setup() never loads it). The core owns them (`mia_core.shared()`,
+--- The data directory in force, without loading the core (the exit summary
+--- reads it at startup, before any setup()).
+--- @return string
+function M.data_dir()
+  return current and current.data_dir or default_data_dir()
+end
+
+--- The defaults: the core's (`Config::default`, read through
+--- `mia_core.shared().config_defaults`), and what only Neovim knows (its
+--- directories, the review's keys). When the library cannot be loaded (not
+--- built yet, or stale) the core's part is missing: every command then says
+--- what to run, and nothing here guesses a copy of it.
+--- @return mia.Config
+local function defaults()
+  local d = {}
+  if require("mia.core").load() then
+    d = vim.deepcopy(require("mia.settings").shared().config_defaults)
+    d.acp = nil -- mia-acp's own section
+  end
+  d.providers = d.providers or {}
+  d.data_dir = default_data_dir()
+  d.log_file = vim.fn.stdpath("log") .. "/mia.log"
+  d.permissions = d.permissions or { rules = {} }
+  d.review_keys = vim.deepcopy(M.review_keys)
+  return d
+end
+
+--- The names setup() checks against while the native library cannot be
+--- loaded (setup() loads it). The core owns them (`mia_core.shared()`,
 --- crates/engine/src/shared.rs); once it is loaded they are read from there, and
 --- tests/functional/test_shared_data.py keeps this copy equal to it.
 M._fallback = {
@@ -253,8 +295,6 @@ end
 local LEVELS = { error = true, warn = true, info = true, debug = true, trace = true }
 local POSITIONS = { right = true, left = true, bottom = true, top = true }
 
---- @type mia.Config?
-local current = nil
 
 local function fail(path, what, got)
   error(string.format("mia.setup: `%s` %s (got %s)", path, what, vim.inspect(got)), 0)
@@ -664,11 +704,61 @@ function M._validate_telemetry(t)
   end
 end
 
---- Stores `opts` merged over the defaults.
+--- A Lua table as the core reads it (plain data: string keys, lists,
+--- numbers, strings, booleans). A function or other Lua-only value is
+--- refused with its path: no option takes one.
+--- @param v any
+--- @param path string
+--- @param depth integer
+function M._plain(v, path, depth)
+  if v == vim.NIL then
+    return nil
+  end
+  local t = type(v)
+  if t == "table" then
+    if depth > 32 then
+      fail(path, "is nested too deeply (a table that contains itself?)", "…")
+    end
+    local out = {}
+    if next(v) ~= nil and vim.islist(v) then
+      for i, x in ipairs(v) do
+        out[i] = M._plain(x, string.format("%s[%d]", path, i), depth + 1)
+      end
+    else
+      for k, x in pairs(v) do
+        local name = tostring(k)
+        out[name] = M._plain(x, path == "" and name or (path .. "." .. name), depth + 1)
+      end
+    end
+    return out
+  elseif t == "function" or t == "userdata" or t == "thread" then
+    fail(path == "" and "opts" or path, "is a Lua " .. t .. ", which this option does not take", v)
+  end
+  return v
+end
+
+--- The core's check of `opts` (every key at every depth, and its type):
+--- raises its one-line reason. Skipped when the library cannot be loaded;
+--- the first command says why.
+--- @param opts table
+local function core_check(opts)
+  local loader = require("mia.core")
+  local core = loader.load()
+  if not core then
+    return
+  end
+  local problem = loader.call(core.check_config, M._plain(opts, "", 0))
+  if problem then
+    error("mia.setup: " .. problem, 0)
+  end
+end
+
+--- Checks `opts` and stores it merged over the defaults.
 --- @param opts? mia.Config
 function M.set(opts)
   opts = opts or {}
   validate(opts)
+  core_check(opts)
   current = vim.tbl_deep_extend("force", defaults(), opts)
 end
 

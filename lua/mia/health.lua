@@ -43,7 +43,7 @@ function M.check()
   local providers = M.providers(core)
   local names = vim.tbl_keys(providers)
   table.sort(names)
-  local default_provider = cfg.model:match("^([^/]+)/")
+  local default_provider = (cfg.model or ""):match("^([^/]+)/")
   for _, name in ipairs(names) do
     local p = providers[name]
     local line = string.format("%s (%s) %s", name, p.kind or "?", p.base_url or "(no base_url)")
@@ -68,9 +68,9 @@ function M.check()
     end
   end
   if not providers[default_provider or ""] then
-    health.error("default model " .. cfg.model .. " names an unknown provider", { "Add it under `providers` in setup()" })
+    health.error("default model " .. tostring(cfg.model) .. " names an unknown provider", { "Add it under `providers` in setup()" })
   else
-    health.info("default model: " .. cfg.model)
+    health.info("default model: " .. tostring(cfg.model))
   end
 
   if M.online or vim.g.mia_health_online then
@@ -101,14 +101,16 @@ function M.check()
     ":Mia edit: answers are staged as pending hunks; <Plug>(MiaEdit) is %s (:h mia-edit)",
     #mapped > 0 and ("mapped in " .. table.concat(mapped, " and ") .. " mode") or "not mapped (no default mapping)"
   ))
-  local cp = cfg.checkpoints or {}
-  health.info(string.format(
-    "checkpoints: kept %d days, at most %d MB, files up to %d KB, scans up to %d files (:Mia checkpoints, :Mia undo)",
-    cp.max_age_days or 30,
-    cp.max_mb or 512,
-    cp.max_file_kb or 4096,
-    cp.max_scan_files or 20000
-  ))
+  local cp = cfg.checkpoints
+  if cp then -- the user's over the core's defaults (none when the library cannot load)
+    health.info(string.format(
+      "checkpoints: kept %d days, at most %d MB, files up to %d KB, scans up to %d files (:Mia checkpoints, :Mia undo)",
+      cp.max_age_days,
+      cp.max_mb,
+      cp.max_file_kb,
+      cp.max_scan_files
+    ))
+  end
 
   health.start("mia: files")
   health.info("data directory: " .. cfg.data_dir)

@@ -4,12 +4,14 @@
 
 local M = {}
 
---- Stores and validates the configuration. Does not load the native library.
+--- Checks and stores the configuration: the core's configuration type checks
+--- it, so this loads the native library (a few milliseconds) but starts
+--- nothing (lua/mia/config.lua).
 --- @param opts? mia.Config
 function M.setup(opts)
   local config = require("mia.config")
   config.set(opts)
-  -- Only reconfigure a core that is already running; never load it here.
+  -- Only reconfigure a core whose runtime already runs; never start it here.
   local core = package.loaded["mia.core"]
   local api = package.loaded["mia.api"]
   if core and core.is_loaded() and api and api._started then

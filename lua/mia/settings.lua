@@ -156,14 +156,14 @@ function M.mcp_servers()
   return next(out) and out or nil
 end
 
---- `setup({ checkpoints })` in the core's units (bytes).
+--- `setup({ checkpoints })` in the core's units (bytes): `cp` is complete,
+--- the user's values over the core's defaults (mia.config).
 function M.checkpoints(cp)
-  cp = cp or {}
   return {
-    max_age_days = cp.max_age_days or 30,
-    max_bytes = (cp.max_mb or 512) * 1024 * 1024,
-    max_file_bytes = (cp.max_file_kb or 4096) * 1024,
-    max_scan_files = cp.max_scan_files or 20000,
+    max_age_days = cp.max_age_days,
+    max_bytes = cp.max_mb * 1024 * 1024,
+    max_file_bytes = cp.max_file_kb * 1024,
+    max_scan_files = cp.max_scan_files,
   }
 end
 

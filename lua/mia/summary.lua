@@ -8,7 +8,7 @@ local M = {}
 
 --- The file that carries an exit's summary to the next start.
 function M.pending_file()
-  return require("mia.config").get().data_dir .. "/exit-summary.txt"
+  return require("mia.config").data_dir() .. "/exit-summary.txt"
 end
 
 --- The summary of a session's cost report as fields, or nil when the

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 mod agent_api;
 mod checkpoint_api;
+mod config_api;
 mod drain_json;
 mod edit_api;
 mod error;
@@ -680,6 +681,7 @@ fn mia_core(lua: &Lua) -> LuaResult<LuaTable> {
     m.set("protocol", version::PROTOCOL)?;
     m.set("init", lua.create_function(init)?)?;
     m.set("configure", lua.create_function(configure)?)?;
+    m.set("check_config", lua.create_function(config_api::check_config)?)?;
     m.set("stream", lua.create_function(stream)?)?;
     m.set("send", lua.create_function(send)?)?;
     m.set("edit_stream", lua.create_function(edit_api::edit_stream)?)?;

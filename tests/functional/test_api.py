@@ -85,12 +85,17 @@ def test_unknown_provider_lists_the_configured_ones(editor):
     )
 
 
-def test_plugin_and_setup_do_not_load_the_native_library(editor):
-    # `editor` ran setup(); the library must not be mapped into the process yet.
-    maps = open(f"/proc/{editor.pid}/maps").read()
-    assert "libmia_core" not in maps
+def test_the_plugin_loads_nothing_and_setup_loads_the_library_but_starts_nothing(editor_factory, server):
+    editor = editor_factory()
+    # the plugin alone: :Mia is defined, the library is not mapped into the process
+    assert "libmia_core" not in open(f"/proc/{editor.pid}/maps").read()
     assert editor.lua("return require('mia.core').is_loaded()") is False
     assert editor.lua("return vim.fn.exists(':Mia')") == 2
+    # setup() loads it to check the options with the core's own type, and starts nothing
+    editor.lua("require('mia').setup(...)", scenario_setup(server))
+    assert editor.lua("return require('mia.core').is_loaded()") is True
+    assert editor.lua("return require('mia_core').status().runtime_started") is False
+    assert editor.lua("return package.loaded['mia.api'] == nil or not package.loaded['mia.api']._started") is True
     editor.nvim.command("Mia prompt echo now")
     editor.wait("require('mia.chat').state() == 'done'")
     lib_name = os.path.basename(editor.lua("return require('mia.core').lib_path()"))
@@ -126,8 +131,9 @@ def test_library_missing_says_what_to_run(editor_factory, server):
 
 
 def test_library_from_another_version_is_refused(editor_factory, server):
-    ed = editor_factory(setup=scenario_setup(server))
+    ed = editor_factory()
     ed.lua("package.loaded['mia.version'] = { version = '0.0.9', protocol = 1 }")
+    ed.lua("require('mia').setup(...)", scenario_setup(server))  # setup() says nothing: the command does
     with pytest.raises(NvimError) as exc:
         ed.nvim.command("Mia prompt hello")
     assert "mia: the native library is version 0.1.0 but the Lua code is version 0.0.9: it was built from another version of mia. Run `:Mia install` (lazy.nvim: `:Lazy build " + ROOT.name + "`) or `cargo build --release` in " in str(exc.value)

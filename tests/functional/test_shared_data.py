@@ -29,8 +29,9 @@ def health_report(ed):
     return ed.lua("return table.concat(vim.api.nvim_buf_get_lines(0, 0, -1, false), '\\n')")
 
 
-def library_mapped(ed):
-    return "libmia_core" in open(f"/proc/{ed.pid}/maps").read()
+def runtime_started(ed):
+    """Whether the core's runtime runs (setup() loads the library, and starts nothing)."""
+    return ed.lua("return require('mia_core').status().runtime_started")
 
 
 @pytest.mark.parametrize("key", ["", "sk-test-override-0123456789"])
@@ -38,7 +39,7 @@ def test_checkhealth_shows_an_overridden_builtin_with_the_builtins_kind_and_key_
     # only the URL is overridden: kind and api_key_env stay the built-in's, field by field
     setup = {"model": "openai/echo", "providers": {"openai": {"base_url": server.base_url}}}
     ed = editor_factory(env={"OPENAI_API_KEY": key}, setup=setup)
-    assert not library_mapped(ed)  # setup() checked the kind-less override without the library
+    assert not runtime_started(ed)  # setup() checked the kind-less override and started nothing
     report = health_report(ed)
     line = f"openai (openai) {server.base_url}: $OPENAI_API_KEY is " + ("set" if key else "NOT set")
     assert line in report, report
@@ -61,7 +62,7 @@ def test_money_in_the_statusline_and_the_costs_window_is_written_by_the_core(edi
     ed = editor_factory(setup=scenario_setup(server, pricing=pricing))
     ed.lua("vim.cmd.cd(...)", str(tmp_path))
     assert ed.lua("return require('mia').statusline()") == "mia ask echo $0.00"
-    assert not library_mapped(ed)  # the statusline never loads the library
+    assert not runtime_started(ed)  # the statusline never starts the core
     prompt(ed, "echo hello there")
     assert ed.lua("return require('mia.chat')._last_done().usage.output_tokens") == 3
     assert ed.lua("return require('mia').statusline()") == "mia ask echo $0.50"
@@ -104,7 +105,7 @@ def test_a_user_tool_keeps_its_name_against_a_builtin_and_loses_it_to_a_project_
     # registered before the library loads; the built-in editor tool of that name arrives later and loses
     ed.lua("""require('mia').register_tool({ name = 'list_buffers', description = 'mine',
       execute = function() return 'the user tool ran' end })""")
-    assert not library_mapped(ed)
+    assert not runtime_started(ed)
     prompt(ed, "tool list_buffers {}")
     result = [m for m in posts(server)[-1]["body"]["messages"] if m["role"] == "tool"][-1]["content"]
     assert result == "the user tool ran"
@@ -121,7 +122,6 @@ def test_a_user_tool_keeps_its_name_against_a_builtin_and_loses_it_to_a_project_
 
 def test_the_names_setup_checks_without_the_library_are_the_cores(editor):
     fallback = editor.lua("return require('mia.config')._fallback")
-    assert not library_mapped(editor)
     editor.lua("require('mia')._core()")
     assert editor.lua("return require('mia.config')._names()") == fallback
     # and once loaded, setup() checks against the core's own list
@@ -129,14 +129,23 @@ def test_the_names_setup_checks_without_the_library_are_the_cores(editor):
         editor.lua("require('mia').setup({ providers = { x = { kind = 'olama' } } })")
 
 
-def test_setups_option_names_and_defaults_are_the_cores_configuration(editor):
-    # setup() fills its defaults without the library; once loaded, the core's
-    # configuration type (crates/engine/src/config.rs) must say the same
-    options = editor.lua("return require('mia.config').options")
-    editor.lua("require('mia')._core()")
-    keys = editor.lua("return require('mia.settings').shared().config_keys")
+def test_what_a_user_who_sets_nothing_sees_is_the_cores_configuration(editor_factory, server):
+    """The defaults exist once, in the core (crates/engine/src/config.rs):
+    the statusline, :checkhealth and the request the model gets show them."""
+    ed = editor_factory(setup={})
+    options = ed.lua("return require('mia.config').options")
+    keys = ed.lua("return require('mia.settings').shared().config_keys")
     assert sorted(keys) == sorted(options)
-    core = editor.lua("return require('mia.settings').shared().config_defaults")
-    lua = editor.lua("require('mia.config').set({}); return require('mia.config').get()")
-    for key in ["model", "system", "log_level", "mode", "review", "chat", "checkpoints"]:
-        assert lua[key] == core[key], key
+    core = ed.lua("return require('mia.settings').shared().config_defaults")
+    model = core["model"].split("/", 1)[1]
+    assert ed.lua("return require('mia').statusline()") == f"mia {core['mode']} {model} $0.00"
+    report = health_report(ed)
+    cp = core["checkpoints"]
+    assert (f"checkpoints: kept {cp['max_age_days']} days, at most {cp['max_mb']} MB, files up to "
+            f"{cp['max_file_kb']} KB, scans up to {cp['max_scan_files']} files") in report, report
+    assert f"default model: {core['model']}" in report
+    # the model's system prompt is the core's default when `system` is unset
+    ed.lua("require('mia').setup(...)", scenario_setup(server))
+    prompt(ed, "echo hello")
+    system = posts(server)[-1]["body"]["messages"][0]
+    assert system["role"] == "system" and system["content"].startswith(core["system"]), system

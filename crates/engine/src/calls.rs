@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::events::{Event, EventQueue, StreamId};
+use mia_proto::reply::Reply;
 use mia_proto::EditorCall;
 
 /// How a call ended on the Lua side.
@@ -67,6 +68,23 @@ impl PendingCalls {
         outcome
     }
 
+    /// [`PendingCalls::call`] with the editor's answer read as the typed
+    /// reply `R` (leniently, see [`mia_proto::reply`]); an error Lua gave
+    /// stays the error message.
+    pub async fn call_for<R: Reply>(
+        &self,
+        queue: &EventQueue,
+        stream: StreamId,
+        request: EditorCall,
+        timeout: Duration,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Result<R, String>, CallError> {
+        Ok(self
+            .call(queue, stream, request, timeout, cancel)
+            .await?
+            .map(R::from_reply))
+    }
+
     /// Completes call `id` (from the main thread). False if nobody waits for it any more.
     pub fn answer(&self, id: u64, result: CallResult) -> bool {
         let sender = self.waiting.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
@@ -114,6 +132,17 @@ impl LuaBridge {
         cancel: &tokio_util::sync::CancellationToken,
     ) -> Result<CallResult, CallError> {
         self.calls.call(&self.queue, stream, request, timeout, cancel).await
+    }
+
+    /// [`PendingCalls::call_for`] on this bridge's queue.
+    pub async fn call_for<R: Reply>(
+        &self,
+        stream: StreamId,
+        request: EditorCall,
+        timeout: Duration,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Result<Result<R, String>, CallError> {
+        self.calls.call_for(&self.queue, stream, request, timeout, cancel).await
     }
 }
 

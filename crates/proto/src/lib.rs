@@ -12,6 +12,8 @@
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
 
+pub mod reply;
+
 /// What the core asks of the editor. The editor answers with a JSON value
 /// (the reply each variant documents) or an error message.
 ///
@@ -28,10 +30,11 @@ pub enum EditorCall {
     #[serde(rename = "subject")]
     Subject(SubjectRequest),
     /// Ask the user a question (`ctx.ask`). Reply: the answer string, or
-    /// anything else for none.
+    /// anything else for none ([`reply::AskReply`]).
     #[serde(rename = "ask")]
     Ask(Question),
-    /// A yes/no question of the core's own (a budget to cross). Reply: `true` to go on.
+    /// A yes/no question of the core's own (a budget to cross). Reply: `true`
+    /// to go on ([`reply::ConfirmReply`]).
     #[serde(rename = "confirm")]
     Confirm(Confirm),
     /// Run the `pre_request` transform hooks on a model request. Reply: the
@@ -44,11 +47,12 @@ pub enum EditorCall {
     Permission(Value),
     /// ACP's `fs/read_text_file`, for an open buffer's text. Reply:
     /// `{ content, _meta.mia = { modified, fileformat, … } }`, or `nil`
-    /// when no buffer holds the file.
+    /// when no buffer holds the file ([`reply::ReadReply`]).
     #[serde(rename = "fs/read_text_file")]
     ReadTextFile(Value),
     /// ACP's `fs/write_text_file`, landing a change in an open buffer.
-    /// Reply: `{ written = true }`, or `nil` when no buffer holds the file.
+    /// Reply: `{ written = true }`, `{ rejected = true, reason }`, or `nil`
+    /// when no buffer holds the file ([`reply::WriteReply`]).
     #[serde(rename = "fs/write_text_file")]
     WriteTextFile(Value),
     /// ACP's `terminal/create` for an external agent. Reply: ACP's `CreateTerminalResponse`.

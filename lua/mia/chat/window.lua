@@ -19,7 +19,8 @@ local function create_buffer(on_stop)
   vim.bo[b].swapfile = false
   -- A streamed answer is not an edit to undo, and undo history grows with every change.
   vim.bo[b].undolevels = -1
-  local chat = require("mia.config").get().chat
+  -- (No `chat` when the library cannot load: the buffer then only shows errors.)
+  local chat = require("mia.config").get().chat or {}
   -- The lean chat syntax replaces Vim's regex markdown syntax (|mia-chat-syntax|):
   -- FileType handlers (ftplugins, the user's) run, but markdown's syntax files
   -- (html and all it includes) are not loaded only to be replaced.
@@ -35,12 +36,14 @@ local function create_buffer(on_stop)
   if not ok then
     error(err, 0)
   end
-  vim.bo[b].synmaxcol = chat.synmaxcol
+  if chat.synmaxcol then
+    vim.bo[b].synmaxcol = chat.synmaxcol
+  end
   -- Treesitter highlighting started by the user's FileType autocmd is left
   -- alone. (Its module is looked up, not required: loading vim.treesitter
   -- only to learn it highlights nothing took ~3 ms of the first prompt.)
   local ts = package.loaded["vim.treesitter.highlighter"]
-  if lean and not (ts and ts.active[b]) then
+  if lean and chat.syntax and not (ts and ts.active[b]) then
     vim.bo[b].syntax = chat.syntax
   end
   vim.keymap.set("n", "<C-c>", on_stop, { buffer = b, desc = "mia: stop the answer" })
@@ -68,7 +71,7 @@ function M.open(on_stop)
   if #wins > 0 then
     return b, wins[1]
   end
-  local chat = require("mia.config").get().chat
+  local chat = require("mia.config").get().chat or {}
   local cmd = ({ right = "botright vsplit", left = "topleft vsplit", bottom = "botright split", top = "topleft split" })[chat.position]
   local size = (chat.size and chat.size > 0) and tostring(chat.size) or ""
   vim.cmd(size .. " " .. (cmd or "botright vsplit"))

@@ -19,6 +19,7 @@ use super::client::AgentProc;
 use super::permission_diff;
 use crate::calls::CallError;
 use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolOutput};
+use mia_proto::reply::{ReadReply, Reply};
 use mia_proto::EditorCall;
 
 /// How long a question may wait for the user.
@@ -180,8 +181,9 @@ impl AgentProc {
             "path": path.display().to_string(),
             "_meta": { "mia": { "loaded": true } },
         });
+        // A Lua error (`_error`) or no buffer: the disk.
         let from_buffer = match self.lua(EditorCall::ReadTextFile(payload), EDITOR_WAIT).await {
-            Ok(v) => v.get("content").and_then(Value::as_str).map(str::to_string),
+            Ok(v) => ReadReply::from_reply(v).0.map(|b| b.content),
             Err(_) => None,
         };
         let text = match from_buffer {

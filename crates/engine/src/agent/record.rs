@@ -193,7 +193,7 @@ pub async fn gate_spend(
         Gate::Refuse { message } => Err(LlmError::new(ErrorClass::BudgetExceeded, None, message)),
         Gate::Confirm { reason } => {
             let answer = calls
-                .call(
+                .call_for::<mia_proto::reply::ConfirmReply>(
                     queue,
                     stream,
                     mia_proto::EditorCall::Confirm(mia_proto::Confirm::Budget { reason: reason.clone() }),
@@ -202,7 +202,7 @@ pub async fn gate_spend(
                 )
                 .await;
             match answer {
-                Ok(Ok(serde_json::Value::Bool(true))) => Ok(()),
+                Ok(Ok(mia_proto::reply::ConfirmReply { go_on: true })) => Ok(()),
                 Err(crate::calls::CallError::Cancelled) => Err(LlmError::cancelled()),
                 _ => Err(LlmError::new(
                     ErrorClass::BudgetExceeded,

@@ -244,8 +244,8 @@ impl ToolContext {
             question: question.to_string(),
             opts,
         });
-        match self.lua.call(self.stream, request, wait, &self.abort).await {
-            Ok(Ok(Value::String(answer))) => Some(answer),
+        match self.lua.call_for(self.stream, request, wait, &self.abort).await {
+            Ok(Ok(mia_proto::reply::AskReply(Some(answer)))) => Some(answer),
             _ => default,
         }
     }

@@ -8,9 +8,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::tools::ToolContext;
+use mia_proto::reply::{ReadReply, WriteReply};
 use mia_proto::EditorCall;
 
 /// How long a file operation waits for Neovim's answer.
@@ -71,27 +72,17 @@ pub(super) async fn read_buffer(ctx: &ToolContext, path: &Path, loaded_too: bool
     });
     match ctx
         .lua
-        .call(ctx.stream, EditorCall::ReadTextFile(payload), EDITOR_WAIT, &ctx.abort)
+        .call_for::<ReadReply>(ctx.stream, EditorCall::ReadTextFile(payload), EDITOR_WAIT, &ctx.abort)
         .await
     {
-        Ok(Ok(Value::Object(m))) => match m.get("content") {
-            Some(Value::String(text)) => {
-                let meta = m.get("_meta").and_then(|v| v.get("mia"));
-                let field = |k: &str| meta.and_then(|v| v.get(k));
-                Some(BufferText {
-                    text: text.clone(),
-                    // Without the flag (an older answer), assume unsaved changes: nothing is compared.
-                    modified: field("modified").and_then(Value::as_bool).unwrap_or(true),
-                    fileformat: field("fileformat")
-                        .and_then(Value::as_str)
-                        .unwrap_or("unix")
-                        .to_string(),
-                    bomb: field("bomb").and_then(Value::as_bool).unwrap_or(false),
-                    encoding: field("fileencoding").and_then(Value::as_str).unwrap_or("").to_string(),
-                })
-            }
-            _ => None,
-        },
+        // Without the flag (an older answer), `modified` is true: nothing is compared.
+        Ok(Ok(ReadReply(Some(b)))) => Some(BufferText {
+            text: b.content,
+            modified: b.modified,
+            fileformat: b.fileformat,
+            bomb: b.bomb,
+            encoding: b.encoding,
+        }),
         // No answer in time: the disk is read, and the user is told why.
         Err(crate::calls::CallError::TimedOut(ms)) => {
             let text = format!(
@@ -139,23 +130,17 @@ pub(crate) async fn write_through_editor(
     });
     match ctx
         .lua
-        .call(ctx.stream, EditorCall::WriteTextFile(payload), LANDING_WAIT, &ctx.abort)
+        .call_for::<WriteReply>(ctx.stream, EditorCall::WriteTextFile(payload), LANDING_WAIT, &ctx.abort)
         .await
     {
-        Ok(Ok(Value::Object(m))) => {
-            if m.get("written").and_then(Value::as_bool).unwrap_or(false) {
-                Ok(EditorWrite::Written)
-            } else if m.get("rejected").and_then(Value::as_bool).unwrap_or(false) {
-                let reason = m
-                    .get("reason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the user kept their unsaved changes in the editor");
-                Ok(EditorWrite::Rejected(reason.chars().take(2_000).collect()))
-            } else {
-                Ok(EditorWrite::NoBuffer)
-            }
+        Ok(Ok(WriteReply::Written)) => Ok(EditorWrite::Written),
+        Ok(Ok(WriteReply::Rejected { reason })) => {
+            let reason = reason
+                .as_deref()
+                .unwrap_or("the user kept their unsaved changes in the editor");
+            Ok(EditorWrite::Rejected(reason.chars().take(2_000).collect()))
         }
-        Ok(Ok(_)) => Ok(EditorWrite::NoBuffer),
+        Ok(Ok(WriteReply::NoBuffer)) => Ok(EditorWrite::NoBuffer),
         Ok(Err(message)) => Err(message),
         Err(e) => Err(e.to_string()),
     }
