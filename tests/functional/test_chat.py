@@ -260,7 +260,9 @@ def test_unauthorized_names_the_key_variable(editor_factory, server):
     text = ed.chat_text()
     assert text.endswith(
         "> **Error** (auth_failure): scn: authentication failed (HTTP 401: Incorrect API key provided.). "
-        "Set MIA_TEST_KEY to a valid API key for scn."
+        "Set MIA_TEST_KEY to a valid API key for scn. The key was read again before giving up: check "
+        "$MIA_TEST_KEY (providers.scn.api_key_env), or set providers.scn.api_key_cmd (a command that prints "
+        'the key, e.g. { "pass", "show", "scn" }).'
     )
     req = server.requests()[-1]
     assert req["headers"]["authorization"] == "<redacted>"  # the key travelled in the header

@@ -76,7 +76,7 @@ def test_without_a_gateway_the_source_is_local(make, data_home):
     assert [s for s, _ in sources(data_home)] == ["local"]
     ed.nvim.command("Mia costs daily")
     ed.wait("vim.api.nvim_exec2('messages', { output = true }).output:find('Cost ', 1, true) ~= nil")
-    assert "Cost daily: $0.0" in ed.messages() and "Priced by the gateway" not in ed.messages()
+    assert "Cost daily (" in ed.messages() and "): $0.0" in ed.messages() and "Priced by the gateway" not in ed.messages()
 
 
 def export(ed, args):

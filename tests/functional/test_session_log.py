@@ -207,7 +207,8 @@ def test_a_store_another_process_holds_does_not_hold_back_the_first_request(make
     assert [(seq, role, text_of(parts), end) for seq, role, parts, end in stored] == [
         (0, "user", "held?", None), (1, "assistant", "held?", None), (2, "assistant", "", "end_turn"),
     ]
-    assert second.messages().count("mia:") == 0, second.messages()
+    # (the one note that budgets cannot count the unpriced test model aside)
+    assert second.messages().replace("mia: scn/echo has no price", "").count("mia:") == 0, second.messages()
 
 
 def test_a_store_that_cannot_be_opened_is_said_once_and_the_chat_goes_on(make, server, data_home):
@@ -315,7 +316,7 @@ def test_a_full_disk_is_said_once_and_what_it_kept_out_is_written_when_space_ret
         prompt(ed, text)
         assert text in ed.chat_text()
     assert "w00059" in ed.chat_text()
-    warnings = ed.lua("return warnings")
+    warnings = [w for w in ed.lua("return warnings") if "has no price" not in w]  # the unpriced-model note aside
     assert len(warnings) == 1, warnings
     assert "not being saved: the disk holding " + str(db) + " is full" in warnings[0], warnings
     assert "writes it once it can" in warnings[0]
@@ -336,7 +337,7 @@ def test_a_full_disk_is_said_once_and_what_it_kept_out_is_written_when_space_ret
     assert state == "complete" and text_of(answer).split() == [f"w{i:05d}" for i in range(60)], (state, answer)
     # The next turn says so, once.
     prompt(ed, "after")
-    warnings = ed.lua("return warnings")
+    warnings = [w for w in ed.lua("return warnings") if "has no price" not in w]
     assert len(warnings) == 2 and "saving works again" in warnings[1], warnings
     assert stored(db)[1:] == (8, 8)
     text = health(ed)

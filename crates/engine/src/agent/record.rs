@@ -149,7 +149,14 @@ pub async fn spend_now(
     day_end_ms: i64,
 ) -> (Spend, bool) {
     if let Some(store) = store {
-        match store.spend(session, day_start_ms, day_end_ms).await {
+        // A store another process holds is not waited on (up to its 5 s busy
+        // timeout) before every request: past a second, the ledger answers.
+        let read = tokio::time::timeout(SPEND_WAIT, store.spend(session, day_start_ms, day_end_ms)).await;
+        let Ok(read) = read else {
+            tracing::warn!("reading the spend took over a second: budgets count this Neovim's calls only");
+            return (ledger.spend(session, day_start_ms, day_end_ms), false);
+        };
+        match read {
             Ok(s) => {
                 let spend = Spend {
                     session_usd: if session.is_empty() { 0.0 } else { s.session_usd },
@@ -162,6 +169,9 @@ pub async fn spend_now(
     }
     (ledger.spend(session, day_start_ms, day_end_ms), false)
 }
+
+/// Longest wait for the store's spend before a request ([`spend_now`]).
+const SPEND_WAIT: Duration = Duration::from_secs(1);
 
 /// Records one call's usage row in the store, if there is one, and in this
 /// app's ledger, which the budgets fall back on ([`spend_now`]).
@@ -470,7 +480,9 @@ impl Recorder {
         if !self.budgets.has_limit() {
             return Ok(());
         }
-        self.settle().await;
+        // Not settled first: budgets are on by default, and a store still
+        // opening (another Neovim holds its lock) must not hold back the
+        // request; the spend then comes from this app's ledger.
         let (spend, _) = self.spend().await;
         gate_spend(&self.budgets, spend, &deps.calls, &deps.queue, stream, cancel).await
     }
