@@ -134,6 +134,7 @@
 --- @field mcp? { servers?: table<string, mia.McpServerConfig> } Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
 --- @field rules? false|{ files?: string[], user_file?: string|false, max_kb?: integer } Project rules files put in the system prompt (`:h mia-rules`); false turns them off.
 --- @field telemetry? mia.TelemetryConfig OpenTelemetry export (`:h mia-telemetry`).
+--- @field sandbox? { mode?: "auto"|"on"|"off", network?: boolean, writable?: string[], readable_deny?: string[] } The kernel-enforced sandbox of the commands a model runs (`:h mia-sandbox`).
 --- @field modes? table<string, { name?: string, description?: string, system?: string, tools?: string[], permissions?: { read: string, write: string, execute: string } }> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
@@ -219,7 +220,7 @@ end
 M.options = {
   "model", "providers", "agents", "timeouts", "retry", "http", "limits", "permissions", "tools", "costs",
   "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
-  "checkpoints", "mcp", "rules", "telemetry", "modes",
+  "checkpoints", "mcp", "rules", "telemetry", "modes", "sandbox",
 }
 
 local distance = require("mia.distance")
@@ -455,6 +456,28 @@ local function validate(opts)
       )
     elseif type(v) ~= "number" or v <= 0 or v ~= math.floor(v) or v >= 2 ^ 31 then
       fail("checkpoints." .. key, "must be a positive whole number", v)
+    end
+  end
+  check_type("sandbox", opts.sandbox, "table", true)
+  for key, v in pairs(opts.sandbox or {}) do
+    local path = "sandbox." .. tostring(key)
+    if key == "mode" then
+      if v ~= "auto" and v ~= "on" and v ~= "off" then
+        fail(path, 'must be "auto" (sandboxed where the system can), "on" (never unsandboxed) or "off"', v)
+      end
+    elseif key == "network" then
+      check_type(path, v, "boolean")
+    elseif key == "writable" or key == "readable_deny" then
+      if type(v) ~= "table" or (next(v) ~= nil and not vim.islist(v)) then
+        fail(path, "must be a list of paths", v)
+      end
+      for i, p in ipairs(v) do
+        if type(p) ~= "string" or p == "" then
+          fail(path .. "[" .. i .. "]", "must be a path (a non-empty string)", p)
+        end
+      end
+    else
+      fail(path, "is not a sandbox option (mode, network, writable, readable_deny)", v)
     end
   end
   check_type("agents", opts.agents, "table", true)

@@ -98,6 +98,7 @@ function M.agent()
     checkpoints = M.checkpoints(c.checkpoints),
     mcp = M.mcp_servers(),
     rules = M.rules(c.rules),
+    sandbox = c.sandbox,
   }
 end
 

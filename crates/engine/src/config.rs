@@ -67,6 +67,8 @@ pub struct Config {
     pub rules: Option<Value>,
     pub telemetry: Section,
     pub modes: Section,
+    /// The sandbox of the commands a model runs (`crate::sandbox`).
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// mia-acp's own options (`setup()` has none of them).
     pub acp: AcpOptions,
     /// A JSON schema reference an editor may put in mia-acp's file.
@@ -104,6 +106,7 @@ impl Default for Config {
             rules: None,
             telemetry: None,
             modes: None,
+            sandbox: Default::default(),
             acp: AcpOptions::default(),
             schema: None,
         }
@@ -552,7 +555,7 @@ mod tests {
         let keys = Config::keys();
         assert_eq!(keys.first(), Some(&"model"));
         assert_eq!(keys.last(), Some(&"$schema"));
-        assert_eq!(keys.len(), 26);
+        assert_eq!(keys.len(), 27);
     }
 
     /// The LuaCATS `@field`s of `mia.Config` (lua/mia/config.lua) and the

@@ -37,7 +37,7 @@ pub mod rules;
 #[cfg(target_os = "linux")]
 pub mod supervisor;
 
-pub use policy::{default_denied_reads, Policy, PolicyError, RUN_FLAG};
+pub use policy::{default_denied_reads, inodes_under, Policy, PolicyError, RUN_FLAG};
 pub use probe::{helper_beside, Support};
 
 /// The argument that makes mia-acp print what the platform offers

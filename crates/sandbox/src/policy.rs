@@ -18,6 +18,10 @@ pub struct Policy {
     /// `sandbox.readable_deny`, [`default_denied_reads`]). Absolute; missing
     /// ones are skipped.
     pub deny_read: Vec<PathBuf>,
+    /// The files and directories (device, inode) of the denied paths as
+    /// earlier commands saw them: wherever one is found in a writable tree
+    /// (renamed or hard-linked there), it is denied too.
+    pub deny_inodes: Vec<(u64, u64)>,
     /// False: no TCP (Landlock, ABI 4+) and no socket but Unix and netlink (seccomp).
     pub network: bool,
     /// How long descendants get between SIGTERM and SIGKILL when the
@@ -36,6 +40,8 @@ pub enum PolicyError {
     Relative(String),
     #[error("no command after `--`")]
     NoCommand,
+    #[error("`--deny-inode` must be DEVICE:INODE (got `{0}`)")]
+    Inode(String),
     #[error("`--grace-ms` must be a whole number (got `{0}`)")]
     Grace(String),
 }
@@ -52,6 +58,10 @@ impl Policy {
         for p in &self.deny_read {
             out.push("--deny-read".into());
             out.push(p.clone().into_os_string());
+        }
+        for (dev, ino) in &self.deny_inodes {
+            out.push("--deny-inode".into());
+            out.push(format!("{dev}:{ino}").into());
         }
         if self.network {
             out.push("--network".into());
@@ -93,6 +103,16 @@ impl Policy {
                         policy.deny_read.push(v);
                     }
                 }
+                "--deny-inode" => {
+                    let v = value(&text)?;
+                    let s = v.to_string_lossy();
+                    let parsed = s
+                        .split_once(':')
+                        .and_then(|(d, i)| Some((d.parse().ok()?, i.parse().ok()?)));
+                    policy
+                        .deny_inodes
+                        .push(parsed.ok_or_else(|| PolicyError::Inode(s.into_owned()))?);
+                }
                 "--network" => policy.network = true,
                 "--grace-ms" => {
                     let v = value(&text)?;
@@ -111,6 +131,39 @@ impl Policy {
         }
         Err(PolicyError::NoCommand)
     }
+}
+
+/// Most entries [`inodes_under`] looks at per path.
+const MAX_INODES_PER_PATH: usize = 10_000;
+
+/// The (device, inode) of each path and of everything under it (links not
+/// followed, at most 10,000 entries per path): what the denied paths are,
+/// whatever they are renamed or linked to later.
+pub fn inodes_under(paths: &[PathBuf]) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for root in paths {
+        let mut stack = vec![root.clone()];
+        let mut seen = 0usize;
+        while let Some(p) = stack.pop() {
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            seen += 1;
+            if seen > MAX_INODES_PER_PATH {
+                break;
+            }
+            out.push((meta.dev(), meta.ino()));
+            if meta.is_dir() {
+                if let Ok(entries) = std::fs::read_dir(&p) {
+                    stack.extend(entries.flatten().map(|e| e.path()));
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Credentials no sandboxed command may read, whatever the rules say: keys
@@ -163,6 +216,7 @@ mod tests {
         let policy = Policy {
             writable: vec![PathBuf::from("/p"), odd.clone()],
             deny_read: vec![PathBuf::from("/p/secrets")],
+            deny_inodes: vec![(1, 2), (3, 4)],
             network: true,
             grace_ms: 7,
         };

@@ -95,6 +95,39 @@ fn expand(dir: &Path, deny: &[PathBuf], out: &mut ReadRules) -> Result<(), Rules
     Ok(())
 }
 
+/// Most entries of the writable trees [`find_inodes`] looks at.
+const MAX_FIND: usize = 200_000;
+
+/// The paths in `trees` (links not followed, denied paths not entered)
+/// whose (device, inode) is one of `inodes`: a denied file or directory a
+/// command renamed or hard-linked somewhere it could.
+fn find_inodes(trees: &[PathBuf], inodes: &[(u64, u64)], skip: &[PathBuf]) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let wanted: std::collections::HashSet<(u64, u64)> = inodes.iter().copied().collect();
+    let mut out = Vec::new();
+    let mut seen = 0usize;
+    let mut stack: Vec<PathBuf> = trees.iter().filter_map(|t| t.canonicalize().ok()).collect();
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_FIND {
+                return out;
+            }
+            let path = entry.path();
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if wanted.contains(&(meta.dev(), meta.ino())) {
+                out.push(path);
+            } else if meta.is_dir() && !skip.iter().any(|s| s == &path) {
+                stack.push(path);
+            }
+        }
+    }
+    out
+}
+
 /// The denied paths as the kernel sees them: links resolved, missing ones dropped.
 pub fn resolve(deny: &[PathBuf]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = deny.iter().filter_map(|p| p.canonicalize().ok()).collect();
@@ -106,7 +139,12 @@ pub fn resolve(deny: &[PathBuf]) -> Vec<PathBuf> {
 /// The Landlock ruleset of `policy`, created (an open ruleset descriptor),
 /// to be applied with `restrict_self` in the child that execs the command.
 pub fn landlock_ruleset(policy: &Policy) -> Result<RulesetCreated, RulesError> {
-    let reads = read_rules(&resolve(&policy.deny_read))?;
+    let mut deny = resolve(&policy.deny_read);
+    if !policy.deny_inodes.is_empty() {
+        let found = find_inodes(&policy.writable, &policy.deny_inodes, &deny);
+        deny.extend(found);
+    }
+    let reads = read_rules(&deny)?;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(read_access() | write_access())?;

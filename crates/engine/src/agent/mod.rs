@@ -60,6 +60,8 @@ pub struct AgentSettings {
     pub mcp: Vec<crate::mcp::McpServerSpec>,
     /// Project rules files (`setup({ rules = ... })`), read at every turn's start.
     pub rules: rules::RulesSettings,
+    /// The sandbox of the commands a model runs (`setup({ sandbox = … })`).
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// Whose `mcp` servers these are ([`crate::mcp::ensure_started_in`]): "" for
     /// `setup()`'s, a mia-acp session's id for the servers its client sent.
     #[serde(skip)]
@@ -83,6 +85,7 @@ impl Default for AgentSettings {
             checkpoints: Default::default(),
             mcp: Vec::new(),
             rules: Default::default(),
+            sandbox: Default::default(),
             mcp_scope: String::new(),
         }
     }

@@ -182,6 +182,9 @@ pub struct ToolContext {
     pub permissions: Value,
     /// Where edit decisions are counted (off by default).
     pub telemetry: Arc<crate::telemetry::Hub>,
+    /// How commands this call runs are sandboxed (`crate::sandbox`); `None`
+    /// (calls outside a model's turn: scripts, `run_tool`): not at all.
+    pub sandbox: Option<crate::sandbox::SharedSetup>,
 }
 
 impl ToolContext {
@@ -208,6 +211,7 @@ impl ToolContext {
             review: false,
             permissions: Value::Null,
             telemetry: Arc::default(),
+            sandbox: None,
         }
     }
 }
