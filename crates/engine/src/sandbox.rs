@@ -234,7 +234,8 @@ const MAX_REMEMBERED_INODES: usize = 20_000;
 /// session saw before: a denied file a command renamed stays denied in the
 /// next command, wherever in the writable trees it went.
 fn remember_inodes(session_id: &str, deny: &[PathBuf], writable: &[PathBuf]) -> Vec<(u64, u64)> {
-    static SEEN: OnceLock<Mutex<HashMap<String, Vec<(u64, u64)>>>> = OnceLock::new();
+    type BySession = Mutex<HashMap<String, Vec<(u64, u64)>>>;
+    static SEEN: OnceLock<BySession> = OnceLock::new();
     let writable: Vec<PathBuf> = writable.iter().filter_map(|w| w.canonicalize().ok()).collect();
     let inside: Vec<PathBuf> = deny
         .iter()
@@ -313,3 +314,81 @@ pub fn refusal_note(output: &str, policy: &Policy) -> Option<String> {
 
 /// A shareable setup (the tool context holds one).
 pub type SharedSetup = Arc<SandboxSetup>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setup(config: SandboxConfig) -> SandboxSetup {
+        SandboxSetup {
+            config,
+            data_dir: Some(PathBuf::from("/data/mia")),
+            rule_denied: vec!["secrets/k".into(), "/etc/abs".into()],
+            rule_hidden: None,
+            session_id: "unit-test".into(),
+        }
+    }
+
+    #[test]
+    fn mode_off_runs_unconfined_without_a_note() {
+        let s = setup(SandboxConfig {
+            mode: SandboxMode::Off,
+            ..Default::default()
+        });
+        assert!(matches!(
+            plan(&s, Path::new("/tmp"), 10),
+            Plan::Unconfined { note: None }
+        ));
+    }
+
+    #[test]
+    fn the_policy_writes_the_project_and_a_private_tmp_and_denies_rules_data_and_credentials() {
+        if missing().is_some() {
+            eprintln!("skipped: no sandbox here ({:?})", missing());
+            return;
+        }
+        let project = tempfile::tempdir().unwrap();
+        let s = setup(SandboxConfig {
+            writable: vec!["~/.cache".into(), "build".into()],
+            readable_deny: vec!["~/.extra".into()],
+            ..Default::default()
+        });
+        let Plan::Confined { policy, tmp, .. } = plan(&s, project.path(), 10) else {
+            panic!("not confined")
+        };
+        let home = home();
+        assert_eq!(policy.writable[0], project.path());
+        assert_eq!(policy.writable[1], tmp);
+        assert!(
+            policy.writable.contains(&home.join(".cache")) && policy.writable.contains(&project.path().join("build"))
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&tmp).unwrap().permissions().mode() & 0o777, 0o700);
+        for denied in [
+            project.path().join("secrets/k"),
+            PathBuf::from("/etc/abs"),
+            PathBuf::from("/data/mia"),
+            home.join(".ssh"),
+            home.join(".extra"),
+        ] {
+            assert!(
+                policy.deny_read.contains(&denied),
+                "{denied:?} in {:?}",
+                policy.deny_read
+            );
+        }
+        assert!(!policy.network && policy.grace_ms == 10);
+        // The same session keeps its temporary directory.
+        let Plan::Confined { tmp: again, .. } = plan(&s, project.path(), 10) else {
+            panic!("not confined")
+        };
+        assert_eq!(again, tmp);
+    }
+
+    #[test]
+    fn a_refusal_note_needs_a_refusal_in_the_output() {
+        let policy = Policy::default();
+        assert!(refusal_note("cat: x: Permission denied", &policy).is_some_and(|n| n.contains("outside_sandbox")));
+        assert!(refusal_note("error: tests failed", &policy).is_none());
+    }
+}
