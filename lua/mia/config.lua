@@ -97,6 +97,7 @@
 --- @field tool_prefix? string What comes before `__tool` in the tools' names (default: the server's name; "" keeps the server's own names)
 --- @field tool_names? table<string, string> Names of some tools, by the server's name for them (e.g. { read_text_file = "fs_read" })
 --- @field path_rules? boolean Whether mia's path rules hold for the tools' path arguments (default true)
+--- @field sandbox? boolean Run the server (started with `command`) in mia's sandbox (`:h mia-sandbox`; default false)
 
 --- @class mia.OtlpConfig
 --- @field endpoint? string The collector's base address, e.g. "http://localhost:4318", or "http://localhost:4317" for gRPC (default: $OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT)
@@ -584,7 +585,12 @@ local function validate(opts)
       end
     end
     check_type(path .. ".path_rules", s.path_rules, "boolean", true)
+    check_type(path .. ".sandbox", s.sandbox, "boolean", true)
+    if s.sandbox and s.url then
+      fail(path .. ".sandbox", "applies to servers started with `command`, not to a `url`", s.sandbox)
+    end
     local known = {
+      sandbox = 1,
       command = 1,
       env = 1,
       cwd = 1,
@@ -599,7 +605,7 @@ local function validate(opts)
       if not known[key] then
         fail(
           path .. "." .. tostring(key),
-          "is not an mcp server option (command, env, cwd, url, headers, timeout_ms, tool_prefix, tool_names, path_rules)",
+          "is not an mcp server option (command, env, cwd, url, headers, timeout_ms, tool_prefix, tool_names, path_rules, sandbox)",
           s[key]
         )
       end
