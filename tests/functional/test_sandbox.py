@@ -134,6 +134,9 @@ def hostile(world, port, nvim_pid):
         except BlockingIOError:
             return True
 
+    # Unique per call: tests running side by side must not see each other's sleeps.
+    nonce = f"{os.getpid() % 1000:03d}{time.monotonic_ns() % 1000:03d}"
+
     def not_running(marker):
         def check(_out):
             time.sleep(0.3)
@@ -175,11 +178,11 @@ def hostile(world, port, nvim_pid):
          no_probe),
         ("UDP datagram", f"python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
          f".sendto(b'x', ('127.0.0.1', {udp_port}))\"", udp_silent),
-        ("setsid sleep", "setsid sleep 4242.1 > /dev/null 2>&1 < /dev/null &", not_running("4242.1")),
-        ("nohup sleep", "nohup sleep 4242.2 > /dev/null 2>&1 &", not_running("4242.2")),
-        ("double fork", "( ( sleep 4242.3 > /dev/null 2>&1 & ) & )", not_running("4242.3")),
+        ("setsid sleep", f"setsid sleep 4242.1{nonce} > /dev/null 2>&1 < /dev/null &", not_running(f"4242.1{nonce}")),
+        ("nohup sleep", f"nohup sleep 4242.2{nonce} > /dev/null 2>&1 &", not_running(f"4242.2{nonce}")),
+        ("double fork", f"( ( sleep 4242.3{nonce} > /dev/null 2>&1 & ) & )", not_running(f"4242.3{nonce}")),
         ("daemon by python", "python3 -c \"import os, time\nif os.fork() == 0:\n os.setsid()\n if os.fork() == 0:\n"
-         "  os.execvp('sleep', ['sleep', '4242.4'])\n\"", not_running("4242.4")),
+         f"  os.execvp('sleep', ['sleep', '4242.4{nonce}'])\n\"", not_running(f"4242.4{nonce}")),
         ("kill mia's Neovim", f"kill -STOP {nvim_pid}; sleep 0.2; kill -CONT {nvim_pid}", lambda out: True),
     ]
 
@@ -430,3 +433,24 @@ def test_an_mcp_server_asking_for_the_sandbox_runs_in_it(editor_factory, server,
     assert "hello sandboxed mcp" in tool_results(server)[-1][-1]["content"]
     assert not (outside / "mcp.txt").exists()
     assert KEY not in read_or_empty(world["project"] / "stolen.txt")
+
+
+def test_the_sandbox_needs_no_namespace_so_it_works_where_they_are_restricted(tmp_path):
+    """Ubuntu 24.04 restricts unprivileged user namespaces: with them
+    unavailable (MIA_SANDBOX_DISABLE=namespaces makes the supervisor act so)
+    the sandbox still holds, and strace shows it asked for none."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is missing (apt-get install strace)")
+    trace = tmp_path / "trace"
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "k").write_text(KEY)
+    r = subprocess.run(["strace", "-f", "-o", str(trace), "-e", "trace=unshare,setns,clone,clone3",
+                        str(BIN), "--sandbox-run", "--write", str(tmp_path), "--deny-read", str(tmp_path / "secrets"),
+                        "--", "bash", "-c", "(true &); cat secrets/k; echo x > ../outside-ns.txt; echo ran"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, MIA_SANDBOX_DISABLE="namespaces"))
+    assert r.stdout == "ran\n", r.stderr
+    assert not (tmp_path.parent / "outside-ns.txt").exists()
+    calls = trace.read_text()
+    assert "clone" in calls  # the trace did see the forks
+    assert "CLONE_NEW" not in calls and "unshare(" not in calls and "setns(" not in calls, calls

@@ -30,6 +30,8 @@
 //! Neovim itself is never made a subreaper or confined: the library only
 //! spawns the supervisor ([`Policy::command_line`]).
 
+#[cfg(target_os = "linux")]
+pub mod namespaces;
 pub mod policy;
 pub mod probe;
 #[cfg(target_os = "linux")]

@@ -17,7 +17,7 @@ pub struct Support {
 impl Support {
     /// Asks the kernel (one system call, no process; safe in Neovim's process).
     pub fn probe() -> Support {
-        if std::env::var(DISABLE_VAR).is_ok_and(|v| v.split(',').any(|w| w.trim() == "landlock")) {
+        if disabled("landlock") {
             return Support {
                 landlock: Err(format!("Landlock is turned off by {DISABLE_VAR}")),
             };
@@ -48,6 +48,11 @@ impl Support {
             cfg!(target_os = "linux")
         )
     }
+}
+
+/// Whether [`DISABLE_VAR`] names `mechanism` ("landlock", "namespaces").
+pub fn disabled(mechanism: &str) -> bool {
+    std::env::var(DISABLE_VAR).is_ok_and(|v| v.split(',').any(|w| w.trim() == mechanism))
 }
 
 #[cfg(target_os = "linux")]

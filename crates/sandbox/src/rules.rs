@@ -136,15 +136,30 @@ pub fn resolve(deny: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// The Landlock ruleset of `policy`, created (an open ruleset descriptor),
-/// to be applied with `restrict_self` in the child that execs the command.
-pub fn landlock_ruleset(policy: &Policy) -> Result<RulesetCreated, RulesError> {
+/// The paths to deny: the policy's, links resolved, and where the denied
+/// inodes turned up in the writable trees.
+pub fn denied_paths(policy: &Policy) -> Vec<PathBuf> {
     let mut deny = resolve(&policy.deny_read);
     if !policy.deny_inodes.is_empty() {
         let found = find_inodes(&policy.writable, &policy.deny_inodes, &deny);
         deny.extend(found);
     }
-    let reads = read_rules(&deny)?;
+    deny
+}
+
+/// The Landlock ruleset of `policy`, created (an open ruleset descriptor),
+/// to be applied with `restrict_self` in the child that execs the command.
+/// `hidden`: mounts already cover the `deny` paths ([`crate::namespaces`]),
+/// so reading is allowed from `/` whole.
+pub fn landlock_ruleset(policy: &Policy, deny: &[PathBuf], hidden: bool) -> Result<RulesetCreated, RulesError> {
+    let reads = if hidden {
+        ReadRules {
+            whole: vec![PathBuf::from("/")],
+            list_only: Vec::new(),
+        }
+    } else {
+        read_rules(deny)?
+    };
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(read_access() | write_access())?;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use landlock::{RestrictionStatus, RulesetStatus};
 
-use crate::rules::{landlock_ruleset, seccomp_filter};
+use crate::rules::{denied_paths, landlock_ruleset, seccomp_filter};
 use crate::Policy;
 
 /// Exit code of a sandbox that could not be set up (as `env`, `timeout` and
@@ -36,7 +36,15 @@ pub fn run(args: Vec<OsString>) -> i32 {
             return SETUP_FAILED;
         }
     };
-    let ruleset = match landlock_ruleset(&policy) {
+    let deny = denied_paths(&policy);
+    let hidden = !deny.is_empty() && !crate::probe::disabled("namespaces") && crate::namespaces::available();
+    if hidden {
+        if let Err(e) = crate::namespaces::hide(&deny) {
+            eprintln!("mia: the sandbox could not be set up: {e}");
+            return SETUP_FAILED;
+        }
+    }
+    let ruleset = match landlock_ruleset(&policy, &deny, hidden) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("mia: the sandbox could not be set up: {e}");
@@ -157,12 +165,14 @@ fn reap(command: libc::pid_t, status: &mut Option<libc::c_int>) -> bool {
         let mut st = 0;
         // SAFETY: waitpid writes only the status integer we pass.
         let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+        if pid == 0 {
+            return false;
+        }
+        if pid < 0 {
+            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+        }
         if pid == command {
             *status = Some(st);
-        } else if pid == 0 {
-            return false;
-        } else if pid < 0 {
-            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
         }
     }
 }
@@ -173,7 +183,8 @@ fn sweep(me: libc::pid_t) {
     let mut ignored = None;
     for _ in 0..10_000 {
         let left = signal_all(me, libc::SIGKILL);
-        if reap(0, &mut ignored) && left == 0 {
+        // -1 is nobody's pid: every child reaped here is an orphan.
+        if reap(-1, &mut ignored) && left == 0 {
             return;
         }
         std::thread::sleep(Duration::from_millis(2));
