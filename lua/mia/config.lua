@@ -109,6 +109,7 @@
 --- @field tool_prefix? string What comes before `__tool` in the tools' names (default: the server's name; "" keeps the server's own names)
 --- @field tool_names? table<string, string> Names of some tools, by the server's name for them (e.g. { read_text_file = "fs_read" })
 --- @field path_rules? boolean Whether mia's path rules hold for the tools' path arguments (default true)
+--- @field sandbox? boolean Run the server (started with `command`) in mia's sandbox (`:h mia-sandbox`; default false)
 
 --- @class mia.McpConfig
 --- @field servers? table<string, mia.McpServerConfig> The servers, by a name of yours
@@ -131,6 +132,12 @@
 --- @field tools? string[] The tools the mode offers (default all)
 --- @field permissions? mia.ModePolicy What its tools may do without asking
 --- @field switch_mode? boolean The mode may propose leaving itself (the `switch_mode` tool; architect's is true)
+
+--- @class mia.SandboxConfig
+--- @field mode? "auto"|"on"|"off" "auto" sandboxes where the system supports it, "on" refuses to run a command unsandboxed, "off" runs as before (default "auto")
+--- @field network? boolean Commands may use the network (all of it; default false)
+--- @field writable? string[] More trees commands may write, besides the project and the session's temporary directory
+--- @field readable_deny? string[] More paths no command may read, besides the deny rules' and the default credentials
 
 --- @class mia.OtlpConfig
 --- @field endpoint? string The collector's base address, e.g. "http://localhost:4318", or "http://localhost:4317" for gRPC (default: $OTEL_EXPORTER_OTLP_{METRICS,LOGS}_ENDPOINT, else $OTEL_EXPORTER_OTLP_ENDPOINT)
@@ -169,6 +176,7 @@
 --- @field mcp? mia.McpConfig Model Context Protocol servers whose tools the agent may call (`:h mia-mcp`).
 --- @field rules? false|mia.RulesConfig Project rules files put in the system prompt (`:h mia-rules`); false turns them off.
 --- @field telemetry? mia.TelemetryConfig OpenTelemetry export (`:h mia-telemetry`).
+--- @field sandbox? mia.SandboxConfig The kernel-enforced sandbox of the commands a model runs (`:h mia-sandbox`).
 --- @field modes? table<string, mia.ModeConfig> Extra modes, or changes to the built-in ask, architect and code (`tools` limits the tools the mode offers).
 
 local M = {}
@@ -265,7 +273,7 @@ end
 M.options = {
   "model", "providers", "agents", "timeouts", "retry", "http", "limits", "permissions", "tools", "costs",
   "budgets", "pricing", "data_dir", "log_file", "log_level", "system", "chat", "mode", "review", "review_keys",
-  "checkpoints", "mcp", "rules", "telemetry", "modes",
+  "checkpoints", "mcp", "rules", "telemetry", "modes", "sandbox",
 }
 
 local distance = require("mia.distance")
@@ -520,6 +528,28 @@ local function validate(opts)
       fail("checkpoints." .. key, "must be a positive whole number", v)
     end
   end
+  check_type("sandbox", opts.sandbox, "table", true)
+  for key, v in pairs(opts.sandbox or {}) do
+    local path = "sandbox." .. tostring(key)
+    if key == "mode" then
+      if v ~= "auto" and v ~= "on" and v ~= "off" then
+        fail(path, 'must be "auto" (sandboxed where the system can), "on" (never unsandboxed) or "off"', v)
+      end
+    elseif key == "network" then
+      check_type(path, v, "boolean")
+    elseif key == "writable" or key == "readable_deny" then
+      if type(v) ~= "table" or (next(v) ~= nil and not vim.islist(v)) then
+        fail(path, "must be a list of paths", v)
+      end
+      for i, p in ipairs(v) do
+        if type(p) ~= "string" or p == "" then
+          fail(path .. "[" .. i .. "]", "must be a path (a non-empty string)", p)
+        end
+      end
+    else
+      fail(path, "is not a sandbox option (mode, network, writable, readable_deny)", v)
+    end
+  end
   check_type("agents", opts.agents, "table", true)
   for name, a in pairs(opts.agents or {}) do
     local path = "agents." .. tostring(name)
@@ -624,7 +654,12 @@ local function validate(opts)
       end
     end
     check_type(path .. ".path_rules", s.path_rules, "boolean", true)
+    check_type(path .. ".sandbox", s.sandbox, "boolean", true)
+    if s.sandbox and s.url then
+      fail(path .. ".sandbox", "applies to servers started with `command`, not to a `url`", s.sandbox)
+    end
     local known = {
+      sandbox = 1,
       command = 1,
       env = 1,
       cwd = 1,
@@ -639,7 +674,7 @@ local function validate(opts)
       if not known[key] then
         fail(
           path .. "." .. tostring(key),
-          "is not an mcp server option (command, env, cwd, url, headers, timeout_ms, tool_prefix, tool_names, path_rules)",
+          "is not an mcp server option (command, env, cwd, url, headers, timeout_ms, tool_prefix, tool_names, path_rules, sandbox)",
           s[key]
         )
       end

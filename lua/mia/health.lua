@@ -149,6 +149,59 @@ function M.check()
   end
 
   M.check_mia_acp()
+  M.check_sandbox(cfg)
+end
+
+--- The sandbox of commands (`:h mia-sandbox`): what the system offers, asked
+--- of mia-acp (`--sandbox-probe`, which may fork to test user namespaces),
+--- and what is in force under `sandbox.mode`.
+function M.check_sandbox(cfg)
+  health.start("mia: the sandbox of commands")
+  local s = cfg.sandbox or {}
+  local mode = s.mode or "auto"
+  if mode == "off" then
+    health.warn('sandbox.mode is "off": commands a model runs are not confined (:h mia-sandbox)')
+    return
+  end
+  local path = vim.fn.fnamemodify(require("mia.core").lib_path(), ":h") .. "/mia-acp"
+  local probe = {}
+  if vim.fn.executable(path) == 1 then
+    local ok, out = pcall(function()
+      return vim.system({ path, "--sandbox-probe" }, { text = true }):wait(5000)
+    end)
+    for line in ((ok and out and out.stdout) or ""):gmatch("[^\n]+") do
+      local k, v = line:match("^([%w_]+)=(.*)$")
+      if k then
+        probe[k] = v
+      end
+    end
+  end
+  local abi = tonumber(probe.landlock_abi or "")
+  local missing
+  if not probe.landlock_abi then
+    missing = "mia-acp, the sandbox's supervisor, is missing or does not answer (" .. path .. ")"
+  elseif abi == 0 then
+    missing = probe.landlock_missing or "this kernel has no Landlock"
+  end
+  if probe.landlock_abi then
+    health.info(string.format("Landlock ABI: %s%s", probe.landlock_abi, (abi or 0) >= 4 and " (TCP too)" or ""))
+    health.info("unprivileged user namespaces: " .. (probe.user_namespaces == "true" and "yes" or "no") .. " (not needed)")
+    health.info("bubblewrap: " .. (probe.bubblewrap ~= "" and probe.bubblewrap or "not found") .. " (not needed)")
+  end
+  if missing then
+    if mode == "on" then
+      health.error('sandbox.mode is "on" but commands cannot be sandboxed: every command is refused: ' .. missing)
+    else
+      health.warn("commands run unconfined: " .. missing, { "see :h mia-sandbox" })
+    end
+    return
+  end
+  health.ok(string.format(
+    "in force (mode %q): writes in the project, the session's temporary directory%s; credentials and denied paths unreadable; network %s; nothing outlives a command",
+    mode,
+    (s.writable and #s.writable > 0) and (" and " .. table.concat(s.writable, ", ")) or "",
+    s.network and "on" or "off"
+  ))
 end
 
 --- OpenTelemetry export (`:h mia-telemetry`): state and the last export's

@@ -111,6 +111,7 @@ function M.agent()
     checkpoints = M.checkpoints(c.checkpoints),
     mcp = M.mcp_servers(),
     rules = M.rules(c.rules),
+    sandbox = c.sandbox,
   }
 end
 
@@ -148,6 +149,7 @@ function M.mcp_servers()
       tool_prefix = s.tool_prefix,
       tool_names = (s.tool_names and next(s.tool_names)) and s.tool_names or nil,
       path_rules = s.path_rules,
+      sandbox = s.sandbox and { data_dir = get().data_dir } or nil,
     }
   end
   table.sort(out, function(a, b)

@@ -176,7 +176,8 @@ def test_mia_acp_asks_before_git_config_and_hides_its_key_variables_from_command
         pytest.skip("node or the pinned ACP SDK 2 is missing: run scripts/bootstrap")
     need_binary()
     key, openai = "acp-secret-key-0123456789", "sk-openai-secret-9876543210"
-    config = acp_config(tmp_path, server, providers={
+    # Unsandboxed, so that code mode asks about the command (in the sandbox it would not: :h mia-sandbox).
+    config = acp_config(tmp_path, server, sandbox={"mode": "off"}, providers={
         "scn": {"kind": "openai_compatible", "base_url": server.base_url, "api_key_env": "MIA_TEST_ACP_KEY"}})
     before = (project / ".git" / "config").read_bytes()
     env = dict(os.environ, HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "xdg"),

@@ -27,6 +27,11 @@ Without --config: the defaults, and the usual key variables
 ";
 
 fn main() -> ExitCode {
+    // mia-acp is also the sandbox's supervisor (`--sandbox-run`) and probe
+    // (`--sandbox-probe`): one binary to ship beside the library.
+    if let Some(code) = mia_sandbox::main_if_helper() {
+        return ExitCode::from(u8::try_from(code).unwrap_or(125));
+    }
     let mut args = std::env::args().skip(1);
     let mut config_file: Option<PathBuf> = None;
     while let Some(arg) = args.next() {

@@ -74,6 +74,8 @@ pub struct Config {
     pub rules: Option<RulesOption>,
     pub telemetry: Option<TelemetryConfig>,
     pub modes: Named<ModeEntry>,
+    /// The sandbox of the commands a model runs (`crate::sandbox`).
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// mia-acp's own options (`setup()` has none of them).
     pub acp: AcpOptions,
     /// A JSON schema reference an editor may put in mia-acp's file.
@@ -112,6 +114,7 @@ impl Default for Config {
             rules: None,
             telemetry: None,
             modes: None,
+            sandbox: Default::default(),
             acp: AcpOptions::default(),
             schema: None,
         }
@@ -486,6 +489,8 @@ pub struct McpServerEntry {
     pub tool_prefix: Option<String>,
     pub tool_names: Option<BTreeMap<String, String>>,
     pub path_rules: Option<bool>,
+    /// Run the stdio server in mia's sandbox (`crate::sandbox`).
+    pub sandbox: Option<bool>,
 }
 
 /// `rules`: `false`, or which rules files go in the system prompt.

@@ -46,6 +46,7 @@ pub mod git;
 pub mod hooks;
 pub mod mcp;
 pub mod reaper;
+pub mod sandbox;
 pub mod session;
 pub mod shared;
 pub mod stream_task;

@@ -257,10 +257,64 @@ impl AgentProc {
             None => self.root(),
         };
         payload["cwd"] = json!(cwd.display().to_string());
+        self.sandboxed(&mut payload, r.session_id.to_string()).await?;
         // The terminal's command must not inherit provider keys (mia_llm::secret_env);
         // a variable the agent passes in the request's own `env` is its choice.
         payload["_meta"] = json!({ "mia": { "agent": self.spec.name, "hide_env": mia_llm::secret_env::names() } });
         self.lua_typed(EditorCall::TerminalCreate(payload), EDITOR_WAIT).await
+    }
+
+    /// Puts the terminal's command under the sandbox's supervisor, as the
+    /// bash tool's (`crate::sandbox`): the project root is the agent's, the
+    /// deny rules are `read_file`'s for every mode. Where mode "on" cannot
+    /// sandbox, the request is refused with the reason.
+    async fn sandboxed(&self, payload: &mut Value, session_id: String) -> Result<(), sdk::Error> {
+        let settings = crate::app::settings_in(&self.settings);
+        let patterns = settings.permissions.deny_patterns("", "read_file");
+        let is_glob = |p: &String| p.contains(['*', '?', '[', '{']);
+        let setup = crate::sandbox::SandboxSetup {
+            config: settings.sandbox.clone(),
+            data_dir: settings.data_dir.clone(),
+            rule_hidden: patterns
+                .iter()
+                .any(is_glob)
+                .then(|| settings.permissions.hidden_paths("", "read_file")),
+            rule_denied: patterns.into_iter().filter(|p| !is_glob(p)).collect(),
+            session_id,
+        };
+        let root = self.root();
+        let plan = tokio::task::spawn_blocking(move || crate::sandbox::plan(&setup, &root, 1_000))
+            .await
+            .map_err(|e| error(e.to_string()))?;
+        let (helper, policy, tmp) = match plan {
+            crate::sandbox::Plan::Refused(why) => return Err(error(why)),
+            crate::sandbox::Plan::Unconfined { .. } => return Ok(()),
+            crate::sandbox::Plan::Confined { helper, policy, tmp } => (helper, policy, tmp),
+        };
+        let text = |p: &std::ffi::OsStr| {
+            p.to_str().map(str::to_string).ok_or_else(|| {
+                error(format!(
+                    "mia: `{}` is not UTF-8, so the sandboxed terminal cannot be described to Neovim; rename it or set sandbox.mode = \"off\"",
+                    p.to_string_lossy()
+                ))
+            })
+        };
+        let mut args: Vec<Value> = Vec::new();
+        for a in policy.to_args() {
+            args.push(json!(text(&a)?));
+        }
+        args.push(payload["command"].clone());
+        if let Some(Value::Array(rest)) = payload.get("args") {
+            args.extend(rest.iter().cloned());
+        }
+        payload["command"] = json!(text(helper.as_os_str())?);
+        payload["args"] = Value::Array(args);
+        let tmpdir = json!({ "name": "TMPDIR", "value": text(tmp.as_os_str())? });
+        match payload.get_mut("env") {
+            Some(Value::Array(env)) => env.push(tmpdir),
+            _ => payload["env"] = json!([tmpdir]),
+        }
+        Ok(())
     }
 
     pub(super) async fn terminal_output(

@@ -206,6 +206,7 @@ pub fn from_acp(servers: &[s::McpServer], cwd: &Path) -> Result<Vec<McpServerSpe
                         tool_prefix: None,
                         tool_names: BTreeMap::new(),
                         path_rules: true,
+                        sandbox: None,
                     }
                 }
                 s::McpServer::Http(x) => {
@@ -235,6 +236,7 @@ pub fn from_acp(servers: &[s::McpServer], cwd: &Path) -> Result<Vec<McpServerSpe
                         tool_prefix: None,
                         tool_names: BTreeMap::new(),
                         path_rules: true,
+                        sandbox: None,
                     }
                 }
                 s::McpServer::Sse(_) => return Err(bad(

@@ -67,6 +67,8 @@ pub struct AgentSettings {
     pub modes: Vec<ModeInfo>,
     /// The mode a new chat starts in (`setup({ mode })`).
     pub mode: String,
+    /// The sandbox of the commands a model runs (`setup({ sandbox = … })`).
+    pub sandbox: crate::sandbox::SandboxConfig,
     /// Whose `mcp` servers these are ([`crate::mcp::ensure_started_in`]): "" for
     /// `setup()`'s, a mia-acp session's id for the servers its client sent.
     #[serde(skip)]
@@ -99,6 +101,7 @@ impl Default for AgentSettings {
                 })
                 .collect(),
             mode: crate::shared::DEFAULT_MODE.into(),
+            sandbox: Default::default(),
             mcp_scope: String::new(),
         }
     }

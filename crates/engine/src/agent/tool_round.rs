@@ -18,7 +18,7 @@ use crate::calls::CallError;
 use crate::events::StreamId;
 use crate::session::{updates, ToolOutcome, ToolStatus};
 use crate::tools::landing::EditScope;
-use crate::tools::permissions::{remembered_rule, Action, Checked, Remembered, Rule};
+use crate::tools::permissions::{remembered_rule, Action, Checked, Decision, Remembered, Rule};
 use crate::tools::{AgentInfo, SharedTool, ToolContext, ToolError, ToolLimits, ToolOutput};
 use mia_llm::delta::{StreamDone, ToolCall};
 use mia_llm::message::{Message, Part, Role};
@@ -53,12 +53,94 @@ fn permission_request(session_id: &str, call: &ToolCall, extra: Value) -> acp::R
     .meta(meta)
 }
 
+/// Decides on one call: the permission rules, and for `bash` the sandbox
+/// (issue 48): in `code` mode a command the sandbox confines runs without
+/// asking where only the mode's default would have asked; a command asked
+/// to run outside the sandbox (`outside_sandbox`) is always asked, and
+/// refused while `sandbox.mode` is "on".
+fn decide(
+    deps: &AgentDeps,
+    agent: &AgentInfo,
+    name: &str,
+    tool: &SharedTool,
+    args: &Value,
+    checked: &Checked,
+    remembered: &[Rule],
+) -> Decision {
+    let permissions = &deps.settings.permissions;
+    let sandbox = &deps.settings.sandbox;
+    let decide = |p: &crate::tools::permissions::PermissionConfig| {
+        p.decide(
+            &agent.mode,
+            name,
+            tool.effect(),
+            checked,
+            remembered,
+            tool.outside_project(),
+        )
+    };
+    if name != "bash" {
+        return decide(permissions);
+    }
+    let outside = args.get("outside_sandbox") == Some(&Value::Bool(true));
+    let decision = decide(permissions);
+    if outside && decision.action != Action::Deny {
+        if sandbox.mode == crate::sandbox::SandboxMode::On {
+            return Decision {
+                action: Action::Deny,
+                because: "sandbox.mode is \"on\": commands never run outside the sandbox".into(),
+            };
+        }
+        return Decision {
+            action: Action::Ask,
+            because: "running a command outside mia's sandbox always asks".into(),
+        };
+    }
+    if !outside && decision.action == Action::Ask && agent.mode == "code" && crate::sandbox::in_force(sandbox) {
+        return decide(&permissions.executing_allowed(&agent.mode));
+    }
+    decision
+}
+
 /// The user's answer: the option chosen, or `None` for a dismissed question.
 fn chosen_option(answer: Value) -> Option<String> {
     let response: acp::RequestPermissionResponse = serde_json::from_value(answer).ok()?;
     match response.outcome {
         acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
         _ => None,
+    }
+}
+
+/// What the round's commands are confined by: the options, and what the
+/// rules deny `read_file` in this mode (kept unreadable by any program).
+fn sandbox_setup(deps: &AgentDeps, agent: &AgentInfo, session_id: &str) -> crate::sandbox::SharedSetup {
+    let permissions = &deps.settings.permissions;
+    let patterns = permissions.deny_patterns(&agent.mode, "read_file");
+    let is_glob = |p: &String| p.contains(['*', '?', '[', '{']);
+    Arc::new(crate::sandbox::SandboxSetup {
+        config: deps.settings.sandbox.clone(),
+        data_dir: deps.settings.data_dir.clone(),
+        rule_hidden: patterns
+            .iter()
+            .any(is_glob)
+            .then(|| permissions.hidden_paths(&agent.mode, "read_file")),
+        rule_denied: patterns.into_iter().filter(|p| !is_glob(p)).collect(),
+        session_id: session_id.to_string(),
+    })
+}
+
+/// Says once per chat, in the chat, that commands run unconfined because
+/// the system has no sandbox (`sandbox.mode = "auto"`).
+fn note_unsandboxed(deps: &AgentDeps, stream: StreamId, session_id: &str) {
+    let sandbox = &deps.settings.sandbox;
+    if sandbox.mode != crate::sandbox::SandboxMode::Auto {
+        return;
+    }
+    if let Some(why) = crate::sandbox::missing() {
+        if crate::sandbox::first_note(session_id) {
+            let text = format!("mia: commands are not sandboxed: {why} (see :h mia-sandbox)");
+            super::mia_event(&deps.queue, stream, crate::events::MiaEvent::Warning { text });
+        }
     }
 }
 
@@ -155,14 +237,7 @@ pub async fn run(
                 continue;
             }
         };
-        let decision = deps.settings.permissions.decide(
-            &agent.mode,
-            &call.name,
-            tool.effect(),
-            &checked,
-            remembered,
-            tool.outside_project(),
-        );
+        let decision = decide(deps, agent, &call.name, &tool, &call.arguments, &checked, remembered);
         let subject = checked.shown();
         let sid = (!session_id.is_empty()).then_some(session_id);
         match decision.action {
@@ -265,6 +340,10 @@ pub async fn run(
     };
     let message_id = message_id.to_string();
     let conversation = Arc::new(history.to_vec());
+    let sandbox = sandbox_setup(deps, agent, session_id);
+    if approved.iter().any(|(call, ..)| call.name == "bash") {
+        note_unsandboxed(deps, stream, session_id);
+    }
     let mut outcomes: BTreeMap<String, ToolOutcome> = BTreeMap::new();
     for call in &calls {
         if let Some(out) = results.get(&call.id) {
@@ -323,6 +402,7 @@ pub async fn run(
             metadata: Arc::new(move |m| {
                 update(&queue, stream, updates::tool_metadata(&call_id, m));
             }),
+            sandbox: Some(sandbox.clone()),
         };
         async move {
             let status = if review {

@@ -288,11 +288,18 @@ impl McpClient {
             let Some((program, args)) = spec.command.split_first() else {
                 return Err("no command".into());
             };
-            let mut cmd = tokio::process::Command::new(program);
+            let mut cmd = match &spec.sandbox {
+                None => {
+                    let mut cmd = tokio::process::Command::new(program);
+                    cmd.args(args);
+                    cmd
+                }
+                Some(sandbox) => sandboxed(spec, sandbox, program, args).await?,
+            };
             // A group of its own: `npx` and the like start the server as
             // their child, and the whole group ends with the client, or with
             // Neovim however it ends.
-            cmd.args(args).envs(&spec.env).kill_on_drop(true).process_group(0);
+            cmd.envs(&spec.env).kill_on_drop(true).process_group(0);
             // Provider keys only when the server's config passes them (mia_llm::secret_env).
             for name in mia_llm::secret_env::hidden_from(|n| spec.env.contains_key(n)) {
                 cmd.env_remove(name);
@@ -633,6 +640,48 @@ fn tail_of(stderr: &Mutex<VecDeque<String>>) -> String {
     } else {
         let lines: Vec<&str> = last.into_iter().rev().collect();
         format!("; its last stderr lines:\n{}", lines.join("\n"))
+    }
+}
+
+/// The server's command under the sandbox's supervisor; an error (naming
+/// what is missing) where the sandbox cannot run: a server that asked for
+/// it never runs unconfined.
+async fn sandboxed(
+    spec: &super::McpServerSpec,
+    sandbox: &super::McpSandbox,
+    program: &str,
+    args: &[String],
+) -> Result<tokio::process::Command, String> {
+    let setup = crate::sandbox::SandboxSetup {
+        config: crate::sandbox::SandboxConfig {
+            mode: crate::sandbox::SandboxMode::On,
+            ..Default::default()
+        },
+        data_dir: sandbox.data_dir.clone(),
+        rule_denied: Vec::new(),
+        rule_hidden: None,
+        session_id: format!("mcp-{}", spec.name),
+    };
+    let root = match &spec.cwd {
+        Some(c) => c.clone(),
+        None => std::env::current_dir().map_err(|e| format!("no working directory to sandbox it in: {e}"))?,
+    };
+    let plan = tokio::task::spawn_blocking(move || crate::sandbox::plan(&setup, &root, 1_000))
+        .await
+        .map_err(|e| e.to_string())?;
+    match plan {
+        crate::sandbox::Plan::Confined { helper, policy, tmp } => {
+            let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+            let (program, all) = policy.command_line(&helper, program.as_ref(), &args);
+            let mut cmd = tokio::process::Command::new(program);
+            cmd.args(all).env("TMPDIR", tmp);
+            Ok(cmd)
+        }
+        crate::sandbox::Plan::Refused(why) => Err(format!("it asks for the sandbox (sandbox = true), and {why}")),
+        crate::sandbox::Plan::Unconfined { note } => Err(format!(
+            "it asks for the sandbox (sandbox = true), which cannot run here: {}",
+            note.unwrap_or_default()
+        )),
     }
 }
 

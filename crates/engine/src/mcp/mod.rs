@@ -64,6 +64,19 @@ pub struct McpServerSpec {
     /// ([`PATH_KEYS`]); on unless the setup turns it off.
     #[serde(default = "yes")]
     pub path_rules: bool,
+    /// Runs a stdio server in the sandbox (`crate::sandbox`; `setup()`'s
+    /// `sandbox = true`); never unconfined then.
+    #[serde(default)]
+    pub sandbox: Option<McpSandbox>,
+}
+
+/// How a sandboxed MCP server is confined: writes in its `cwd` (else
+/// Neovim's working directory) and a temporary directory of its own, no
+/// network, the default credentials and mia's data directory unreadable.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct McpSandbox {
+    #[serde(default)]
+    pub data_dir: Option<PathBuf>,
 }
 
 fn yes() -> bool {

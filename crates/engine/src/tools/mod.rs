@@ -185,6 +185,9 @@ pub struct ToolContext {
     pub permissions: Value,
     /// Where edit decisions are counted (off by default).
     pub telemetry: Arc<crate::telemetry::Hub>,
+    /// How commands this call runs are sandboxed (`crate::sandbox`); `None`
+    /// (calls outside a model's turn: scripts, `run_tool`): not at all.
+    pub sandbox: Option<crate::sandbox::SharedSetup>,
 }
 
 impl ToolContext {
@@ -212,6 +215,7 @@ impl ToolContext {
             on_accepted: None,
             permissions: Value::Null,
             telemetry: Arc::default(),
+            sandbox: None,
         }
     }
 }

@@ -601,6 +601,31 @@ impl PermissionConfig {
         std::sync::Arc::new(move |rel: &str| denying.iter().any(|r| r.covers(rel)))
     }
 
+    /// The patterns of the deny rules for `tool` in `mode`: the sandbox
+    /// (`crate::sandbox`) keeps what they name for `read_file` unreadable
+    /// by every program a command runs.
+    pub fn deny_patterns(&self, mode: &str, tool: &str) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter(|r| r.rule.action == Action::Deny && r.applies(mode, tool))
+            .filter_map(|r| r.rule.pattern.clone())
+            .collect()
+    }
+
+    /// These rules with `mode`'s default for running commands turned to
+    /// allow: how `code` mode decides on a command the sandbox confines.
+    /// Deny rules, ask rules, control files and what the parser cannot see
+    /// decide as before.
+    pub fn executing_allowed(&self, mode: &str) -> PermissionConfig {
+        let mut out = self.clone();
+        if let Some(policy) = out.modes.get_mut(mode) {
+            if policy.execute == Action::Ask {
+                policy.execute = Action::Allow;
+            }
+        }
+        out
+    }
+
     /// The rules as configured (for `:checkhealth` and the tool context).
     pub fn rules(&self) -> Vec<Rule> {
         self.rules.iter().map(|r| r.rule.clone()).collect()

@@ -257,6 +257,7 @@ impl AcpConfig {
             "permissions": { "modes": policies, "rules": rules },
             "mode_prompts": prompts,
             "mode_tools": mode_tools,
+            "sandbox": config.sandbox,
             "costs": costs,
             "data_dir": data_dir,
             "checkpoints": {

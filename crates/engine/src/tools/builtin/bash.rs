@@ -5,7 +5,9 @@
 //! timeout or the user's stop ends the whole group: SIGTERM first, SIGKILL
 //! after `kill_grace_ms`, so grandchildren (`cmd &`, test runners, servers)
 //! do not outlive the call. When the command exits on its own, anything it
-//! left running in the background is left alone.
+//! left running in the background is left alone, unless the command ran in
+//! the sandbox (`crate::sandbox`, issue 48): there mia-acp supervises it and
+//! nothing it started outlives it.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -53,6 +55,11 @@ impl Tool for Bash {
         object_schema(
             json!({
                 "command": prop("string", "The command line, run by bash in the project root."),
+                "outside_sandbox": {
+                    "type": "boolean",
+                    "description": "Run the command outside mia's sandbox. Only after the same command failed because \
+                        of the sandbox (its result says so); the user is always asked first.",
+                },
                 "timeout_ms": {
                     "type": "integer", "minimum": 1,
                     "description": "Stop the command after this many milliseconds. Defaults to 120000 (2 minutes); at most 600000.",
@@ -136,7 +143,23 @@ async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> 
         return Ok(ToolOutput::ok("(cancelled before the command started)")
             .with_summary(format!("⚙ `{shown_command}` cancelled")));
     }
-    let (mut child, reader) = spawn(command, ctx).map_err(|e| {
+    let outside = args.get("outside_sandbox") == Some(&Value::Bool(true));
+    let grace_ms = ctx.limits.kill_grace_ms / 2;
+    // The plan walks the denied paths (and, for deny rules' globs, the
+    // project): off the runtime's workers.
+    let plan = match &ctx.sandbox {
+        Some(setup) if !outside => {
+            let (setup, root) = (setup.clone(), ctx.root.clone());
+            tokio::task::spawn_blocking(move || crate::sandbox::plan(&setup, &root, grace_ms))
+                .await
+                .unwrap_or_else(|e| crate::sandbox::Plan::Refused(format!("mia did not run this command: {e}")))
+        }
+        _ => crate::sandbox::Plan::Unconfined { note: None },
+    };
+    if let crate::sandbox::Plan::Refused(why) = &plan {
+        return Err(ToolOutput::error(why.clone()).with_summary(format!("⚙ `{shown_command}` refused: no sandbox")));
+    }
+    let (mut child, reader) = spawn(command, ctx, &plan).map_err(|e| {
         ToolOutput::error(format!(
             "bash could not be started ({e}); check that bash is installed and on PATH"
         ))
@@ -180,6 +203,13 @@ async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> 
         End::Exited(_) => {
             let how = describe_status(status);
             content.push_str(&format!("\n({how})"));
+            if let crate::sandbox::Plan::Confined { policy, .. } = &plan {
+                let failed = status.is_none_or(|s| !s.success());
+                if let Some(note) = failed.then(|| crate::sandbox::refusal_note(&content, policy)).flatten() {
+                    content.push('\n');
+                    content.push_str(&note);
+                }
+            }
             ToolOutput::ok(content).with_summary(format!("⚙ ran `{shown_command}` ({how})"))
         }
         End::TimedOut(ms) => {
@@ -197,14 +227,25 @@ async fn run(args: &Value, ctx: &ToolContext) -> Result<ToolOutput, ToolOutput> 
 }
 
 /// Starts `bash -c command` in its own process group, stdout and stderr both
-/// writing to one pipe whose read end is returned.
-fn spawn(command: &str, ctx: &ToolContext) -> io::Result<(Child, pipe::Receiver)> {
+/// writing to one pipe whose read end is returned; confined, it starts the
+/// supervisor with the policy and `bash -c command` after it.
+fn spawn(command: &str, ctx: &ToolContext, plan: &crate::sandbox::Plan) -> io::Result<(Child, pipe::Receiver)> {
     let (read_end, write_end) = io::pipe()?;
     let receiver = pipe::Receiver::from_owned_fd(OwnedFd::from(read_end))?;
-    let mut cmd = Command::new("bash");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(&ctx.root)
+    let mut cmd = match plan {
+        crate::sandbox::Plan::Confined { helper, policy, tmp } => {
+            let (program, args) = policy.command_line(helper, "bash".as_ref(), &["-c".into(), command.into()]);
+            let mut cmd = Command::new(program);
+            cmd.args(args).env("TMPDIR", tmp);
+            cmd
+        }
+        _ => {
+            let mut cmd = Command::new("bash");
+            cmd.arg("-c").arg(command);
+            cmd
+        }
+    };
+    cmd.current_dir(&ctx.root)
         .stdin(Stdio::null())
         .stdout(write_end.try_clone()?)
         .stderr(write_end)
