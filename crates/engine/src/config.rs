@@ -898,6 +898,7 @@ fn fields_of<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sandbox::SandboxConfig;
     use serde_json::json;
 
     fn err(v: Value) -> String {
@@ -1094,7 +1095,7 @@ mod tests {
         let keys = Config::keys();
         assert_eq!(keys.first(), Some(&"model"));
         assert_eq!(keys.last(), Some(&"$schema"));
-        assert_eq!(keys.len(), 27);
+        assert_eq!(keys.len(), 28);
     }
 
     /// The LuaCATS `@field`s of `mia.Config` (lua/mia/config.lua) and the
@@ -1168,7 +1169,7 @@ mod tests {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let lua = std::fs::read_to_string(root.join("lua/mia/config.lua")).unwrap();
         let doc = std::fs::read_to_string(root.join("doc/mia.txt")).unwrap();
-        let sections: [(&str, &str, &[&str]); 20] = [
+        let sections: [(&str, &str, &[&str]); 21] = [
             ("providers", "mia.ProviderConfig", fields_of::<ProviderEntry>()),
             ("agents", "mia.AgentConfig", fields_of::<AgentEntry>()),
             ("timeouts", "mia.Timeouts", fields_of::<TimeoutsConfig>()),
@@ -1189,6 +1190,7 @@ mod tests {
             ("telemetry", "mia.TelemetryConfig", fields_of::<TelemetryConfig>()),
             ("telemetry", "mia.OtlpConfig", fields_of::<OtlpConfig>()),
             ("modes", "mia.ModeConfig", fields_of::<ModeEntry>()),
+            ("sandbox", "mia.SandboxConfig", fields_of::<SandboxConfig>()),
         ];
         for (option, class, fields) in sections {
             assert!(!fields.is_empty(), "{class}: no fields read from the type");
