@@ -788,20 +788,36 @@ local function core_check(opts)
   end
 end
 
+-- What setup() was given, and whether `current` holds the core's defaults
+-- (false while the library could not be loaded: not installed yet, say).
+local given = {}
+local complete = false
+
 --- Checks `opts` and stores it merged over the defaults.
 --- @param opts? mia.Config
 function M.set(opts)
   opts = opts or {}
   validate(opts)
   core_check(opts)
+  given = opts
+  complete = require("mia.core").load() ~= nil
   current = vim.tbl_deep_extend("force", defaults(), opts)
 end
 
---- The configuration in force (defaults when setup() was not called).
+--- The configuration in force (defaults when setup() was not called). A
+--- library that arrived after setup() (`:Mia install`, a build) brings its
+--- defaults now, and its check of setup()'s options, said once if it fails.
 --- @return mia.Config
 function M.get()
-  if not current then
-    current = defaults()
+  if not current or (not complete and require("mia.core").load()) then
+    complete = require("mia.core").load() ~= nil
+    if current and complete then
+      local ok, problem = pcall(core_check, given)
+      if not ok then
+        vim.notify(tostring(problem), vim.log.levels.ERROR)
+      end
+    end
+    current = vim.tbl_deep_extend("force", defaults(), given)
   end
   return current
 end

@@ -36,7 +36,9 @@ def make(editor_factory, server, data_home, tmp_path):
     (tmp_path / "a.txt").write_text("alpha file\n")
 
     def make(name="nvim"):
-        e = editor_factory(name=name, env={"XDG_DATA_HOME": str(data_home)}, setup=scenario_setup(server, mode="code"))
+        # The sandbox off: in it, code mode runs `bash` without the question this test draws.
+        e = editor_factory(name=name, env={"XDG_DATA_HOME": str(data_home)},
+                           setup=scenario_setup(server, mode="code", sandbox={"mode": "off"}))
         e.lua("vim.cmd.cd(...)", str(tmp_path))
         return e
 

@@ -123,7 +123,7 @@ def test_a_mid_stream_error_keeps_the_partial_answer_and_names_the_cause(ed, ser
 
 def test_a_failure_before_any_output_is_retried(ed, server):
     prompt(ed, "overloaded 1")
-    assert ed.chat_text().endswith("ok after 1")
+    assert ed.chat_text().endswith("ok after 1\n\n> _server error, retried successfully_")
     assert len(posts(server)) == 2
 
 

@@ -581,6 +581,12 @@ pub struct ModeEntry {
     pub switch_mode: Option<bool>,
 }
 
+/// A list (an empty Lua table crosses as `{}`, read as an empty list), for
+/// fields typed `Vec` outside this module.
+pub fn vec_of<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Vec<T>, D::Error> {
+    List::<T>::deserialize(d).map(|l| l.0)
+}
+
 fn whole_in<'de, D: Deserializer<'de>>(d: D, lo: u64, hi: u64, what: &str) -> Result<u64, D::Error> {
     let v = Value::deserialize(d)?;
     match v.as_u64() {

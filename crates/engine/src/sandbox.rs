@@ -38,10 +38,12 @@ pub struct SandboxConfig {
     pub network: bool,
     /// More trees commands may write, besides the project root and the
     /// session's temporary directory (`~` is the home directory).
+    #[serde(deserialize_with = "crate::config::vec_of")]
     pub writable: Vec<String>,
     /// More paths no command may read, besides the deny rules' and the
     /// default credentials (`~` is the home directory; relative paths are in
     /// the project).
+    #[serde(deserialize_with = "crate::config::vec_of")]
     pub readable_deny: Vec<String>,
 }
 
