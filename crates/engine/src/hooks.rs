@@ -57,10 +57,22 @@ pub fn hook_payload(req: &ChatRequest) -> serde_json::Value {
     json!({ "phase": "pre_request", "request": req })
 }
 
+/// The reply to a `hook` call: the request as the hooks left it, or why
+/// the answer is not one (serde's message). Typed here rather than in
+/// mia-proto, which does not know the request's type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookReply(pub Result<ChatRequest, String>);
+
+impl mia_proto::reply::Reply for HookReply {
+    fn from_reply(answer: serde_json::Value) -> Self {
+        HookReply(serde_json::from_value(answer).map_err(|e| e.to_string()))
+    }
+}
+
 /// What the hooks' answer means for the request.
-pub fn hooked_request(answer: Result<crate::calls::CallResult, CallError>) -> Result<ChatRequest, LlmError> {
-    let value = match answer {
-        Ok(Ok(value)) => value,
+pub fn hooked_request(answer: Result<Result<HookReply, String>, CallError>) -> Result<ChatRequest, LlmError> {
+    let reply = match answer {
+        Ok(Ok(HookReply(reply))) => reply,
         Ok(Err(message)) => return Err(LlmError::new(ErrorClass::InvalidRequest, None, message)),
         Err(CallError::Cancelled) | Err(CallError::Gone) => return Err(LlmError::cancelled()),
         Err(CallError::TimedOut(ms)) => {
@@ -75,7 +87,7 @@ pub fn hooked_request(answer: Result<crate::calls::CallResult, CallError>) -> Re
             ))
         }
     };
-    serde_json::from_value(value).map_err(|e| {
+    reply.map_err(|e| {
         LlmError::new(
             ErrorClass::InvalidRequest,
             None,
@@ -94,7 +106,7 @@ pub async fn apply(caller: &Caller, req: &ChatRequest) -> Result<ChatRequest, Ll
     }
     let answer = caller
         .calls
-        .call(
+        .call_for::<HookReply>(
             &caller.queue,
             caller.stream,
             mia_proto::EditorCall::Hook(hook_payload(req)),
@@ -139,6 +151,7 @@ pub async fn call_model(
 mod tests {
     use super::*;
     use mia_llm::message::{Message, Role};
+    use mia_proto::reply::Reply;
 
     fn request() -> ChatRequest {
         ChatRequest {
@@ -153,7 +166,7 @@ mod tests {
     fn a_hook_answer_becomes_the_request_sent() {
         let mut value = hook_payload(&request())["request"].clone();
         value["extra_body"] = json!({ "reasoning_effort": "low" });
-        let req = hooked_request(Ok(Ok(value))).unwrap();
+        let req = hooked_request(Ok(Ok(HookReply::from_reply(value)))).unwrap();
         assert_eq!(req.extra_body, Some(json!({ "reasoning_effort": "low" })));
         assert_eq!(req.messages, request().messages);
     }
@@ -167,7 +180,7 @@ mod tests {
 
     #[test]
     fn a_hook_returning_garbage_names_the_fix() {
-        let err = hooked_request(Ok(Ok(json!("nope")))).unwrap_err();
+        let err = hooked_request(Ok(Ok(HookReply::from_reply(json!("nope"))))).unwrap_err();
         assert_eq!(err.class, ErrorClass::InvalidRequest);
         assert!(err.message.contains("Return the request table"), "{}", err.message);
     }

@@ -21,12 +21,13 @@ pub mod reply;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "call_kind", content = "data")]
 pub enum EditorCall {
-    /// Run a Lua tool. Reply: its result (a string, or `{ content, … }`,
-    /// or `{ proposal = { content, message? } }` for an editing tool).
+    /// Run a Lua tool. Reply: its result (`{ content, … }`,
+    /// or `{ proposal = { content, message? } }` for an editing tool;
+    /// [`reply::ToolReply`]).
     #[serde(rename = "tool")]
     Tool(ToolRun),
     /// Compute a Lua tool's subject with its subject function. Reply:
-    /// `nil`, a path, or `{ path | command | text = … }`.
+    /// `nil`, a path, or `{ path | command | text = … }` ([`reply::SubjectReply`]).
     #[serde(rename = "subject")]
     Subject(SubjectRequest),
     /// Ask the user a question (`ctx.ask`). Reply: the answer string, or
@@ -38,11 +39,13 @@ pub enum EditorCall {
     #[serde(rename = "confirm")]
     Confirm(Confirm),
     /// Run the `pre_request` transform hooks on a model request. Reply: the
-    /// request as the hooks leave it. Its empty lists must stay lists.
+    /// request as the hooks leave it (read by the core's `HookReply`, which
+    /// knows the request's type). Its empty lists must stay lists.
     #[serde(rename = "hook")]
     Hook(Value),
     /// ACP's `session/request_permission` (with mia's `_meta.mia`: a
-    /// review's diff, the agent). Reply: ACP's `RequestPermissionResponse`.
+    /// review's diff, the agent). Reply: ACP's `RequestPermissionResponse`
+    /// ([`reply::PermissionReply`]).
     #[serde(rename = "session/request_permission")]
     Permission(Value),
     /// ACP's `fs/read_text_file`, for an open buffer's text. Reply:

@@ -115,6 +115,124 @@ impl Reply for WriteReply {
     }
 }
 
+/// The reply to `session/request_permission`: ACP's
+/// `RequestPermissionResponse`, `{ outcome = { outcome = "selected",
+/// optionId } }` or `{ outcome = { outcome = "cancelled" } }`, with what a
+/// review adds in `_meta.mia`. Anything that is not a selected option with
+/// a string id (a cancel, a dismissed picker, a malformed answer) is no
+/// choice, which every consumer treats as a refusal.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PermissionReply {
+    /// The chosen option's `optionId`.
+    pub option: Option<String>,
+    /// `_meta.mia.content`: the file as the user edited it in the review.
+    pub content: Option<String>,
+    /// `_meta.mia.reason`: why the user rejected an edit, cut to
+    /// [`MAX_REASON_CHARS`] characters.
+    pub reason: Option<String>,
+}
+
+/// Most characters of a rejection's reason that reach the model.
+pub const MAX_REASON_CHARS: usize = 2_000;
+
+impl Reply for PermissionReply {
+    fn from_reply(answer: Value) -> Self {
+        let outcome = answer.get("outcome");
+        let selected = outcome.and_then(|o| o.get("outcome")).and_then(Value::as_str) == Some("selected");
+        let option = outcome
+            .and_then(|o| o.get("optionId"))
+            .and_then(Value::as_str)
+            .filter(|_| selected)
+            .map(str::to_string);
+        let meta = answer.pointer("/_meta/mia");
+        let field = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str);
+        PermissionReply {
+            option,
+            content: field("content").map(str::to_string),
+            reason: field("reason").map(|r| r.chars().take(MAX_REASON_CHARS).collect()),
+        }
+    }
+}
+
+/// The reply to `tool`: what a Lua tool returned, as the editor hands it
+/// over (`{ content, is_error?, metadata? }`, or `{ proposal = { content,
+/// message? } }` from a tool that edits its subject).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    /// `content`: a string as it is, any other value as its JSON text,
+    /// missing as "".
+    pub content: String,
+    /// `is_error`: only `true` is an error.
+    pub is_error: bool,
+    /// `metadata`, whatever the tool put there (`null` when missing).
+    pub metadata: Value,
+    /// `proposal.content`, when it is a string: the subject file's new text.
+    pub proposal: Option<String>,
+    /// `proposal.message`, when it is a string.
+    pub proposal_message: Option<String>,
+}
+
+impl Reply for ToolReply {
+    fn from_reply(answer: Value) -> Self {
+        let text = |p: &str| answer.pointer(p).and_then(Value::as_str).map(str::to_string);
+        ToolReply {
+            content: match answer.get("content") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            },
+            is_error: answer.get("is_error").and_then(Value::as_bool).unwrap_or(false),
+            metadata: answer.get("metadata").cloned().unwrap_or(Value::Null),
+            proposal: text("/proposal/content"),
+            proposal_message: text("/proposal/message"),
+        }
+    }
+}
+
+/// The reply to `subject`: what a Lua tool's subject function returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubjectReply {
+    /// `nil`: the call has no subject.
+    None,
+    /// A string, or `{ path = … }`.
+    Path(String),
+    /// `{ command = … }`.
+    Command(String),
+    /// `{ text = … }`.
+    Text(String),
+    /// Anything else, shown (cut to [`MAX_SHOWN_CHARS`] characters) in the
+    /// refusal.
+    Invalid(String),
+}
+
+/// Most characters of an invalid reply shown back in an error.
+pub const MAX_SHOWN_CHARS: usize = 200;
+
+impl Reply for SubjectReply {
+    fn from_reply(answer: Value) -> Self {
+        let one = |key: &str| answer.get(key).and_then(Value::as_str).map(str::to_string);
+        match &answer {
+            Value::Null => SubjectReply::None,
+            Value::String(path) => SubjectReply::Path(path.clone()),
+            Value::Object(_) => one("path")
+                .map(SubjectReply::Path)
+                .or_else(|| one("command").map(SubjectReply::Command))
+                .or_else(|| one("text").map(SubjectReply::Text))
+                .unwrap_or_else(|| SubjectReply::Invalid(shown(&answer))),
+            other => SubjectReply::Invalid(shown(other)),
+        }
+    }
+}
+
+/// `v` as JSON text, cut to [`MAX_SHOWN_CHARS`] characters.
+fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(MAX_SHOWN_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +322,83 @@ mod tests {
         ] {
             assert_eq!(WriteReply::from_reply(none), WriteReply::NoBuffer);
         }
+    }
+
+    #[test]
+    fn a_permission_is_a_choice_only_when_an_option_was_selected() {
+        let r = PermissionReply::from_reply(json!({
+            "outcome": { "outcome": "selected", "optionId": "allow_once" },
+            "_meta": { "mia": { "content": "new text", "reason": "r".repeat(5_000) } },
+        }));
+        assert_eq!(r.option.as_deref(), Some("allow_once"));
+        assert_eq!(r.content.as_deref(), Some("new text"));
+        assert_eq!(r.reason.map(|r| r.chars().count()), Some(MAX_REASON_CHARS));
+        for none in [
+            json!({ "outcome": { "outcome": "cancelled" } }),
+            json!({ "outcome": { "outcome": "cancelled", "optionId": "allow_once" } }),
+            json!({ "outcome": { "outcome": "selected", "optionId": 3 } }),
+            json!({ "outcome": { "outcome": "selected" } }),
+            json!({ "outcome": "selected", "optionId": "allow_once" }),
+            json!("allow_once"),
+            Value::Null,
+        ] {
+            assert_eq!(PermissionReply::from_reply(none.clone()).option, None, "{none}");
+        }
+        let r = PermissionReply::from_reply(json!({
+            "outcome": { "outcome": "selected", "optionId": "reject_once" },
+            "_meta": { "mia": { "content": 3, "reason": ["no"] } },
+        }));
+        assert_eq!((r.content, r.reason), (None, None));
+    }
+
+    #[test]
+    fn a_tool_reply_reads_its_fields_as_the_core_always_did() {
+        let r = ToolReply::from_reply(json!({ "content": "out", "is_error": true, "metadata": { "n": 1 } }));
+        assert_eq!(
+            (r.content.as_str(), r.is_error, r.metadata),
+            ("out", true, json!({ "n": 1 }))
+        );
+        let r = ToolReply::from_reply(json!({ "content": { "rows": [1] }, "is_error": "yes" }));
+        assert_eq!((r.content.as_str(), r.is_error), (r#"{"rows":[1]}"#, false));
+        assert_eq!(r.metadata, Value::Null);
+        let r = ToolReply::from_reply(json!({ "proposal": { "content": "new", "message": "Did it." } }));
+        assert_eq!(
+            (r.proposal.as_deref(), r.proposal_message.as_deref()),
+            (Some("new"), Some("Did it."))
+        );
+        let r = ToolReply::from_reply(json!({ "proposal": { "content": 1, "message": false } }));
+        assert_eq!((r.proposal, r.proposal_message), (None, None));
+        assert_eq!(ToolReply::from_reply(json!("text")).content, "");
+    }
+
+    #[test]
+    fn a_subject_is_a_path_a_command_or_a_text_and_anything_else_is_shown_cut() {
+        assert_eq!(SubjectReply::from_reply(Value::Null), SubjectReply::None);
+        assert_eq!(
+            SubjectReply::from_reply(json!("a.txt")),
+            SubjectReply::Path("a.txt".into())
+        );
+        assert_eq!(
+            SubjectReply::from_reply(json!({ "path": "b", "command": "c" })),
+            SubjectReply::Path("b".into())
+        );
+        assert_eq!(
+            SubjectReply::from_reply(json!({ "command": "make" })),
+            SubjectReply::Command("make".into())
+        );
+        assert_eq!(
+            SubjectReply::from_reply(json!({ "text": "t" })),
+            SubjectReply::Text("t".into())
+        );
+        assert_eq!(SubjectReply::from_reply(json!(3)), SubjectReply::Invalid("3".into()));
+        assert_eq!(
+            SubjectReply::from_reply(json!({ "path": 3 })),
+            SubjectReply::Invalid(r#"{"path":3}"#.into())
+        );
+        let SubjectReply::Invalid(shown) = SubjectReply::from_reply(json!(["é".repeat(1_000)])) else {
+            panic!("a list is not a subject");
+        };
+        assert_eq!(shown.chars().count(), MAX_SHOWN_CHARS + 1);
+        assert!(shown.ends_with('…'));
     }
 }

@@ -19,7 +19,7 @@ use super::client::AgentProc;
 use super::permission_diff;
 use crate::calls::CallError;
 use crate::tools::{landing, paths, AgentInfo, ToolContext, ToolOutput};
-use mia_proto::reply::{ReadReply, Reply};
+use mia_proto::reply::{PermissionReply, ReadReply, Reply};
 use mia_proto::EditorCall;
 
 /// How long a question may wait for the user.
@@ -134,17 +134,14 @@ impl AgentProc {
         mia.insert("agent".into(), json!(self.spec.name));
         payload["_meta"] = json!({ "mia": mia });
         let cancelled = s::RequestPermissionResponse::new(s::RequestPermissionOutcome::Cancelled);
-        let answer = match self.lua(EditorCall::Permission(payload), ASK_WAIT).await {
-            Ok(v) => v,
+        let reply = match self.lua(EditorCall::Permission(payload), ASK_WAIT).await {
+            Ok(v) => PermissionReply::from_reply(v),
             Err(_) => return Ok(cancelled),
         };
-        let Ok(response) = serde_json::from_value::<s::RequestPermissionResponse>(answer) else {
+        let Some(chosen) = reply.option else {
             return Ok(cancelled);
         };
-        let s::RequestPermissionOutcome::Selected(sel) = &response.outcome else {
-            return Ok(cancelled);
-        };
-        let Some(option) = r.options.iter().find(|o| o.option_id == sel.option_id) else {
+        let Some(option) = r.options.iter().find(|o| *o.option_id.0 == *chosen) else {
             return Ok(cancelled);
         };
         let allowed = matches!(
@@ -157,7 +154,9 @@ impl AgentProc {
                 .unwrap_or_else(|p| p.into_inner())
                 .approve(approval, Instant::now());
         }
-        Ok(response)
+        Ok(s::RequestPermissionResponse::new(
+            s::RequestPermissionOutcome::Selected(s::SelectedPermissionOutcome::new(option.option_id.clone())),
+        ))
     }
 
     /// What approving the diff `d` in `session_id` would approve: the file

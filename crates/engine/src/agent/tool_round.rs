@@ -103,14 +103,6 @@ fn decide(
 }
 
 /// The user's answer: the option chosen, or `None` for a dismissed question.
-fn chosen_option(answer: Value) -> Option<String> {
-    let response: acp::RequestPermissionResponse = serde_json::from_value(answer).ok()?;
-    match response.outcome {
-        acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
-        _ => None,
-    }
-}
-
 /// What the round's commands are confined by: the options, and what the
 /// rules deny `read_file` in this mode (kept unreadable by any program).
 fn sandbox_setup(deps: &AgentDeps, agent: &AgentInfo, session_id: &str) -> crate::sandbox::SharedSetup {
@@ -285,7 +277,7 @@ pub async fn run(
                 let timeout = Duration::from_millis(deps.settings.ask_timeout_ms);
                 let answer = deps
                     .calls
-                    .call(
+                    .call_for::<mia_proto::reply::PermissionReply>(
                         &deps.queue,
                         stream,
                         mia_proto::EditorCall::Permission(payload),
@@ -294,7 +286,7 @@ pub async fn run(
                     )
                     .await;
                 let choice = match answer {
-                    Ok(Ok(v)) => Ok(chosen_option(v)),
+                    Ok(Ok(reply)) => Ok(reply.option),
                     Ok(Err(_)) => Ok(None),
                     Err(e) => Err(e),
                 };

@@ -339,7 +339,7 @@ async fn review(ctx: &ToolContext, tool: &str, p: &Proposal) -> Verdict {
         .unwrap_or(Duration::from_secs(600));
     let answer = match ctx
         .lua
-        .call(
+        .call_for::<mia_proto::reply::PermissionReply>(
             ctx.stream,
             mia_proto::EditorCall::Permission(payload),
             timeout,
@@ -347,21 +347,14 @@ async fn review(ctx: &ToolContext, tool: &str, p: &Proposal) -> Verdict {
         )
         .await
     {
-        Ok(Ok(v)) => v,
+        Ok(Ok(reply)) => reply,
         _ => return Verdict::Reject { reason: None },
     };
-    let extra = answer.pointer("/_meta/mia").cloned().unwrap_or(Value::Null);
-    let content = extra.get("content").and_then(Value::as_str).map(str::to_string);
-    let reason = extra
-        .get("reason")
-        .and_then(Value::as_str)
-        .map(|r| r.chars().take(2_000).collect::<String>());
-    let option = serde_json::from_value::<acp::RequestPermissionResponse>(answer)
-        .ok()
-        .and_then(|r| match r.outcome {
-            acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
-            _ => None,
-        });
+    let mia_proto::reply::PermissionReply {
+        option,
+        content,
+        reason,
+    } = answer;
     match option.as_deref() {
         Some("allow_once") => Verdict::Accept { content },
         Some("allow_file") => {

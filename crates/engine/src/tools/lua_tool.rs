@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::{OutsidePolicy, Tool, ToolContext, ToolEffect, ToolError, ToolOutput, ToolSubject};
 use crate::calls::{CallError, LuaBridge};
+use mia_proto::reply::{SubjectReply, ToolReply};
 use mia_proto::{EditorCall, SubjectRequest, ToolRun};
 
 /// What `mia.register_tool` tells the core about a Lua tool.
@@ -69,9 +70,11 @@ pub async fn dynamic_subject(
         name: name.to_string(),
         arguments: args.clone(),
     });
-    let answer = lua.call(stream, request, Duration::from_secs(10), cancel).await;
+    let answer = lua
+        .call_for::<SubjectReply>(stream, request, Duration::from_secs(10), cancel)
+        .await;
     let problem = match answer {
-        Ok(Ok(value)) => match subject_of_value(&value) {
+        Ok(Ok(reply)) => match subject_of_reply(reply) {
             Ok(subject) => return Ok(subject),
             Err(e) => format!("`{name}`'s subject function {e}"),
         },
@@ -82,19 +85,14 @@ pub async fn dynamic_subject(
 }
 
 /// `nil`, a path string, or `{ path = … }` / `{ command = … }` / `{ text = … }`.
-fn subject_of_value(value: &Value) -> Result<Option<ToolSubject>, String> {
-    let one = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
-    match value {
-        Value::Null => Ok(None),
-        Value::String(path) => Ok(Some(ToolSubject::Path(path.clone()))),
-        Value::Object(_) => one("path")
-            .map(ToolSubject::Path)
-            .or_else(|| one("command").map(ToolSubject::Command))
-            .or_else(|| one("text").map(ToolSubject::Text))
-            .map(Some)
-            .ok_or_else(|| format!("returned {value}; return a path, or a table with `path`, `command` or `text`")),
-        other => Err(format!(
-            "returned {other}; return a path, or a table with `path`, `command` or `text`"
+fn subject_of_reply(reply: SubjectReply) -> Result<Option<ToolSubject>, String> {
+    match reply {
+        SubjectReply::None => Ok(None),
+        SubjectReply::Path(p) => Ok(Some(ToolSubject::Path(p))),
+        SubjectReply::Command(c) => Ok(Some(ToolSubject::Command(c))),
+        SubjectReply::Text(t) => Ok(Some(ToolSubject::Text(t))),
+        SubjectReply::Invalid(shown) => Err(format!(
+            "returned {shown}; return a path, or a table with `path`, `command` or `text`"
         )),
     }
 }
@@ -177,9 +175,9 @@ impl Tool for LuaTool {
                     })),
                 }),
             });
-            match ctx.lua.call(ctx.stream, request, timeout, &ctx.abort).await {
-                Ok(Ok(value)) if edits => land_proposal(&name, value, &ctx).await,
-                Ok(Ok(value)) => output_of(value),
+            match ctx.lua.call_for::<ToolReply>(ctx.stream, request, timeout, &ctx.abort).await {
+                Ok(Ok(reply)) if edits => land_proposal(&name, reply, &ctx).await,
+                Ok(Ok(reply)) => output_of(reply),
                 Ok(Err(message)) => ToolOutput::error(format!("`{name}` failed: {message}")),
                 Err(CallError::TimedOut(ms)) => ToolOutput::error(format!(
                     "`{name}` did not complete within {ms} ms and was stopped (raise its timeout_ms if it needs longer)."
@@ -193,8 +191,8 @@ impl Tool for LuaTool {
 
 /// A Lua tool's proposal `{ proposal = { content, message? } }` for its
 /// subject file, landed like the built-in tools' edits.
-async fn land_proposal(name: &str, value: Value, ctx: &ToolContext) -> ToolOutput {
-    let Some(content) = value.pointer("/proposal/content").and_then(Value::as_str) else {
+async fn land_proposal(name: &str, reply: ToolReply, ctx: &ToolContext) -> ToolOutput {
+    let Some(content) = reply.proposal.as_deref() else {
         return ToolOutput::error(format!(
             "`{name}` proposed no edit (its edit function returned no content)."
         ));
@@ -210,10 +208,9 @@ async fn land_proposal(name: &str, value: Value, ctx: &ToolContext) -> ToolOutpu
         Ok(b) => b,
         Err(out) => return out,
     };
-    let message = value
-        .pointer("/proposal/message")
-        .and_then(Value::as_str)
-        .map(str::to_string)
+    let message = reply
+        .proposal_message
+        .clone()
         .unwrap_or_else(|| format!("Changed `{shown}`."));
     let accepted = ToolOutput::ok(message).with_summary(format!("✏ {name}: {shown}"));
     let proposal = super::landing::Proposal {
@@ -226,16 +223,11 @@ async fn land_proposal(name: &str, value: Value, ctx: &ToolContext) -> ToolOutpu
 }
 
 /// Lua answers `{ content = "...", metadata = {...}, is_error = bool }`.
-fn output_of(value: Value) -> ToolOutput {
-    let content = match value.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => String::new(),
-    };
+fn output_of(reply: ToolReply) -> ToolOutput {
     ToolOutput {
-        content,
-        is_error: value.get("is_error").and_then(Value::as_bool).unwrap_or(false),
-        metadata: value.get("metadata").cloned().unwrap_or(Value::Null),
+        content: reply.content,
+        is_error: reply.is_error,
+        metadata: reply.metadata,
     }
 }
 

@@ -84,7 +84,7 @@ impl Tool for SwitchMode {
             let payload = serde_json::to_value(request(&ctx, &plan)).unwrap_or(Value::Null);
             let answer = ctx
                 .lua
-                .call(
+                .call_for::<mia_proto::reply::PermissionReply>(
                     ctx.stream,
                     mia_proto::EditorCall::Permission(payload),
                     Duration::from_secs(3600),
@@ -92,12 +92,7 @@ impl Tool for SwitchMode {
                 )
                 .await;
             let chosen = match answer {
-                Ok(Ok(v)) => serde_json::from_value::<acp::RequestPermissionResponse>(v)
-                    .ok()
-                    .and_then(|r| match r.outcome {
-                        acp::RequestPermissionOutcome::Selected(s) => Some(s.option_id.0.to_string()),
-                        _ => None,
-                    }),
+                Ok(Ok(reply)) => reply.option,
                 _ => None,
             };
             match chosen.as_deref() {
