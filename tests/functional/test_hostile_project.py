@@ -216,7 +216,9 @@ def test_mcp_servers_and_agents_get_a_key_variable_only_when_their_config_passes
     from test_mcp import EVERYTHING
     if NODE is None or not EXAMPLE.exists() or not EVERYTHING.exists():
         pytest.skip("node or the pinned ACP/MCP test packages are missing: run scripts/bootstrap")
-    spy = lambda name, then: ["/bin/sh", "-c", f"env > '{tmp_path}/{name}.env'; exec \"$@\"", "sh", *then]  # noqa: E731
+    # Written whole, then renamed: the test never reads a file `env` is still writing.
+    spy = lambda name, then: ["/bin/sh", "-c", f"env > '{tmp_path}/{name}.part' && mv '{tmp_path}/{name}.part' "  # noqa: E731
+                              f"'{tmp_path}/{name}.env'; exec \"$@\"", "sh", *then]
     ed = editor_factory(
         env={"OPENAI_API_KEY": "sk-inherited-openai-0123", "GEMINI_API_KEY": "inherited-gemini-0123"},
         setup=scenario_setup(
