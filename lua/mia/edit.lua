@@ -300,14 +300,16 @@ local function render(ed)
   timing.frame_ns[#timing.frame_ns + 1] = t1 - t0
 end
 
-local function cost_text(done)
+--- `model`: the model asked, named when it has no price (as the chat's
+--- footer does: the $0.00 reports count, never a bare $0.00 that reads as free).
+local function cost_text(done, model)
   local costs = require("mia.costs")
   local u = done.usage or {}
   local money
   if type(done.cost) == "table" and done.cost.known and done.cost.total_usd then
     money = costs.usd(done.cost.total_usd)
   else
-    money = "cost unknown"
+    money = string.format("$0.00 (no price for %s: add it to setup's `pricing`)", tostring(model or "this model"))
   end
   return string.format(
     "%s%s in, %s%s out, %s",
@@ -330,7 +332,7 @@ local function on_done(ed, done)
   end
   local s = range_rows(ed)
   finish(ed)
-  local cost = cost_text(done)
+  local cost = cost_text(done, ed.model)
   M.last_cost = cost
   local lines = M.extract(done.text or ed.text, ed.filetype, false)
   if not lines then
@@ -459,6 +461,7 @@ local function start(b, first, last, instruction)
     after = after,
     diagnostics = diagnostics,
   }
+  ed.model = spec.model
   local function send(mentioned, attachments)
     if ed.done then
       return

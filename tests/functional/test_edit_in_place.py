@@ -327,6 +327,16 @@ def test_the_edit_is_counted_its_cost_shown_and_in_the_sessions_costs(agent, pro
     assert "edit" in agents, report
 
 
+def test_an_edit_with_an_unpriced_model_says_its_0_has_no_price(agent, project):
+    ed = agent()
+    open_file(ed, project, "code.py")
+    keys(ed, ":1Mia edit " + typed(instruction("L1\n")) + "<CR>")
+    wait_staged(ed)
+    said = ed.messages()
+    assert "$0.00 (no price for scn/echo: add it to setup's `pricing`)" in said, said
+    assert "cost unknown" not in said, said
+
+
 def test_the_edit_goes_through_the_transform_hooks(agent, server, project):
     ed = agent()
     ed.lua("""require('mia').register_transform_hook({ name = 'tag', phase = 'pre_request',
