@@ -271,7 +271,7 @@ local function on_update(u)
     local previous = meta.previousModeId or session.seen_mode
     if previous == nil then
       local agents = package.loaded["mia.agents"]
-      local modes = agents and agents.external() and agents.modes() or nil
+      local modes = agents and agents.modes() or nil
       local started = modes and modes.currentModeId
       previous = started ~= u.currentModeId and started or nil
     end

@@ -185,7 +185,13 @@ function M.check_sandbox(cfg)
   end
   if probe.landlock_abi then
     health.info(string.format("Landlock ABI: %s%s", probe.landlock_abi, (abi or 0) >= 4 and " (TCP too)" or ""))
-    health.info("unprivileged user namespaces: " .. (probe.user_namespaces == "true" and "yes" or "no") .. " (not needed)")
+    health.info(
+      "unprivileged user namespaces: "
+        .. (
+          probe.user_namespaces == "true" and "yes (denied paths are hidden by mounts)"
+          or "no (Landlock alone holds denied paths)"
+        )
+    )
     health.info("bubblewrap: " .. (probe.bubblewrap ~= "" and probe.bubblewrap or "not found") .. " (not needed)")
   end
   if missing then

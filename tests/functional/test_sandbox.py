@@ -378,8 +378,13 @@ def health_report(ed):
 def test_checkhealth_reports_landlock_and_what_is_in_force(agent):
     report = health_report(agent(sandbox={"network": True, "writable": ["~/.cache"]}))
     assert f"Landlock ABI: {landlock_abi()}" in report, report
-    assert "unprivileged user namespaces: " in report and "bubblewrap: " in report
+    # What this machine allows, asked without mia: a user and mount namespace with a tmpfs in it.
+    can = subprocess.run(["unshare", "-Urm", "mount", "-t", "tmpfs", "none", "/tmp"], capture_output=True).returncode == 0
+    said = "yes (denied paths are hidden by mounts)" if can else "no (Landlock alone holds denied paths)"
+    assert f"unprivileged user namespaces: {said}" in report, report
+    assert "bubblewrap: " in report
     assert 'in force (mode "auto")' in report and "network on" in report and "~/.cache" in report, report
+    assert "unprivileged user namespaces: no" in health_report(agent(env={"MIA_SANDBOX_DISABLE": "namespaces"}))
     report = health_report(agent(env={"MIA_SANDBOX_DISABLE": "landlock"}, sandbox={"mode": "on"}))
     assert 'sandbox.mode is "on" but commands cannot be sandboxed' in report and "MIA_SANDBOX_DISABLE" in report, report
     report = health_report(agent(sandbox={"mode": "off"}))

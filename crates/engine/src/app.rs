@@ -52,6 +52,8 @@ pub struct App {
     mcp: Arc<crate::mcp::McpServers>,
     /// What mia's own agent keeps between a front-end's calls (its mode).
     own: crate::agent::iface::OwnAgent,
+    /// What the sandbox of commands remembers of each session.
+    sandbox: Arc<crate::sandbox::SandboxMemory>,
 }
 
 /// The agent settings in force, shared with what reads them later (an
@@ -84,12 +86,18 @@ impl App {
             telemetry,
             mcp: Arc::default(),
             own: Default::default(),
+            sandbox: Arc::default(),
         })
     }
 
     /// What mia's own agent keeps between a front-end's calls.
     pub fn own_agent(&self) -> &crate::agent::iface::OwnAgent {
         &self.own
+    }
+
+    /// What the sandbox of commands remembers of this app's sessions.
+    pub fn sandbox_memory(&self) -> Arc<crate::sandbox::SandboxMemory> {
+        self.sandbox.clone()
     }
 
     /// The MCP servers this app started (`setup()`'s and every mia-acp session's).
@@ -282,6 +290,7 @@ impl App {
             store: self.store_slot(),
             telemetry: self.telemetry(),
             mcp: self.mcp(),
+            sandbox: self.sandbox_memory(),
         }
     }
 

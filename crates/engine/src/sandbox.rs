@@ -59,6 +59,8 @@ pub struct SandboxSetup {
     /// Globs (relative to the project) the permission rules deny reading.
     pub rule_hidden: Option<crate::tools::PathFilter>,
     pub session_id: String,
+    /// What the sandbox remembers of the session (the App's).
+    pub memory: Arc<SandboxMemory>,
 }
 
 impl std::fmt::Debug for SandboxSetup {
@@ -130,7 +132,7 @@ pub fn plan(setup: &SandboxSetup, root: &Path, grace_ms: u64) -> Plan {
             };
         }
     };
-    let tmp = match session_tmp(&setup.session_id) {
+    let tmp = match setup.memory.session_tmp(&setup.session_id) {
         Ok(t) => t,
         Err(e) => {
             return Plan::Refused(format!(
@@ -160,7 +162,7 @@ pub fn plan(setup: &SandboxSetup, root: &Path, grace_ms: u64) -> Plan {
         !root_real.starts_with(&d)
     });
     deny_read.extend(extra);
-    let deny_inodes = remember_inodes(&setup.session_id, &deny_read, &writable);
+    let deny_inodes = setup.memory.remember_inodes(&setup.session_id, &deny_read, &writable);
     Plan::Confined {
         helper,
         policy: Policy {
@@ -231,67 +233,75 @@ fn hidden_in_project(root: &Path, hidden: &crate::tools::PathFilter) -> Vec<Path
 /// Most denied inodes a session remembers.
 const MAX_REMEMBERED_INODES: usize = 20_000;
 
-/// The inodes of the denied paths inside the writable trees (the only
-/// places a command could rename or link them from), added to what the
-/// session saw before: a denied file a command renamed stays denied in the
-/// next command, wherever in the writable trees it went.
-fn remember_inodes(session_id: &str, deny: &[PathBuf], writable: &[PathBuf]) -> Vec<(u64, u64)> {
-    type BySession = Mutex<HashMap<String, Vec<(u64, u64)>>>;
-    static SEEN: OnceLock<BySession> = OnceLock::new();
-    let writable: Vec<PathBuf> = writable.iter().filter_map(|w| w.canonicalize().ok()).collect();
-    let inside: Vec<PathBuf> = deny
-        .iter()
-        .filter_map(|d| d.canonicalize().ok())
-        .filter(|d| writable.iter().any(|w| d.starts_with(w)))
-        .collect();
-    let now = mia_sandbox::inodes_under(&inside);
-    let seen = SEEN.get_or_init(Default::default);
-    let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
-    let known = seen.entry(session_id.to_string()).or_default();
-    known.extend(now);
-    known.sort_unstable();
-    known.dedup();
-    known.truncate(MAX_REMEMBERED_INODES);
-    known.clone()
+/// What the sandbox remembers for each session: the denied inodes it saw,
+/// the session's private temporary directory, and whether the "commands are
+/// not sandboxed" note was said. Owned by the [`crate::app::App`] (one per
+/// front-end) and shared by everything that runs commands for it; an MCP
+/// server's start has its own.
+#[derive(Debug, Default)]
+pub struct SandboxMemory {
+    inodes: Mutex<HashMap<String, Vec<(u64, u64)>>>,
+    dirs: Mutex<HashMap<String, PathBuf>>,
+    said: Mutex<HashSet<String>>,
 }
 
-/// The session's private temporary directory (mode 0700, made once per
-/// session and process): commands may write there, and TMPDIR names it.
-pub fn session_tmp(session_id: &str) -> std::io::Result<PathBuf> {
-    static DIRS: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
-    let dirs = DIRS.get_or_init(Default::default);
-    let mut dirs = dirs.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(d) = dirs.get(session_id) {
-        if d.is_dir() {
-            return Ok(d.clone());
-        }
+impl SandboxMemory {
+    /// The inodes of the denied paths inside the writable trees (the only
+    /// places a command could rename or link them from), added to what the
+    /// session saw before: a denied file a command renamed stays denied in the
+    /// next command, wherever in the writable trees it went.
+    fn remember_inodes(&self, session_id: &str, deny: &[PathBuf], writable: &[PathBuf]) -> Vec<(u64, u64)> {
+        let writable: Vec<PathBuf> = writable.iter().filter_map(|w| w.canonicalize().ok()).collect();
+        let inside: Vec<PathBuf> = deny
+            .iter()
+            .filter_map(|d| d.canonicalize().ok())
+            .filter(|d| writable.iter().any(|w| d.starts_with(w)))
+            .collect();
+        let now = mia_sandbox::inodes_under(&inside);
+        let mut seen = self.inodes.lock().unwrap_or_else(|e| e.into_inner());
+        let known = seen.entry(session_id.to_string()).or_default();
+        known.extend(now);
+        known.sort_unstable();
+        known.dedup();
+        known.truncate(MAX_REMEMBERED_INODES);
+        known.clone()
     }
-    let tag: String = session_id
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .take(32)
-        .collect();
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let dir = std::env::temp_dir().join(format!(
-        "mia-sandbox-{uid}-{}-{:016x}",
-        if tag.is_empty() { "none" } else { &tag },
-        fastrand::u64(..)
-    ));
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-    dirs.insert(session_id.to_string(), dir.clone());
-    Ok(dir)
-}
 
-/// True the first time it is asked for `session_id` in this process: the
-/// "commands are not sandboxed" message is said once per chat.
-pub fn first_note(session_id: &str) -> bool {
-    static SAID: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    let said = SAID.get_or_init(Default::default);
-    said.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(session_id.to_string())
+    /// The session's private temporary directory (mode 0700, made once per
+    /// session): commands may write there, and TMPDIR names it.
+    pub fn session_tmp(&self, session_id: &str) -> std::io::Result<PathBuf> {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = dirs.get(session_id) {
+            if d.is_dir() {
+                return Ok(d.clone());
+            }
+        }
+        let tag: String = session_id
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(32)
+            .collect();
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let dir = std::env::temp_dir().join(format!(
+            "mia-sandbox-{uid}-{}-{:016x}",
+            if tag.is_empty() { "none" } else { &tag },
+            fastrand::u64(..)
+        ));
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        dirs.insert(session_id.to_string(), dir.clone());
+        Ok(dir)
+    }
+
+    /// True the first time it is asked for `session_id`: the "commands are
+    /// not sandboxed" message is said once per chat.
+    pub fn first_note(&self, session_id: &str) -> bool {
+        self.said
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session_id.to_string())
+    }
 }
 
 /// What a failed sandboxed command's result adds for the model, when its
@@ -328,6 +338,7 @@ mod tests {
             rule_denied: vec!["secrets/k".into(), "/etc/abs".into()],
             rule_hidden: None,
             session_id: "unit-test".into(),
+            memory: Arc::default(),
         }
     }
 

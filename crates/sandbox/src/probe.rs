@@ -84,25 +84,12 @@ fn landlock_abi() -> Result<i32, String> {
     Err("mia's sandbox needs Linux's Landlock; this system has none (macOS's Seatbelt is not supported yet)".into())
 }
 
-/// Whether this user can create a user namespace (informational: mia's
-/// sandbox does not need them). Forks: call only in a single-threaded helper.
+/// Whether the supervisor can hide denied paths with a user and a mount
+/// namespace ([`crate::namespaces`]; where it cannot, Landlock alone holds
+/// them). Forks: call only in a single-threaded helper.
 #[cfg(target_os = "linux")]
 fn user_namespaces() -> bool {
-    // SAFETY: the helper is single-threaded when it probes; the child only
-    // calls unshare and _exit, both async-signal-safe.
-    unsafe {
-        let pid = libc::fork();
-        if pid == 0 {
-            let ok = libc::unshare(libc::CLONE_NEWUSER) == 0;
-            libc::_exit(if ok { 0 } else { 1 });
-        }
-        if pid < 0 {
-            return false;
-        }
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, 0);
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
-    }
+    !disabled("namespaces") && crate::namespaces::available()
 }
 
 #[cfg(not(target_os = "linux"))]

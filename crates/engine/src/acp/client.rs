@@ -145,6 +145,8 @@ pub struct AgentProc {
     pub spec: AgentSpec,
     /// The app's agent settings: the user's deny rules in force apply to the agent's requests.
     pub(super) settings: crate::app::SettingsCell,
+    /// What the sandbox remembers of the agent's sessions (the App's).
+    pub(super) sandbox: Arc<crate::sandbox::SandboxMemory>,
     /// The app's telemetry: the agent's edits are counted there.
     pub(super) telemetry: Arc<crate::telemetry::Hub>,
     /// Where updates that arrive outside a turn go (commands, modes, status).
@@ -212,6 +214,7 @@ pub fn agent(
     let a = Arc::new(AgentProc {
         spec: spec.clone(),
         settings: app.settings_cell(),
+        sandbox: app.sandbox_memory(),
         telemetry: app.telemetry(),
         stream: new_stream(),
         bridge: bridge.clone(),

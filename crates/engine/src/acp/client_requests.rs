@@ -280,6 +280,7 @@ impl AgentProc {
                 .then(|| settings.permissions.hidden_paths("", "read_file")),
             rule_denied: patterns.into_iter().filter(|p| !is_glob(p)).collect(),
             session_id,
+            memory: self.sandbox.clone(),
         };
         let root = self.root();
         let plan = tokio::task::spawn_blocking(move || crate::sandbox::plan(&setup, &root, 1_000))

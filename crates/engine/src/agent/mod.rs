@@ -155,6 +155,8 @@ pub struct AgentDeps {
     pub telemetry: Arc<crate::telemetry::Hub>,
     /// The app's MCP servers (the run starts the configured ones).
     pub mcp: Arc<crate::mcp::McpServers>,
+    /// What the sandbox of commands remembers of each session.
+    pub sandbox: Arc<crate::sandbox::SandboxMemory>,
 }
 
 /// Sends one ACP `session/update` to the UI.

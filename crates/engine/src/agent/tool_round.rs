@@ -118,6 +118,7 @@ fn sandbox_setup(deps: &AgentDeps, agent: &AgentInfo, session_id: &str) -> crate
             .then(|| permissions.hidden_paths(&agent.mode, "read_file")),
         rule_denied: patterns.into_iter().filter(|p| !is_glob(p)).collect(),
         session_id: session_id.to_string(),
+        memory: deps.sandbox.clone(),
     })
 }
 
@@ -129,7 +130,7 @@ fn note_unsandboxed(deps: &AgentDeps, stream: StreamId, session_id: &str) {
         return;
     }
     if let Some(why) = crate::sandbox::missing() {
-        if crate::sandbox::first_note(session_id) {
+        if deps.sandbox.first_note(session_id) {
             let text = format!("mia: commands are not sandboxed: {why} (see :h mia-sandbox)");
             super::mia_event(&deps.queue, stream, crate::events::MiaEvent::Warning { text });
         }

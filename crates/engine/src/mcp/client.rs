@@ -661,6 +661,9 @@ async fn sandboxed(
         rule_denied: Vec::new(),
         rule_hidden: None,
         session_id: format!("mcp-{}", spec.name),
+        // A server runs as long as its client: each start has its own
+        // temporary directory and memory of denied inodes.
+        memory: Default::default(),
     };
     let root = match &spec.cwd {
         Some(c) => c.clone(),
