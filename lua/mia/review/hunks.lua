@@ -150,6 +150,26 @@ local function settle(req)
   end
 end
 
+--- Takes hunk `h` off its buffer: its marks, its place in the pending
+--- list, and the buffer's keys once nothing is pending there.
+local function take_off(h)
+  pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.mark)
+  if h.virt then
+    pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.virt)
+  end
+  local list = pending[h.buf] or {}
+  for i, x in ipairs(list) do
+    if x == h then
+      table.remove(list, i)
+      break
+    end
+  end
+  if #list == 0 then
+    pending[h.buf] = nil
+    clear_keymaps(h.buf)
+  end
+end
+
 --- Resolves hunk `h` (accept applies its new lines to the buffer as one
 --- undo step). `batch`: part of accept/reject all (one undo step for all,
 --- the quickfix list refreshed once, by the caller).
@@ -173,21 +193,7 @@ local function resolve(h, accept, batch)
     vim.bo[b].modifiable = was
   end
   h.state = accept and "accepted" or "rejected"
-  pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.mark)
-  if h.virt then
-    pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.virt)
-  end
-  local list = pending[h.buf] or {}
-  for i, x in ipairs(list) do
-    if x == h then
-      table.remove(list, i)
-      break
-    end
-  end
-  if #list == 0 then
-    pending[h.buf] = nil
-    clear_keymaps(h.buf)
-  end
+  take_off(h)
   local req = h.req
   req.left = req.left - 1
   if req.left == 0 then
@@ -488,21 +494,7 @@ function M.unstage(req)
     if not h.state then
       h.state = "dropped"
       n = n + 1
-      pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.mark)
-      if h.virt then
-        pcall(api.nvim_buf_del_extmark, h.buf, hunk_ns, h.virt)
-      end
-      local list = pending[h.buf] or {}
-      for i, x in ipairs(list) do
-        if x == h then
-          table.remove(list, i)
-          break
-        end
-      end
-      if #list == 0 then
-        pending[h.buf] = nil
-        clear_keymaps(h.buf)
-      end
+      take_off(h)
     end
   end
   return n
