@@ -428,17 +428,8 @@ impl PermissionConfig {
     /// for what the user starts by hand, such as `:Mia edit`, only a deny
     /// rule stops it.
     pub fn denying_rule(&self, mode: &str, tool: &str, path: &CanonicalPath) -> Option<String> {
-        let absolute = path.physical.to_string_lossy();
-        let as_dir = |s: &str| format!("{}/", s.trim_end_matches('/'));
-        let dirs = [as_dir(&path.subject), as_dir(&absolute), as_dir(&path.lexical)];
-        let every_spelling = [
-            path.subject.as_str(),
-            absolute.as_ref(),
-            path.lexical.as_str(),
-            dirs[0].as_str(),
-            dirs[1].as_str(),
-            dirs[2].as_str(),
-        ];
+        let spellings = every_spelling(path);
+        let every_spelling: Vec<&str> = spellings.iter().map(String::as_str).collect();
         self.deny_rule(mode, tool, &every_spelling)
             .map(|r| format!("denied by the rule {}", describe(r)))
     }
@@ -454,19 +445,8 @@ impl PermissionConfig {
     ) -> Decision {
         let absolute = path.physical.to_string_lossy();
         let named = [path.subject.as_str(), absolute.as_ref()];
-        // `secrets/**` denies the directory `secrets` itself too (listing it
-        // would show what the rule hides), so directories are also tried with
-        // a trailing slash.
-        let as_dir = |s: &str| format!("{}/", s.trim_end_matches('/'));
-        let dirs = [as_dir(&path.subject), as_dir(&absolute), as_dir(&path.lexical)];
-        let every_spelling = [
-            path.subject.as_str(),
-            absolute.as_ref(),
-            path.lexical.as_str(),
-            dirs[0].as_str(),
-            dirs[1].as_str(),
-            dirs[2].as_str(),
-        ];
+        let spellings = every_spelling(path);
+        let every_spelling: Vec<&str> = spellings.iter().map(String::as_str).collect();
         if let Some(r) = self.deny_rule(mode, tool, &every_spelling) {
             return Decision::new(Action::Deny, format!("denied by the rule {}", describe(r)));
         }
@@ -650,6 +630,18 @@ fn effect_name(effect: ToolEffect) -> &'static str {
         ToolEffect::Write => "writing",
         ToolEffect::Execute => "running commands",
     }
+}
+
+/// Every spelling of `path` a deny rule is tried against: as the model
+/// named it, absolute (links resolved) and lexical, then each with a
+/// trailing slash, since `secrets/**` denies the directory `secrets` itself
+/// too (listing it would show what the rule hides).
+fn every_spelling(path: &CanonicalPath) -> [String; 6] {
+    let absolute = path.physical.to_string_lossy().into_owned();
+    let as_dir = |s: &str| format!("{}/", s.trim_end_matches('/'));
+    let dirs = [as_dir(&path.subject), as_dir(&absolute), as_dir(&path.lexical)];
+    let [d0, d1, d2] = dirs;
+    [path.subject.clone(), absolute, path.lexical.clone(), d0, d1, d2]
 }
 
 fn describe(r: &Rule) -> String {
