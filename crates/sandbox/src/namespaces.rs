@@ -15,6 +15,12 @@
 
 use std::path::PathBuf;
 
+/// Most denied paths hidden by mounts (one mount each; the kernel's default
+/// limit is 100,000 per namespace). Past it Landlock alone holds them, and
+/// refuses as many as it cannot (a planted project with more files a deny
+/// glob names is refused with a message, not mounted over for minutes).
+pub const MAX_HIDDEN: usize = 50_000;
+
 /// Whether this user can set up the namespaces and mounts [`hide`] needs:
 /// tried in a throwaway child, since a half-made namespace cannot be left.
 pub fn available() -> bool {

@@ -12,6 +12,7 @@
 //! directly in a directory on the way to a denied path (the project root,
 //! when a rule denies `secrets/k`) has no read rule until the next command.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -59,20 +60,27 @@ pub struct ReadRules {
 }
 
 /// Splits `/` around `deny` (absolute paths, links resolved by the caller).
+/// Each lookup is a search in a sorted set: a project planted with tens of
+/// thousands of files a deny glob names stays cheap (a scan of the list
+/// per entry took 66 s for 30,000).
 pub fn read_rules(deny: &[PathBuf]) -> Result<ReadRules, RulesError> {
+    let deny: BTreeSet<&Path> = deny.iter().map(PathBuf::as_path).collect();
     let mut out = ReadRules::default();
-    expand(Path::new("/"), deny, &mut out)?;
+    expand(Path::new("/"), &deny, &mut out)?;
     Ok(out)
 }
 
-fn expand(dir: &Path, deny: &[PathBuf], out: &mut ReadRules) -> Result<(), RulesError> {
-    if out.whole.len() + out.list_only.len() > MAX_RULES {
-        return Err(RulesError::TooMany);
-    }
-    if deny.iter().any(|d| d == dir) {
+/// Whether `dir` is denied or holds a denied path: paths order by their
+/// components, so whatever lies below `dir` comes right after it.
+fn holds_denied(deny: &BTreeSet<&Path>, dir: &Path) -> bool {
+    deny.range(dir..).next().is_some_and(|d| d.starts_with(dir))
+}
+
+fn expand(dir: &Path, deny: &BTreeSet<&Path>, out: &mut ReadRules) -> Result<(), RulesError> {
+    if deny.contains(dir) {
         return Ok(());
     }
-    if !deny.iter().any(|d| d.starts_with(dir)) {
+    if !holds_denied(deny, dir) {
         out.whole.push(dir.to_path_buf());
         return Ok(());
     }
@@ -81,6 +89,9 @@ fn expand(dir: &Path, deny: &[PathBuf], out: &mut ReadRules) -> Result<(), Rules
         return Ok(());
     };
     for entry in entries.flatten() {
+        if out.whole.len() + out.list_only.len() > MAX_RULES {
+            return Err(RulesError::TooMany);
+        }
         let Ok(kind) = entry.file_type() else { continue };
         if kind.is_symlink() {
             continue;
@@ -88,7 +99,7 @@ fn expand(dir: &Path, deny: &[PathBuf], out: &mut ReadRules) -> Result<(), Rules
         let path = entry.path();
         if kind.is_dir() {
             expand(&path, deny, out)?;
-        } else if !deny.iter().any(|d| d == &path) {
+        } else if !deny.contains(path.as_path()) {
             out.whole.push(path);
         }
     }
@@ -104,6 +115,7 @@ const MAX_FIND: usize = 200_000;
 fn find_inodes(trees: &[PathBuf], inodes: &[(u64, u64)], skip: &[PathBuf]) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let wanted: std::collections::HashSet<(u64, u64)> = inodes.iter().copied().collect();
+    let skip: std::collections::HashSet<&Path> = skip.iter().map(PathBuf::as_path).collect();
     let mut out = Vec::new();
     let mut seen = 0usize;
     let mut stack: Vec<PathBuf> = trees.iter().filter_map(|t| t.canonicalize().ok()).collect();
@@ -120,7 +132,7 @@ fn find_inodes(trees: &[PathBuf], inodes: &[(u64, u64)], skip: &[PathBuf]) -> Ve
             };
             if wanted.contains(&(meta.dev(), meta.ino())) {
                 out.push(path);
-            } else if meta.is_dir() && !skip.iter().any(|s| s == &path) {
+            } else if meta.is_dir() && !skip.contains(path.as_path()) {
                 stack.push(path);
             }
         }
@@ -248,5 +260,34 @@ mod tests {
         assert!(rules.list_only.contains(&root) && rules.list_only.contains(&root.join("secrets")));
         assert!(rules.list_only.contains(&PathBuf::from("/")));
         assert!(!rules.whole.contains(&PathBuf::from("/")));
+    }
+
+    #[test]
+    fn a_directory_of_more_entries_than_rules_allowed_is_refused_not_walked_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for i in 0..MAX_RULES + 10 {
+            std::fs::write(root.join(format!("f{i}")), "").unwrap();
+        }
+        let deny = [root.join("f1")];
+        assert!(matches!(read_rules(&deny), Err(RulesError::TooMany)));
+        // The same directory holding no denied path is one rule.
+        let rules = read_rules(&[PathBuf::from("/nonexistent-mia-test/x")]).unwrap();
+        assert!(rules.whole.contains(&root) || rules.whole.iter().any(|w| root.starts_with(w)));
+    }
+
+    #[test]
+    fn only_what_lies_below_a_directory_counts_as_held_by_it() {
+        let deny = [PathBuf::from("/p/secrets/k"), PathBuf::from("/p/z")];
+        let set: BTreeSet<&Path> = deny.iter().map(PathBuf::as_path).collect();
+        assert!(holds_denied(&set, Path::new("/p")));
+        assert!(holds_denied(&set, Path::new("/p/secrets")));
+        assert!(
+            !holds_denied(&set, Path::new("/p/sec")),
+            "a name's prefix is not a parent"
+        );
+        assert!(!holds_denied(&set, Path::new("/p/secrets2")));
+        assert!(!holds_denied(&set, Path::new("/q")));
+        assert!(holds_denied(&set, Path::new("/")));
     }
 }

@@ -37,7 +37,10 @@ pub fn run(args: Vec<OsString>) -> i32 {
         }
     };
     let deny = denied_paths(&policy);
-    let hidden = !deny.is_empty() && !crate::probe::disabled("namespaces") && crate::namespaces::available();
+    let hidden = !deny.is_empty()
+        && deny.len() <= crate::namespaces::MAX_HIDDEN
+        && !crate::probe::disabled("namespaces")
+        && crate::namespaces::available();
     if hidden {
         if let Err(e) = crate::namespaces::hide(&deny) {
             eprintln!("mia: the sandbox could not be set up: {e}");
