@@ -508,7 +508,75 @@ impl StoreSlot {
 
 #[cfg(test)]
 mod tests {
-    use super::needs_tls;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::{needs_tls, App};
+
+    /// Sets its flag when dropped: tells that a task's future was dropped.
+    struct Dropped(Arc<AtomicBool>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn pending_task(rt: &tokio::runtime::Handle) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let guard = Dropped(flag.clone());
+        rt.spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await
+        });
+        flag
+    }
+
+    #[test]
+    fn tasks_run_on_the_runtime_threads_until_the_app_stops_them() {
+        let app = App::new();
+        assert!(!app.started());
+        let rt = app.handle().unwrap();
+        assert!(app.started());
+        let threads: Vec<_> = (0..8)
+            .map(|_| rt.spawn(async { std::thread::current().name().map(str::to_string) }))
+            .collect();
+        let names: Vec<_> = rt.block_on(async {
+            let mut names = Vec::new();
+            for t in threads {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                names.push(t.await.unwrap());
+            }
+            names
+        });
+        assert!(names.iter().all(|n| n.as_deref() == Some("mia-runtime")), "{names:?}");
+        let blocking = rt
+            .block_on(rt.spawn_blocking(|| std::thread::current().name().map(str::to_string)))
+            .unwrap();
+        assert_eq!(blocking.as_deref(), Some("mia-runtime"), "the blocking pool's threads");
+
+        let dropped = pending_task(&rt);
+        app.stop_runtime(Duration::from_secs(5));
+        assert!(!app.started());
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "stop_runtime returns once the tasks are dropped"
+        );
+
+        // A later call starts a new runtime that works.
+        let again = app.handle().unwrap();
+        assert_eq!(again.block_on(again.spawn(async { 7 })).unwrap(), 7);
+        app.stop_runtime(Duration::from_secs(5));
+    }
+
+    #[test]
+    fn an_app_dropped_without_a_stop_ends_its_runtime() {
+        let app = App::new();
+        let rt = app.handle().unwrap();
+        let dropped = pending_task(&rt);
+        drop(app);
+        assert!(dropped.load(Ordering::SeqCst), "the runtime outlived its app");
+    }
 
     #[test]
     fn only_plain_http_skips_the_tls_roots() {
